@@ -1,0 +1,114 @@
+"""CreateTopics (key 19): serves v2–v7.
+
+-1 partitions or replication factor take the broker defaults (`num.partitions`,
+`default.replication.factor`, v4+). Errors per topic: TOPIC_ALREADY_EXISTS,
+INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (more replicas than
+brokers), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST (duplicate names).
+`validate_only` checks without creating. v5+ returns the topic's resulting configs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...cluster.metadata import TopicExistsError
+from ...config import ConfigError, describe_topic_configs, validate_topic_configs
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+from ..topics import TopicError, validate_topic_name
+
+API_KEY = 19
+MIN_VERSION = 2
+MAX_VERSION = 7
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    counts = Counter(topic.name for topic in request.topics)
+    results = []
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            error = TopicError(ErrorCode.invalid_request, f"Topic {topic.name} named twice")
+            results.append(_result(module, ctx, topic.name, error=error))
+            continue
+        try:
+            created = await _create(ctx, topic, request.validate_only)
+            results.append(_result(module, ctx, topic.name, created=created))
+        except TopicError as exc:
+            results.append(_result(module, ctx, topic.name, error=exc))
+    return make(response_class(API_KEY, ctx.api_version), topics=tuple(results))
+
+
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, int, dict]:
+    broker = ctx.broker
+    validate_topic_name(topic.name)
+    if broker.metadata.topic(topic.name) is not None:
+        raise TopicError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+    partitions, replication = _sizes(broker, topic)
+    try:
+        configs = validate_topic_configs({c.name: c.value for c in topic.configs})
+    except ConfigError as exc:
+        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+    if not validate_only:
+        try:
+            await broker.metadata.create_topic(topic.name, partitions, replication, configs)
+        except TopicExistsError as exc:
+            raise TopicError(ErrorCode.topic_already_exists, str(exc)) from None
+    return partitions, replication, configs
+
+
+def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
+    if topic.assignments:
+        replicas = {len(a.broker_ids) for a in topic.assignments}
+        known = {b.broker_id for b in broker.metadata.brokers()}
+        indexes = sorted(a.partition_index for a in topic.assignments)
+        valid = len(replicas) == 1 and indexes == list(range(len(indexes))) and all(
+            set(a.broker_ids) <= known and len(set(a.broker_ids)) == len(a.broker_ids)
+            for a in topic.assignments
+        )
+        if not valid or topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise TopicError(ErrorCode.invalid_replica_assignment, "Invalid replica assignment")
+        return len(indexes), replicas.pop()
+    partitions = topic.num_partitions
+    replication = topic.replication_factor
+    if partitions == -1:
+        partitions = broker.config["num.partitions"]
+    if replication == -1:
+        replication = broker.config["default.replication.factor"]
+    if partitions <= 0:
+        raise TopicError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+    if replication <= 0:
+        raise TopicError(
+            ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
+        )
+    available = len(broker.metadata.brokers())
+    if replication > available:
+        raise TopicError(
+            ErrorCode.invalid_replication_factor,
+            f"Replication factor: {replication} larger than available brokers: {available}.",
+        )
+    return partitions, replication
+
+
+def _result(module: Any, ctx: RequestContext, name: str, *, created: tuple | None = None,
+            error: TopicError | None = None) -> Any:
+    if error is not None:
+        return make(
+            module.CreatableTopicResult, name=name, error_code=error.code,
+            error_message=error.message, topic_config_error_code=0, num_partitions=-1,
+            replication_factor=-1, configs=None,
+        )
+    partitions, replication, overrides = created
+    configs = tuple(
+        make(module.CreatableTopicConfigs, name=c.name, value=c.text, read_only=False,
+             config_source=int(c.source), is_sensitive=False)
+        for c in describe_topic_configs(ctx.broker.config, overrides)
+    )
+    return make(
+        module.CreatableTopicResult, name=name, error_code=ErrorCode.none, error_message=None,
+        topic_config_error_code=0, num_partitions=partitions, replication_factor=replication,
+        configs=configs,
+    )

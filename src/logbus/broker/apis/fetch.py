@@ -1,0 +1,135 @@
+"""Fetch (key 1): serves v4–v18.
+
+v13+ names topics by id. Fetch sessions (KIP-227) are declined: every response carries
+session id 0, so clients keep sending full fetches, which Kafka allows. Each partition
+answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
+batch; the client skips the records before its offset), up to `partition_max_bytes` and the
+response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-74). Records
+are read as one byte range per partition and sent as is. When fewer than `min_bytes` are
+ready the request waits up to `max_wait` for the high watermark of any partition to move.
+read_committed reads up to the last stable offset (the HW while there are no transactions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...cluster.partition import Partition
+from ...protocol.codec import make, response_class, response_module
+from ...protocol.records import whole_batches_length
+from ...storage.log import OffsetOutOfRangeError
+from ..context import RequestContext
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 18
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    deadline = asyncio.get_running_loop().time() + request.max_wait.total_seconds()
+    wanted = _wanted(ctx, request)
+    while True:
+        topics, total, partitions = _read_all(ctx, request, wanted)
+        remaining = deadline - asyncio.get_running_loop().time()
+        if total >= request.min_bytes or remaining <= 0 or not partitions or ctx.broker.stopping:
+            break
+        await _wait_for_data(partitions, remaining)
+    return make(
+        response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
+        responses=topics, node_endpoints=(),
+    )
+
+
+def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None, list[Any]]]:
+    """(request topic, resolved name, its partitions) in request order."""
+    result = []
+    for topic in request.topics:
+        name = getattr(topic, "topic", None)
+        if name is None:
+            metadata = ctx.broker.metadata.topic_by_id(str(topic.topic_id))
+            name = metadata.name if metadata else None
+        result.append((topic, name, list(topic.partitions)))
+    return result
+
+
+def _read_all(ctx: RequestContext, request: Any, wanted: list) -> tuple[tuple, int, list[Partition]]:
+    module = response_module(API_KEY, ctx.api_version)
+    budget = request.max_bytes
+    total = 0
+    hosted: list[Partition] = []
+    topics = []
+    for topic, name, partitions in wanted:
+        answers = []
+        for fetch in partitions:
+            partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
+            if partition is not None:
+                hosted.append(partition)
+            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget)
+            budget = max(budget - size, 0)
+            total += size
+            answers.append(answer)
+        topics.append(
+            make(module.FetchableTopicResponse, topic=getattr(topic, "topic", None),
+                 topic_id=getattr(topic, "topic_id", None), partitions=tuple(answers))
+        )
+    return tuple(topics), total, hosted
+
+
+def _read_partition(
+    module: Any, ctx: RequestContext, request: Any, name: str | None,
+    partition: Partition | None, fetch: Any, budget: int,
+) -> tuple[Any, int]:
+    if partition is None:
+        error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
+        return _answer(module, fetch.partition, error), 0
+    epoch_error = _check_leader_epoch(partition, fetch.current_leader_epoch)
+    if epoch_error is not None:
+        return _answer(module, fetch.partition, epoch_error), 0
+    max_bytes = min(fetch.partition_max_bytes, budget)
+    try:
+        data = partition.read(fetch.fetch_offset, max_bytes)
+    except OffsetOutOfRangeError:
+        return _answer(
+            module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
+            partition.log.log_start_offset,
+        ), 0
+    records: bytes | memoryview = b""
+    if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
+        raw = data.slice.read()
+        records = memoryview(raw)[: whole_batches_length(raw)]
+    return _answer(
+        module, fetch.partition, ErrorCode.none, data.high_watermark, data.log_start_offset,
+        records,
+    ), len(records)
+
+
+def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | None:
+    if requested < 0 or requested == partition.leader_epoch:
+        return None
+    if requested > partition.leader_epoch:
+        return ErrorCode.unknown_leader_epoch
+    return ErrorCode.fenced_leader_epoch
+
+
+def _answer(
+    module: Any, index: int, error: ErrorCode, high_watermark: int = -1, log_start: int = -1,
+    records: bytes | memoryview = b"",
+) -> Any:
+    return make(
+        module.PartitionData, partition_index=index, error_code=error,
+        high_watermark=high_watermark, last_stable_offset=high_watermark,
+        log_start_offset=log_start, aborted_transactions=None, preferred_read_replica=-1,
+        records=records,
+    )
+
+
+async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
+    waiters = [asyncio.ensure_future(p.data_arrived().wait()) for p in partitions]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -1,0 +1,71 @@
+"""ListOffsets (key 2): serves v1–v10.
+
+Special timestamps: -2 earliest (log start offset), -1 latest (the high watermark, or the
+last stable offset for read_committed), -3 the record with the largest timestamp (v7+),
+-4 earliest local (v8+, the log start offset here: there is no tiered storage), -5 latest
+tiered (v9+: -1, nothing is tiered). Any other timestamp finds the first record at or after
+it, below the high watermark; none gives offset -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...cluster.partition import Partition
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 2
+MIN_VERSION = 1
+MAX_VERSION = 10
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for wanted in topic.partitions:
+            partition = ctx.broker.replicas.get(topic.name, wanted.partition_index)
+            answers.append(_lookup(module, partition, wanted))
+        topics.append(make(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
+    return make(response_class(API_KEY, ctx.api_version), topics=tuple(topics))
+
+
+def _lookup(module: Any, partition: Partition | None, wanted: Any) -> Any:
+    index = wanted.partition_index
+    if partition is None:
+        return _answer(module, index, ErrorCode.unknown_topic_or_partition)
+    if not partition.is_leader:
+        return _answer(module, index, ErrorCode.not_leader_or_follower)
+    log = partition.log
+    timestamp = wanted.timestamp
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        offset, found_ts = log.log_start_offset, -1
+    elif timestamp == LATEST:
+        offset, found_ts = partition.high_watermark, -1
+    elif timestamp == LATEST_TIERED:
+        offset, found_ts = -1, -1
+    else:
+        found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else (
+            log.offset_for_timestamp(timestamp)
+        )
+        if found is None or found.offset >= partition.high_watermark:
+            return _answer(module, index, ErrorCode.none)
+        offset, found_ts = found.offset, found.timestamp
+    epoch = log.epoch_for_offset(offset - 1 if timestamp == LATEST else offset)
+    return _answer(module, index, ErrorCode.none, found_ts, offset, epoch)
+
+
+def _answer(
+    module: Any, index: int, error: ErrorCode, timestamp: int = -1, offset: int = -1,
+    epoch: int = -1,
+) -> Any:
+    return make(
+        module.ListOffsetsPartitionResponse, partition_index=index, error_code=error,
+        timestamp=timestamp, offset=offset, leader_epoch=epoch, old_style_offsets=(),
+    )

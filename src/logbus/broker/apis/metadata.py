@@ -1,0 +1,91 @@
+"""Metadata (key 3): serves v0–v13.
+
+Brokers, cluster id, controller, and per topic its id and partitions (leader, leader epoch,
+replicas, ISR). An empty/null topic list (v1+: null) means all topics. Unknown topics are
+created when `auto.create.topics.enable` is on and the request allows it (v4+), with
+`num.partitions`; invalid names get INVALID_TOPIC_EXCEPTION. Encoded responses for the
+all-topics request are cached until metadata changes (encoding is the slow part).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import encode, make, response_class, response_module
+from ..context import RawResponse, RequestContext
+from ..topics import TopicError, ensure_topic
+
+API_KEY = 3
+MIN_VERSION = 0
+MAX_VERSION = 13
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    version = ctx.api_version
+    if request.topics is None or (version == 0 and not request.topics):
+        cached = broker.metadata_cache.get(version)
+        if cached is not None:
+            return cached
+        names = sorted(broker.metadata.topics())
+        response = RawResponse(encode(_build(ctx, [(n, ErrorCode.none) for n in names])))
+        broker.metadata_cache[version] = response
+        return response
+    allow_create = getattr(request, "allow_auto_topic_creation", True)
+    wanted = []
+    for topic in request.topics:
+        name = topic.name
+        if name is None:
+            resolved = broker.metadata.topic_by_id(str(topic.topic_id))
+            wanted.append((resolved.name if resolved else None, ErrorCode.none if resolved else
+                           ErrorCode.unknown_topic_id))
+            continue
+        try:
+            await ensure_topic(broker, name, allow_create)
+            wanted.append((name, ErrorCode.none))
+        except TopicError as exc:
+            wanted.append((name, exc.code))
+    return _build(ctx, wanted)
+
+
+def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]]) -> Any:
+    broker = ctx.broker
+    module = response_module(API_KEY, ctx.api_version)
+    brokers = tuple(
+        make(module.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
+             rack=b.rack)
+        for b in broker.metadata.brokers()
+    )
+    topics = tuple(_topic(module, broker, name, error) for name, error in wanted)
+    return make(
+        response_class(API_KEY, ctx.api_version), brokers=brokers,
+        cluster_id=broker.metadata.cluster_id, controller_id=broker.metadata.controller_id,
+        topics=topics, cluster_authorized_operations=-2147483648, error_code=ErrorCode.none,
+    )
+
+
+def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode) -> Any:
+    metadata = broker.metadata.topic(name) if name is not None and error is ErrorCode.none else None
+    if metadata is None:
+        return make(
+            module.MetadataResponseTopic, error_code=error, name=name, topic_id=_ZERO_UUID,
+            is_internal=False, partitions=(), topic_authorized_operations=-2147483648,
+        )
+    partitions = tuple(
+        make(
+            module.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=index,
+            leader_id=state.leader, leader_epoch=state.leader_epoch,
+            replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr), offline_replicas=(),
+        )
+        for index, state in enumerate(metadata.partitions)
+    )
+    return make(
+        module.MetadataResponseTopic, error_code=ErrorCode.none, name=name,
+        topic_id=metadata.uuid, is_internal=metadata.internal, partitions=partitions,
+        topic_authorized_operations=-2147483648,
+    )

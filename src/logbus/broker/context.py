@@ -1,0 +1,26 @@
+"""What an API handler gets besides its request: the broker and who is asking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """A response body a handler encoded itself, as chunks sent in order without joining."""
+
+    chunks: list[bytes | memoryview]

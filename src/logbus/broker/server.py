@@ -1,0 +1,155 @@
+"""The network server: Kafka frames in, responses out, one connection at a time in order.
+
+Each connection receives into a reusable buffer (BufferedProtocol, i.e. `recv_into`), splits
+frames, and processes them one after another, as Kafka does (a client's responses must come
+back in request order). A frame over socket.request.max.bytes, an unknown API key or a
+request that does not decode closes that connection only; everyone else keeps being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol import codec
+from ..protocol.frames import (
+    FrameError,
+    FrameSplitter,
+    MalformedRequestError,
+    frame_chunks,
+    parse_request_header,
+    peek_api,
+    response_header,
+)
+from .apis import ApiSpec, registry
+from .apis.api_versions import unsupported_version_response
+from .context import RawResponse, RequestContext
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+MAX_QUEUED_FRAMES = 64
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.apis = registry()
+        self.splitter = FrameSplitter(broker.socket_request_max_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.client_host = "?"
+        self._frames: deque[bytes] = deque()
+        self._worker: asyncio.Task | None = None
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._reading_paused = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ transport callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.client_host = peer[0] if peer else "?"
+        self.broker.connections.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.splitter.writable(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.splitter.received(nbytes)
+        except FrameError as exc:
+            log.warning("closing connection from %s: %s", self.client_host, exc)
+            self.close()
+            return
+        if not frames:
+            return
+        self._frames.extend(frames)
+        if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._process())
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._can_write.set()
+        self.broker.connections.discard(self)
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+
+    def close(self) -> None:
+        self._closed = True
+        self._frames.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ request processing
+
+    async def _process(self) -> None:
+        while self._frames and not self._closed:
+            frame = self._frames.popleft()
+            if self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2:
+                self._reading_paused = False
+                self.transport.resume_reading()
+            try:
+                chunks = await self._respond(frame)
+            except MalformedRequestError as exc:
+                log.warning("closing connection from %s: %s", self.client_host, exc)
+                self.close()
+                return
+            except Exception:
+                log.exception("request failed; closing connection from %s", self.client_host)
+                self.close()
+                return
+            if chunks is not None and not self._closed:
+                self.transport.writelines(chunks)
+                if not self._can_write.is_set():
+                    await self._can_write.wait()
+
+    async def _respond(self, frame: bytes) -> list[bytes | memoryview] | None:
+        api_key, api_version, correlation_id = peek_api(frame)
+        spec = self.apis.get(api_key)
+        if spec is None:
+            raise MalformedRequestError(f"unknown API key {api_key}")
+        if not spec.serves(api_version):
+            if api_key == API_VERSIONS_KEY:
+                body = codec.encode(unsupported_version_response())
+                return frame_chunks([response_header(correlation_id, False), *body])
+            raise MalformedRequestError(f"{spec.name} v{api_version} is not supported")
+        flexible = codec.is_flexible(api_key, api_version)
+        header = parse_request_header(frame, flexible)
+        request = codec.decode_request(api_key, api_version, frame, header.body_offset)
+        ctx = RequestContext(
+            self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host
+        )
+        response = await spec.handle(ctx, request)
+        if response is None:
+            return None
+        return frame_chunks(
+            [response_header(correlation_id, _flexible_response(spec, api_version, flexible)),
+             *_body(response)]
+        )
+
+
+def _flexible_response(spec: ApiSpec, version: int, flexible: bool) -> bool:
+    """ApiVersions answers with response header v0 whatever its version, so clients can parse it."""
+    return flexible and spec.key != API_VERSIONS_KEY
+
+
+def _body(response: object) -> list[bytes | memoryview]:
+    if isinstance(response, RawResponse):
+        return response.chunks
+    return codec.encode(response)

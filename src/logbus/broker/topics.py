@@ -1,0 +1,57 @@
+"""Topic rules shared by the APIs: legal names, auto-creation, internal topics."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster.metadata import TopicExistsError, TopicMetadata
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class TopicError(Exception):
+    """A topic request that fails with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise TopicError(ErrorCode.invalid_topic_exception, f"Topic name {name!r} is illegal")
+    if len(name) > MAX_NAME_LENGTH:
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is longer than {MAX_NAME_LENGTH} characters",
+        )
+    if not _LEGAL.match(name):
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'",
+        )
+
+
+async def ensure_topic(broker: Broker, name: str, allow_create: bool = True) -> TopicMetadata:
+    """The topic's metadata, creating it with broker defaults when auto-creation allows."""
+    existing = broker.metadata.topic(name)
+    if existing is not None:
+        return existing
+    validate_topic_name(name)
+    if not (allow_create and broker.config["auto.create.topics.enable"]):
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Unknown topic {name}")
+    try:
+        return await broker.metadata.create_topic(
+            name, broker.config["num.partitions"], broker.config["default.replication.factor"], {}
+        )
+    except TopicExistsError:
+        return broker.metadata.topic(name)

@@ -1,0 +1,91 @@
+"""`logbus serve`: run one broker in the foreground until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from ..config import BrokerConfig, ConfigError, load_properties
+
+DEFAULT_PORT = 9092
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="run a broker")
+    parser.add_argument("--data-dir", help="where partition logs live (default: log.dirs, ./data)")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help=f"port to listen on (default {DEFAULT_PORT})")
+    parser.add_argument("--broker-id", type=int, help="this broker's id (default broker.id, 0)")
+    parser.add_argument("--config", help="a Kafka-style server.properties file")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config key (repeatable)",
+    )
+    parser.set_defaults(run=run)
+
+
+def build_config(args: argparse.Namespace) -> dict[str, str]:
+    values = load_properties(args.config) if args.config else {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _listener(values: dict[str, str]) -> tuple[str | None, int | None]:
+    listeners = values.get("listeners")
+    if not listeners:
+        return None, None
+    host, _, port = listeners.split(",")[0].split("://")[-1].rpartition(":")
+    return host or None, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        values = build_config(args)
+        config = BrokerConfig(values)
+    except (ConfigError, OSError) as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 2
+    for unknown in config.unknown_keys():
+        logging.getLogger("logbus").warning("unknown config key %s is ignored", unknown)
+    listen_host, listen_port = _listener(values)
+    host = args.host or listen_host or "127.0.0.1"
+    port = args.port if args.port is not None else listen_port or DEFAULT_PORT
+    broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
+    data_dir = args.data_dir or values.get("log.dirs", "").split(",")[0] or "data"
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # uvloop is not built for every platform
+        runner = asyncio.run
+    return runner(_serve(config, broker_id, host, port, os.path.abspath(data_dir)))
+
+
+async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, data_dir: str) -> int:
+    from ..broker.broker import Broker
+
+    broker = Broker(config, broker_id, host, port, data_dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        bound_host, bound_port = await broker.start()
+    except OSError as exc:
+        print(f"logbus: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"logbus broker {broker_id} listening on {bound_host}:{bound_port}", flush=True)
+    await stop.wait()
+    await broker.stop()
+    return 0

@@ -1,0 +1,252 @@
+"""Cluster metadata: brokers, topics (ids, partition assignment, leader state) and configs.
+
+`MetadataStore` is the interface the broker talks to. `EmbeddedMetadataStore` keeps it in one
+JSON file in the data dir for a single broker that needs no ZooKeeper; a ZooKeeper-backed
+store (brokers under /brokers/ids, topics under /brokers/topics, configs under /config, a
+controller elected through /controller) implements the same interface for a cluster.
+Changes are announced to listeners so that partitions follow leadership changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+METADATA_FILE = "logbus-metadata.json"
+PRODUCER_ID_BLOCK = 1000
+
+
+class TopicExistsError(Exception):
+    pass
+
+
+class UnknownTopicError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """Who leads a partition and who replicates it (the leader-and-ISR record)."""
+
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: str  # uuid in canonical text form
+    partitions: list[PartitionState]
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def assign_replicas(
+    brokers: list[int], num_partitions: int, replication_factor: int, first_partition: int = 0
+) -> list[list[int]]:
+    """Spread partitions (and their replicas) evenly over brokers, round robin."""
+    ordered = sorted(brokers)
+    return [
+        [ordered[(p + r) % len(ordered)] for r in range(replication_factor)]
+        for p in range(first_partition, first_partition + num_partitions)
+    ]
+
+
+Listener = Callable[[str, TopicMetadata | None], None]
+
+
+class MetadataStore(ABC):
+    """What the broker needs of cluster metadata, whatever stores it."""
+
+    cluster_id: str
+    controller_id: int
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener(topic, metadata or None when deleted)` after every topic change."""
+        self._listeners.append(listener)
+
+    def _announce(self, topic: str, metadata: TopicMetadata | None) -> None:
+        for listener in self._listeners:
+            listener(topic, metadata)
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def register_broker(self, broker: BrokerInfo) -> None: ...
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicMetadata]: ...
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.topics().get(name)
+
+    def topic_by_id(self, topic_id: str) -> TopicMetadata | None:
+        return next((t for t in self.topics().values() if t.topic_id == topic_id), None)
+
+    @abstractmethod
+    async def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+        internal: bool = False,
+    ) -> TopicMetadata: ...
+
+    @abstractmethod
+    async def delete_topic(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def add_partitions(self, name: str, total: int) -> TopicMetadata: ...
+
+    @abstractmethod
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata: ...
+
+    @abstractmethod
+    async def allocate_producer_id(self) -> int: ...
+
+    async def close(self) -> None:
+        return None
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Metadata of a single broker, in `<data dir>/logbus-metadata.json` (atomic rewrites)."""
+
+    def __init__(self, data_dir: str, broker_id: int) -> None:
+        super().__init__()
+        self.path = os.path.join(data_dir, METADATA_FILE)
+        self.broker_id = broker_id
+        self.controller_id = broker_id
+        self._topics: dict[str, TopicMetadata] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._next_producer_id = 0
+        self._producer_id_limit = 0
+        self.cluster_id = ""
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as handle:
+                state = json.load(handle)
+            self.cluster_id = state["cluster_id"]
+            self._producer_id_limit = state.get("producer_id_limit", 0)
+            self._next_producer_id = self._producer_id_limit
+            for raw in state["topics"]:
+                partitions = [PartitionState(**p) for p in raw.pop("partitions")]
+                self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
+        else:
+            self.cluster_id = new_cluster_id()
+            self._save()
+
+    def _save(self) -> None:
+        state = {
+            "cluster_id": self.cluster_id,
+            "producer_id_limit": self._producer_id_limit,
+            "topics": [asdict(t) for t in self._topics.values()],
+        }
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+
+    async def _commit(self) -> None:
+        await asyncio.to_thread(self._save)
+
+    async def register_broker(self, broker: BrokerInfo) -> None:
+        self._brokers[broker.broker_id] = broker
+
+    def brokers(self) -> list[BrokerInfo]:
+        return list(self._brokers.values())
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return self._topics
+
+    async def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+        internal: bool = False,
+    ) -> TopicMetadata:
+        async with self._lock:
+            if name in self._topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            assignment = assign_replicas(list(self._brokers), num_partitions, replication_factor)
+            metadata = TopicMetadata(
+                name, str(uuid.uuid4()),
+                [PartitionState(r[0], 0, list(r), list(r)) for r in assignment],
+                dict(configs), internal,
+            )
+            self._topics[name] = metadata
+            await self._commit()
+        self._announce(name, metadata)
+        return metadata
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._lock:
+            if self._topics.pop(name, None) is None:
+                raise UnknownTopicError(name)
+            await self._commit()
+        self._announce(name, None)
+
+    async def add_partitions(self, name: str, total: int) -> TopicMetadata:
+        async with self._lock:
+            metadata = self._require(name)
+            current = len(metadata.partitions)
+            replication = len(metadata.partitions[0].replicas) if metadata.partitions else 1
+            for r in assign_replicas(list(self._brokers), total - current, replication, current):
+                metadata.partitions.append(PartitionState(r[0], 0, list(r), list(r)))
+            await self._commit()
+        self._announce(name, metadata)
+        return metadata
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        async with self._lock:
+            metadata = self._require(name)
+            metadata.configs = dict(configs)
+            await self._commit()
+        self._announce(name, metadata)
+        return metadata
+
+    async def allocate_producer_id(self) -> int:
+        """Hand out producer ids, persisting the limit a block at a time (no reuse after a crash)."""
+        async with self._lock:
+            if self._next_producer_id >= self._producer_id_limit:
+                self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
+                await self._commit()
+            producer_id = self._next_producer_id
+            self._next_producer_id += 1
+            return producer_id
+
+    def _require(self, name: str) -> TopicMetadata:
+        metadata = self._topics.get(name)
+        if metadata is None:
+            raise UnknownTopicError(name)
+        return metadata

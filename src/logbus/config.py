@@ -1,0 +1,380 @@
+"""Broker and topic configuration, with Kafka's names, types and defaults.
+
+A broker config is Kafka's `server.properties` plus `--set` overrides. A topic's effective
+config is its own overrides on top of the broker's topic defaults (each topic key has broker
+synonyms, e.g. `retention.ms` <- `log.retention.ms` / `log.retention.minutes` /
+`log.retention.hours`). DescribeConfigs reports where each value came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+LONG_MAX = 9223372036854775807
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+class ConfigError(ValueError):
+    """A config name or value that Kafka would reject (INVALID_CONFIG)."""
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs source codes, as Kafka numbers them."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs (v3+) config types."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+_PARSERS: dict[ConfigType, Callable[[str], object]] = {
+    ConfigType.BOOLEAN: _parse_bool,
+    ConfigType.STRING: str,
+    ConfigType.INT: int,
+    ConfigType.SHORT: int,
+    ConfigType.LONG: int,
+    ConfigType.DOUBLE: float,
+    ConfigType.LIST: _parse_list,
+    ConfigType.PASSWORD: str,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    type: ConfigType
+    default: str | None
+    doc: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+    def parse(self, text: str) -> object:
+        try:
+            value = _PARSERS[self.type](text)
+        except ValueError as exc:
+            raise ConfigError(f"Invalid value {text!r} for configuration {self.name}: {exc}") from None
+        items = value if isinstance(value, tuple) else (value,)
+        if self.choices and any(item not in self.choices for item in items):
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {self.name}: "
+                f"must be one of {', '.join(self.choices)}"
+            )
+        if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {self.name}: "
+                f"must be at least {self.minimum:g}"
+            )
+        return value
+
+
+def _key(name: str, type_: ConfigType, default: object, doc: str = "", **kw: object) -> ConfigKey:
+    text = None if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+    return ConfigKey(name, type_, text, doc, **kw)  # type: ignore[arg-type]
+
+
+LONG, INT, STR, BOOL, DOUBLE = (
+    ConfigType.LONG, ConfigType.INT, ConfigType.STRING, ConfigType.BOOLEAN, ConfigType.DOUBLE
+)
+_POLICIES = ("delete", "compact")
+_TS_TYPES = ("CreateTime", "LogAppendTime")
+
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _key("broker.id", INT, 0, "This broker's integer id."),
+        _key("log.dirs", STR, None, "Directory holding the partition logs (one directory)."),
+        _key("log.dir", STR, "/tmp/kafka-logs", "Used when log.dirs is unset."),
+        _key("listeners", STR, None, "host:port to listen on, e.g. PLAINTEXT://127.0.0.1:9092."),
+        _key("advertised.listeners", STR, None, "host:port given to clients in Metadata."),
+        _key("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
+        _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics."),
+        _key("auto.create.topics.enable", BOOL, True, "Create unknown topics on Metadata."),
+        _key("delete.topic.enable", BOOL, True, "Allow DeleteTopics."),
+        _key("log.segment.bytes", INT, GIB, "Segment size before a roll.", minimum=14),
+        _key("log.roll.hours", INT, 168, "Age of a segment before a roll."),
+        _key("log.roll.ms", LONG, None, "Overrides log.roll.hours."),
+        _key("log.retention.hours", INT, 168, "Keep records this long."),
+        _key("log.retention.minutes", INT, None, "Overrides log.retention.hours."),
+        _key("log.retention.ms", LONG, None, "Overrides log.retention.minutes; -1 keeps forever."),
+        _key("log.retention.bytes", LONG, -1, "Max partition size before old segments go; -1: no limit."),
+        _key("log.retention.check.interval.ms", LONG, 300000, "How often retention runs.", minimum=1),
+        _key("log.segment.delete.delay.ms", LONG, 60000, "Delay before a removed segment's files go."),
+        _key("log.flush.interval.messages", LONG, LONG_MAX, "fsync after this many messages.", minimum=1),
+        _key("log.flush.interval.ms", LONG, None, "fsync data older than this; default: scheduler interval."),
+        _key("log.flush.scheduler.interval.ms", LONG, LONG_MAX, "How often the flusher checks logs."),
+        _key("log.flush.offset.checkpoint.interval.ms", INT, 60000, "Recovery point checkpoint interval."),
+        _key("log.flush.start.offset.checkpoint.interval.ms", INT, 60000, "Log start checkpoint interval."),
+        _key("log.index.interval.bytes", INT, 4096, "Bytes between offset index entries.", minimum=0),
+        _key("log.index.size.max.bytes", INT, 10 * MIB, "Max index size; a full index rolls the segment."),
+        _key("log.cleanup.policy", ConfigType.LIST, "delete", "delete and/or compact.", choices=_POLICIES),
+        _key("log.message.timestamp.type", STR, "CreateTime", "CreateTime or LogAppendTime.", choices=_TS_TYPES),
+        _key("log.cleaner.enable", BOOL, True, "Run the log cleaner for compacted topics."),
+        _key("log.cleaner.delete.retention.ms", LONG, 86400000, "How long tombstones are kept."),
+        _key("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, "Dirty ratio that makes a log cleanable."),
+        _key("log.cleaner.min.compaction.lag.ms", LONG, 0, "Records younger than this stay uncompacted."),
+        _key("log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX, "Records older than this are compacted."),
+        _key("log.cleaner.backoff.ms", LONG, 15000, "Sleep of the cleaner when nothing is cleanable."),
+        _key("message.max.bytes", INT, 1048588, "Largest record batch accepted.", minimum=0),
+        _key("socket.request.max.bytes", INT, 100 * MIB, "Largest request frame accepted.", minimum=1),
+        _key("min.insync.replicas", INT, 1, "Replicas that must acknowledge acks=all.", minimum=1),
+        _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", minimum=1),
+        _key("offsets.topic.replication.factor", ConfigType.SHORT, 1, "Replicas of __consumer_offsets."),
+        _key("offsets.topic.segment.bytes", INT, 100 * MIB, "Segment size of __consumer_offsets."),
+        _key("offsets.retention.minutes", INT, 10080, "Expire offsets of empty groups after this."),
+        _key("offsets.retention.check.interval.ms", LONG, 600000, "How often offsets expire."),
+        _key("group.initial.rebalance.delay.ms", INT, 3000, "Wait for more members of a new group."),
+        _key("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
+        _key("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+        _key("group.max.size", INT, 2147483647, "Most members in one group."),
+        _key("transactional.id.expiration.ms", INT, 604800000, "Forget idle producer ids after this."),
+        _key("producer.id.expiration.ms", INT, 86400000, "Forget idle idempotent producers after this."),
+        _key("num.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
+    ]
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKey:
+    """A topic-level config and the broker keys it falls back to, in order."""
+
+    key: ConfigKey
+    synonyms: tuple[tuple[str, Callable[[object], object]], ...]
+
+
+def _same(value: object) -> object:
+    return value
+
+
+def _minutes(value: object) -> object:
+    return int(value) * 60_000  # type: ignore[call-overload]
+
+
+def _hours(value: object) -> object:
+    return int(value) * 3_600_000  # type: ignore[call-overload]
+
+
+def _topic(name: str, type_: ConfigType, *synonyms: tuple[str, Callable], **kw: object) -> TopicKey:
+    return TopicKey(ConfigKey(name, type_, None, **kw), synonyms)  # type: ignore[arg-type]
+
+
+TOPIC_KEYS: dict[str, TopicKey] = {
+    t.key.name: t
+    for t in [
+        _topic("cleanup.policy", ConfigType.LIST, ("log.cleanup.policy", _same), choices=_POLICIES),
+        _topic(
+            "retention.ms", LONG, ("log.retention.ms", _same), ("log.retention.minutes", _minutes),
+            ("log.retention.hours", _hours), minimum=-1,
+        ),
+        _topic("retention.bytes", LONG, ("log.retention.bytes", _same), minimum=-1),
+        _topic("segment.bytes", INT, ("log.segment.bytes", _same), minimum=14),
+        _topic("segment.ms", LONG, ("log.roll.ms", _same), ("log.roll.hours", _hours), minimum=1),
+        _topic("segment.index.bytes", INT, ("log.index.size.max.bytes", _same), minimum=4),
+        _topic("max.message.bytes", INT, ("message.max.bytes", _same), minimum=0),
+        _topic(
+            "message.timestamp.type", STR, ("log.message.timestamp.type", _same), choices=_TS_TYPES
+        ),
+        _topic("flush.messages", LONG, ("log.flush.interval.messages", _same), minimum=1),
+        _topic(
+            "flush.ms", LONG, ("log.flush.interval.ms", _same),
+            ("log.flush.scheduler.interval.ms", _same), minimum=0,
+        ),
+        _topic("index.interval.bytes", INT, ("log.index.interval.bytes", _same), minimum=0),
+        _topic("delete.retention.ms", LONG, ("log.cleaner.delete.retention.ms", _same), minimum=0),
+        _topic(
+            "min.cleanable.dirty.ratio", DOUBLE, ("log.cleaner.min.cleanable.ratio", _same), minimum=0
+        ),
+        _topic("min.compaction.lag.ms", LONG, ("log.cleaner.min.compaction.lag.ms", _same), minimum=0),
+        _topic("max.compaction.lag.ms", LONG, ("log.cleaner.max.compaction.lag.ms", _same), minimum=1),
+        _topic("file.delete.delay.ms", LONG, ("log.segment.delete.delay.ms", _same), minimum=0),
+        _topic("min.insync.replicas", INT, ("min.insync.replicas", _same), minimum=1),
+    ]
+}
+
+
+def load_properties(path: str) -> dict[str, str]:
+    """Read a Java-style .properties file (key=value, # comments)."""
+    result: dict[str, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        for raw in handle:
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                key, _, value = line.partition(":")
+            result[key.strip()] = value.strip()
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigValue:
+    """One resolved config: its value, where it came from, and its text for DescribeConfigs."""
+
+    name: str
+    value: object
+    text: str | None
+    source: ConfigSource
+    type: ConfigType
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...] = ()
+
+
+class BrokerConfig:
+    """The broker's static config: defaults overlaid with server.properties and --set."""
+
+    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
+        self._overrides: dict[str, str] = {}
+        self._values: dict[str, object] = {}
+        for name, text in (overrides or {}).items():
+            key = BROKER_KEYS.get(name)
+            self._overrides[name] = text
+            if key is not None:
+                self._values[name] = key.parse(text)
+
+    def __getitem__(self, name: str) -> object:
+        if name in self._values:
+            return self._values[name]
+        key = BROKER_KEYS[name]
+        return None if key.default is None else key.parse(key.default)
+
+    def is_set(self, name: str) -> bool:
+        return name in self._overrides
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(name for name in self._overrides if name not in BROKER_KEYS)
+
+    def describe(self, name: str) -> ConfigValue:
+        key = BROKER_KEYS[name]
+        if name in self._overrides:
+            return ConfigValue(
+                name, self[name], self._overrides[name], ConfigSource.STATIC_BROKER_CONFIG, key.type
+            )
+        return ConfigValue(name, self[name], key.default, ConfigSource.DEFAULT_CONFIG, key.type)
+
+    def topic_default(self, topic_key: TopicKey) -> ConfigValue:
+        """The broker-side value of a topic config: the first synonym that is set, else default."""
+        synonyms = tuple(
+            (name, self.describe(name).text, self.describe(name).source)
+            for name, _ in topic_key.synonyms
+        )
+        chosen = next(
+            ((name, fn) for name, fn in topic_key.synonyms if self.is_set(name)), None
+        ) or next(
+            (name, fn) for name, fn in topic_key.synonyms if BROKER_KEYS[name].default is not None
+        )
+        name, convert = chosen
+        described = self.describe(name)
+        value = convert(described.value)
+        text = ",".join(value) if isinstance(value, tuple) else _text(value)
+        return ConfigValue(
+            topic_key.key.name, value, text, described.source, topic_key.key.type, synonyms
+        )
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check names and values of topic overrides; returns them (None values dropped)."""
+    result = {}
+    for name, text in configs.items():
+        topic_key = TOPIC_KEYS.get(name)
+        if topic_key is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        if text is None:
+            continue
+        topic_key.key.parse(text)
+        result[name] = text
+    return result
+
+
+def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
+    """Every topic config with its effective value and source, for DescribeConfigs."""
+    described = []
+    for name, topic_key in TOPIC_KEYS.items():
+        default = broker.topic_default(topic_key)
+        if name in overrides:
+            text = overrides[name]
+            synonyms = ((name, text, ConfigSource.DYNAMIC_TOPIC_CONFIG),) + default.synonyms
+            described.append(
+                ConfigValue(
+                    name, topic_key.key.parse(text), text, ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                    topic_key.key.type, synonyms,
+                )
+            )
+        else:
+            described.append(default)
+    return described
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """A partition log's effective, typed settings (what storage reads)."""
+
+    segment_bytes: int
+    segment_ms: int
+    segment_index_bytes: int
+    retention_ms: int
+    retention_bytes: int
+    flush_messages: int
+    flush_ms: int
+    max_message_bytes: int
+    index_interval_bytes: int
+    cleanup_policy: tuple[str, ...]
+    message_timestamp_type: str
+    delete_retention_ms: int
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
+    file_delete_delay_ms: int
+    min_insync_replicas: int
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def log_config(broker: BrokerConfig, overrides: Mapping[str, str] | None = None) -> LogConfig:
+    values = {c.name: c.value for c in describe_topic_configs(broker, overrides or {})}
+    return LogConfig(**{name.replace(".", "_"): value for name, value in values.items()})

@@ -1,0 +1,330 @@
+"""Record batches, magic v2, as they travel and as they are stored.
+
+The broker works per batch, never per record, on the produce and fetch paths: it reads the
+61-byte header with `struct`, verifies the CRC32C, and patches the base offset and partition
+leader epoch in place (neither is covered by the CRC). Per-record decoding (`iter_records`) is
+for the few paths that need it: timestamp lookups and compaction.
+
+Layout of the header (big-endian):
+    baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 | crc u32 |
+    attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
+    producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import cramjam
+import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
+CRC_START = 21  # the CRC covers attributes to the end of the batch
+MAGIC_OFFSET = 16
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_ATTRS_TO_MAXTS = struct.Struct(">hiqq")
+_CRC = struct.Struct(">I")
+
+
+class CorruptRecordError(ValueError):
+    """A batch failed validation: bad length, magic or CRC."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed header of one v2 record batch, at `position` within some buffer."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the batch header at `position`; the caller ensures 61 bytes are there."""
+    return BatchHeader(position, *_HEADER.unpack_from(buf, position))
+
+
+def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
+    """Yield the headers of the whole batches in `buf`, stopping before a partial one."""
+    position = 0
+    end = len(buf)
+    while position + HEADER_SIZE <= end:
+        header = read_header(buf, position)
+        if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
+            return
+        yield header
+        position += header.size
+
+
+def whole_batches_length(buf: bytes | bytearray | memoryview) -> int:
+    """How many leading bytes of `buf` are whole batches (per batch: one 12-byte read)."""
+    position = 0
+    end = len(buf)
+    while position + LOG_OVERHEAD <= end:
+        _, length = _OFFSET_AND_LENGTH.unpack_from(buf, position)
+        if length < MIN_BATCH_LENGTH or position + LOG_OVERHEAD + length > end:
+            break
+        position += LOG_OVERHEAD + length
+    return position
+
+
+def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """Check every batch of a produced blob: framing, magic 2 and CRC32C.
+
+    Raises CorruptRecordError naming what is wrong; returns the headers otherwise.
+    """
+    headers: list[BatchHeader] = []
+    position = 0
+    end = len(buf)
+    view = memoryview(buf)
+    if end == 0:
+        raise CorruptRecordError("empty record set")
+    while position < end:
+        if position + HEADER_SIZE > end:
+            raise CorruptRecordError(f"truncated batch header at byte {position}")
+        header = read_header(buf, position)
+        if header.magic != 2:
+            raise CorruptRecordError(f"unsupported record batch magic {header.magic}")
+        if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
+            raise CorruptRecordError(f"batch length {header.batch_length} out of bounds")
+        if header.last_offset_delta < 0 or header.record_count < 0:
+            raise CorruptRecordError("negative record count or offset delta")
+        actual = crc32c.crc32c(view[position + CRC_START : position + header.size])
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"CRC mismatch at batch {len(headers)}: stored {header.crc:#x}, computed {actual:#x}"
+            )
+        headers.append(header)
+        position += header.size
+    return headers
+
+
+def batch_is_intact(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    """True when the batch at header.position has magic 2 and a matching CRC."""
+    if header.magic != 2:
+        return False
+    start = header.position + CRC_START
+    return crc32c.crc32c(memoryview(buf)[start : header.position + header.size]) == header.crc
+
+
+def assign_offsets(
+    buf: bytearray, headers: list[BatchHeader], first_offset: int, leader_epoch: int
+) -> int:
+    """Patch base offsets (consecutive from `first_offset`) and leader epochs in place.
+
+    Returns the next offset after the last batch.
+    """
+    offset = first_offset
+    for header in headers:
+        _BASE_OFFSET.pack_into(buf, header.position, offset)
+        _LEADER_EPOCH.pack_into(buf, header.position + 12, leader_epoch)
+        offset += header.last_offset_delta + 1
+    return offset
+
+
+def set_log_append_time(buf: bytearray, headers: list[BatchHeader], now_ms: int) -> None:
+    """Mark batches LogAppendTime with `now_ms` as max timestamp; the CRC is recomputed."""
+    for header in headers:
+        attributes = header.attributes | TIMESTAMP_TYPE_BIT
+        _ATTRS_TO_MAXTS.pack_into(
+            buf, header.position + CRC_START, attributes, header.last_offset_delta,
+            header.base_timestamp, now_ms,
+        )
+        start = header.position + CRC_START
+        crc = crc32c.crc32c(memoryview(buf)[start : header.position + header.size])
+        _CRC.pack_into(buf, header.position + 17, crc)
+
+
+# ---------------------------------------------------------------- per-record decoding
+
+COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = range(5)
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    """Undo a batch's compression with cramjam (xerial-framed snappy as the Java client writes)."""
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_GZIP:
+        return bytes(cramjam.gzip.decompress(data))
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_decompress(data)
+    if codec == COMPRESSION_LZ4:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == COMPRESSION_ZSTD:
+        return bytes(cramjam.zstd.decompress(data))
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    position = 16  # magic (8) + version (4) + compatible version (4)
+    while position < len(data):
+        (length,) = struct.unpack_from(">i", data, position)
+        position += 4
+        out += cramjam.snappy.decompress_raw(data[position : position + length])
+        position += length
+    return bytes(out)
+
+
+def _varint(buf: bytes, position: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        byte = buf[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+
+
+def _varbytes(buf: bytes, position: int) -> tuple[bytes | None, int]:
+    length, position = _varint(buf, position)
+    if length < 0:
+        return None, position
+    return buf[position : position + length], position + length
+
+
+def iter_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> Iterator[Record]:
+    """Decode the records of one batch (decompressing when needed). Not for the hot path."""
+    start = header.position + HEADER_SIZE
+    body = decompress(header.compression, bytes(buf[start : header.position + header.size]))
+    position = 0
+    for _ in range(header.record_count):
+        _length, position = _varint(body, position)
+        position += 1  # attributes
+        timestamp_delta, position = _varint(body, position)
+        offset_delta, position = _varint(body, position)
+        key, position = _varbytes(body, position)
+        value, position = _varbytes(body, position)
+        header_count, position = _varint(body, position)
+        headers = []
+        for _ in range(header_count):
+            name, position = _varbytes(body, position)
+            header_value, position = _varbytes(body, position)
+            headers.append(((name or b"").decode("utf-8", "replace"), header_value))
+        yield Record(
+            header.base_offset + offset_delta,
+            header.base_timestamp + timestamp_delta,
+            key,
+            value,
+            tuple(headers),
+        )
+
+
+def _encode_varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while True:
+        byte = zigzag & 0x7F
+        zigzag >>= 7
+        if zigzag:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _encode_varbytes(data: bytes | None) -> bytes:
+    if data is None:
+        return _encode_varint(-1)
+    return _encode_varint(len(data)) + data
+
+
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int,
+    *,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    attributes: int = 0,
+) -> bytes:
+    """Encode (key, value) pairs as one uncompressed v2 batch, all at `timestamp_ms`.
+
+    For the broker's own writes (group metadata, offsets) and tools; clients bring their own.
+    """
+    body = bytearray()
+    for delta, (key, value) in enumerate(records):
+        record = b"\x00" + _encode_varint(0) + _encode_varint(delta)
+        record += _encode_varbytes(key) + _encode_varbytes(value) + _encode_varint(0)
+        body += _encode_varint(len(record)) + record
+    count = len(records)
+    batch = bytearray(HEADER_SIZE) + body
+    _HEADER.pack_into(
+        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, -1, 2, 0, attributes,
+        max(count - 1, 0), timestamp_ms, timestamp_ms, producer_id, producer_epoch,
+        base_sequence, count,
+    )
+    _CRC.pack_into(batch, 17, crc32c.crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)

@@ -1,0 +1,178 @@
+"""Sparse offset and time indexes, in Kafka's on-disk entry formats.
+
+`.index` entries: relative offset u32 | file position u32 (8 bytes), keyed by the last offset
+of the batch that starts at that position. `.timeindex` entries: timestamp i64 | relative
+offset u32 (12 bytes), the largest timestamp seen so far in the segment and its offset.
+Entries are appended as batches arrive and kept in memory for bisecting; a segment's index
+is rebuilt from its log after an unclean shutdown.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from array import array
+
+_OFFSET_ENTRY = struct.Struct(">II")
+_TIME_ENTRY = struct.Struct(">qI")
+
+
+class _IndexFile:
+    """An append-only file of fixed-size entries."""
+
+    entry: struct.Struct
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._pending = bytearray()
+
+    def _load_raw(self) -> bytes:
+        size = os.fstat(self._fd).st_size
+        whole = size - size % self.entry.size
+        return os.pread(self._fd, whole, 0) if whole else b""
+
+    def _buffer(self, *values: int) -> None:
+        self._pending += self.entry.pack(*values)
+
+    def flush(self) -> None:
+        """Write buffered entries (called when the log segment is written).
+
+        A failed write (a full disk) keeps the entries buffered for the next try: indexes are
+        sparse and rebuildable, so their trouble must not fail an append that reached the log.
+        """
+        if not self._pending:
+            return
+        try:
+            written = os.write(self._fd, self._pending)
+        except OSError:
+            return
+        del self._pending[:written]
+
+    def fsync(self) -> None:
+        self.flush()
+        os.fsync(self._fd)
+
+    def _rewrite(self, raw: bytes) -> None:
+        self._pending.clear()
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        if raw:
+            os.write(self._fd, raw)
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+    def delete(self) -> None:
+        os.close(self._fd)
+        os.unlink(self.path)
+
+    def rename(self, path: str) -> None:
+        os.rename(self.path, path)
+        self.path = path
+
+
+class OffsetIndex(_IndexFile):
+    """Maps an offset to the file position of the batch holding it (or an earlier one)."""
+
+    entry = _OFFSET_ENTRY
+
+    def __init__(self, path: str, base_offset: int) -> None:
+        super().__init__(path)
+        self.base_offset = base_offset
+        raw = self._load_raw()
+        self._offsets = array("q")
+        self._positions = array("q")
+        for relative, position in _OFFSET_ENTRY.iter_unpack(raw):
+            self._offsets.append(base_offset + relative)
+            self._positions.append(position)
+        self.flush()
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def last_offset(self) -> int:
+        return self._offsets[-1] if self._offsets else -1
+
+    def append(self, offset: int, position: int) -> None:
+        self._offsets.append(offset)
+        self._positions.append(position)
+        self._buffer(offset - self.base_offset, position)
+
+    def lookup(self, offset: int) -> int:
+        """Position of the batch to start scanning from to find `offset`."""
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        return self._positions[i] if i >= 0 else 0
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries pointing at or beyond `position` (the log was truncated there)."""
+        keep = bisect.bisect_left(self._positions, position)
+        del self._offsets[keep:]
+        del self._positions[keep:]
+        self._rewrite(
+            b"".join(
+                _OFFSET_ENTRY.pack(o - self.base_offset, p)
+                for o, p in zip(self._offsets, self._positions, strict=True)
+            )
+        )
+
+    def reset(self) -> None:
+        self._offsets = array("q")
+        self._positions = array("q")
+        self._rewrite(b"")
+
+
+class TimeIndex(_IndexFile):
+    """Maps a timestamp to the offset from which to search for records at or after it."""
+
+    entry = _TIME_ENTRY
+
+    def __init__(self, path: str, base_offset: int) -> None:
+        super().__init__(path)
+        self.base_offset = base_offset
+        raw = self._load_raw()
+        self._timestamps = array("q")
+        self._offsets = array("q")
+        for timestamp, relative in _TIME_ENTRY.iter_unpack(raw):
+            self._timestamps.append(timestamp)
+            self._offsets.append(base_offset + relative)
+        self.flush()
+
+    def __len__(self) -> int:
+        return len(self._timestamps)
+
+    @property
+    def last_timestamp(self) -> int:
+        return self._timestamps[-1] if self._timestamps else -1
+
+    def append(self, timestamp: int, offset: int) -> None:
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return
+        self._timestamps.append(timestamp)
+        self._offsets.append(offset)
+        self._buffer(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> int:
+        """An offset at or before the first record with a timestamp >= `timestamp`."""
+        i = bisect.bisect_left(self._timestamps, timestamp) - 1
+        return self._offsets[i] if i >= 0 else self.base_offset
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        keep = bisect.bisect_left(self._offsets, offset)
+        del self._timestamps[keep:]
+        del self._offsets[keep:]
+        self._rewrite(
+            b"".join(
+                _TIME_ENTRY.pack(t, o - self.base_offset)
+                for t, o in zip(self._timestamps, self._offsets, strict=True)
+            )
+        )
+
+    def reset(self) -> None:
+        self._timestamps = array("q")
+        self._offsets = array("q")
+        self._rewrite(b"")

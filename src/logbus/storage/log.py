@@ -1,0 +1,397 @@
+"""A partition's log: its segments, offsets, retention, flushing and crash recovery.
+
+This is Kafka's UnifiedLog for one `<topic>-<partition>` directory. It knows nothing of the
+network or of replication: it appends validated batches, hands out byte slices for fetches,
+and keeps log start offset, log end offset and recovery point. The high watermark belongs to
+the partition (cluster/partition.py), which bounds reads with it.
+
+File descriptors are only closed (segment deletion, close) under `io_lock`, the same lock a
+background fsync holds, so an fsync running in a worker thread never sees a closed or reused fd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import glob
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..config import LogConfig
+from ..protocol.records import (
+    BatchHeader,
+    assign_offsets,
+    iter_records,
+    read_header,
+    set_log_append_time,
+)
+from . import checkpoints
+from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
+from .segment import LogSegment, ReadSlice
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+
+class OffsetOutOfRangeError(Exception):
+    pass
+
+
+class OutOfOrderSequenceError(Exception):
+    pass
+
+
+class InvalidProducerEpochError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    timestamp: int
+    offset: int
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.producer_state = ProducerStateManager(directory)
+        self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset)
+        self.io_lock = asyncio.Lock()
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms()
+        self.deleted = False
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> int:
+        """Open the segments on disk; recover those past the recovery point after a crash.
+
+        Returns how many bytes recovery cut from torn or corrupt tails.
+        """
+        os.makedirs(self.directory, exist_ok=True)
+        for leftover in glob.glob(os.path.join(self.directory, "*.tmp")) + glob.glob(
+            os.path.join(self.directory, "*.deleted")
+        ):
+            os.unlink(leftover)
+        bases = sorted(
+            int(os.path.basename(p)[:-4]) for p in glob.glob(os.path.join(self.directory, "*.log"))
+        )
+        for base in bases or [max(log_start_offset, 0)]:
+            self._add_segment(base)
+        cut = 0
+        for i, segment in enumerate(self.segments):
+            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+            needs_recovery = not clean_shutdown and (
+                next_base is None or next_base > recovery_point
+            )
+            if needs_recovery:
+                cut += segment.recover()
+            else:
+                segment.load_state()
+        if cut and len(self.segments) > 1:
+            self._drop_empty_tail_segments()
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.recovery_point = self.log_end_offset if clean_shutdown else min(
+            recovery_point, self.log_end_offset
+        )
+        self.epochs = checkpoints.read_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT))
+        self.epochs = [(e, s) for e, s in self.epochs if s <= self.log_end_offset]
+        self._rebuild_producer_state()
+        return cut
+
+    def _drop_empty_tail_segments(self) -> None:
+        while len(self.segments) > 1 and self.segments[-1].size == 0:
+            segment = self.segments.pop()
+            self._base_offsets.pop()
+            segment.delete()
+
+    def _rebuild_producer_state(self) -> None:
+        start = self.producer_state.load_snapshot(self.log_end_offset)
+        for segment in self.segments:
+            if segment.next_offset <= start:
+                continue
+            for header in segment.headers_from(segment.offset_index.lookup(start)):
+                if header.last_offset >= start:
+                    self.producer_state.update(header)
+
+    def _add_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+        self.segments.append(segment)
+        self._base_offsets.append(base_offset)
+        return segment
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    def _segment_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._base_offsets, offset) - 1, 0)
+
+    # ------------------------------------------------------------------ appends
+
+    def append(
+        self, data: bytearray, headers: list[BatchHeader], leader_epoch: int
+    ) -> AppendInfo:
+        """Append validated batches as leader: assign offsets, check sequences, write once.
+
+        Raises OutOfOrderSequenceError / InvalidProducerEpochError, or OSError from the disk
+        (nothing is then written).
+        """
+        duplicate = self._check_sequences(headers)
+        if duplicate is not None:
+            return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, duplicate=True)
+        base = self.log_end_offset
+        assign_offsets(data, headers, base, leader_epoch)
+        append_time = -1
+        if self.config.log_append_time:
+            append_time = now_ms()
+            set_log_append_time(data, headers, append_time)
+        headers = self._reread(data, headers)
+        self._maybe_roll(len(data), max(h.max_timestamp for h in headers))
+        self.active_segment.append(data, headers)
+        self._track_epoch(leader_epoch, base)
+        for header in headers:
+            self.producer_state.update(header)
+        self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
+        return AppendInfo(base, self.log_end_offset - 1, append_time)
+
+    @staticmethod
+    def _reread(data: bytearray, headers: list[BatchHeader]) -> list[BatchHeader]:
+        """Headers again after patching, so they carry assigned offsets and timestamps."""
+        return [read_header(data, h.position) for h in headers]
+
+    def _check_sequences(self, headers: list[BatchHeader]) -> CachedBatch | None:
+        for header in headers:
+            verdict, cached = self.producer_state.check(header)
+            if verdict is SequenceCheck.DUPLICATE:
+                return cached
+            if verdict is SequenceCheck.OUT_OF_ORDER:
+                raise OutOfOrderSequenceError(
+                    f"producer {header.producer_id}: sequence {header.base_sequence} out of order"
+                )
+            if verdict is SequenceCheck.FENCED:
+                raise InvalidProducerEpochError(
+                    f"producer {header.producer_id}: epoch {header.producer_epoch} is fenced"
+                )
+        return None
+
+    def _maybe_roll(self, incoming_bytes: int, incoming_max_ts: int) -> None:
+        segment = self.active_segment
+        index_full = len(segment.offset_index) * 8 >= self.config.segment_index_bytes
+        if index_full or segment.roll_due(
+            self.config.segment_bytes, self.config.segment_ms, incoming_bytes, incoming_max_ts
+        ):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        if self.active_segment.size == 0:
+            return self.active_segment
+        base = self.log_end_offset
+        self.active_segment.offset_index.flush()
+        segment = self._add_segment(base)
+        segment.next_offset = base
+        self.producer_state.write_snapshot(base)
+        return segment
+
+    def _track_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        if self.epochs and self.epochs[-1][0] >= leader_epoch:
+            return
+        self.epochs.append((leader_epoch, start_offset))
+        checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), self.epochs)
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """(largest epoch <= the one asked, its end offset), as OffsetForLeaderEpoch answers."""
+        if not self.epochs:
+            return (-1, -1) if leader_epoch < 0 else (leader_epoch, self.log_end_offset)
+        earlier = [i for i, (epoch, _) in enumerate(self.epochs) if epoch <= leader_epoch]
+        if not earlier:
+            return -1, -1
+        i = earlier[-1]
+        end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.log_end_offset
+        return self.epochs[i][0], end
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch under which `offset` was written (-1 when unknown)."""
+        epoch = -1
+        for candidate, start in self.epochs:
+            if start > offset:
+                break
+            epoch = candidate
+        return epoch
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> ReadSlice | None:
+        """Bytes from the batch holding `offset`, stopping before `max_offset` (the HW).
+
+        Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        if offset >= max_offset:
+            return None
+        for i in range(self._segment_for(offset), len(self.segments)):
+            segment = self.segments[i]
+            max_position = None if max_offset >= segment.next_offset else (
+                segment.position_of_offset(max_offset)
+            )
+            found = segment.read(offset, max_bytes, max_position)
+            if found is not None:
+                return found
+            if max_position is not None:
+                return None
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record with a timestamp >= `timestamp` (ListOffsets by time)."""
+        for segment in self.segments[self._segment_for(self.log_start_offset) :]:
+            if segment.max_timestamp < timestamp:
+                continue
+            header = segment.first_offset_at_time(timestamp)
+            if header is None:
+                continue
+            batch = segment.read_bytes(header.position, header.size)
+            local = dataclasses.replace(header, position=0)
+            for record in iter_records(batch, local):
+                if record.offset >= self.log_start_offset and record.timestamp >= timestamp:
+                    return TimestampOffset(record.timestamp, record.offset)
+            if header.max_timestamp >= timestamp and header.is_control:
+                return TimestampOffset(header.max_timestamp, header.base_offset)
+        return None
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """The record with the largest timestamp (ListOffsets MAX_TIMESTAMP)."""
+        best: TimestampOffset | None = None
+        for segment in self.segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.timestamp):
+                best = TimestampOffset(segment.max_timestamp, segment._offset_of_max_timestamp)
+        return best
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset (DeleteRecords); returns the new log start offset."""
+        if offset > self.log_start_offset:
+            self.log_start_offset = min(offset, self.log_end_offset)
+        return self.log_start_offset
+
+    def segments_to_delete(self, now: int) -> list[LogSegment]:
+        """Old segments that retention or the log start offset have made deletable."""
+        doomed: list[LogSegment] = []
+        remaining = self.size_in_bytes
+        retention_bytes = self.config.retention_bytes
+        for i, segment in enumerate(self.segments):
+            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+            below_start = next_base is not None and next_base <= self.log_start_offset
+            expired = self.config.delete and self.config.retention_ms >= 0 and (
+                segment.size > 0 and now - segment.max_timestamp > self.config.retention_ms
+            )
+            oversized = (
+                self.config.delete and retention_bytes >= 0
+                and remaining - segment.size >= retention_bytes
+            )
+            if not (below_start or expired or oversized) or segment.size == 0:
+                break
+            doomed.append(segment)
+            remaining -= segment.size
+        return doomed
+
+    async def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply retention; the active segment is rolled first when it must go too."""
+        doomed = self.segments_to_delete(now_ms() if now is None else now)
+        if not doomed:
+            return 0
+        if doomed[-1] is self.active_segment:
+            self.roll()
+        async with self.io_lock:
+            for segment in doomed:
+                self.segments.remove(segment)
+                self._base_offsets.remove(segment.base_offset)
+                segment.delete()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        return len(doomed)
+
+    # ------------------------------------------------------------------ flushing
+
+    def flush_due(self, now: int) -> bool:
+        if self.log_end_offset <= self.recovery_point:
+            return False
+        return (
+            self.unflushed_messages >= self.config.flush_messages
+            or now - self.last_flush_ms >= self.config.flush_ms
+        )
+
+    async def flush(self, run_blocking: Callable) -> None:
+        """fsync everything up to the current log end, in a worker thread."""
+        target = self.log_end_offset
+        if target <= self.recovery_point:
+            return
+        async with self.io_lock:
+            if target <= self.recovery_point or self.deleted:
+                return
+            segments = self.segments[self._segment_for(self.recovery_point) :]
+            self.unflushed_messages = 0
+            await run_blocking(_fsync_all, segments)
+            self.recovery_point = max(self.recovery_point, target)
+            self.last_flush_ms = now_ms()
+
+    async def close(self, run_blocking: Callable, fsync: bool) -> None:
+        async with self.io_lock:
+            if fsync:
+                await run_blocking(_fsync_all, list(self.segments))
+                self.recovery_point = self.log_end_offset
+            self.producer_state.write_snapshot(self.log_end_offset)
+            for segment in self.segments:
+                segment.close()
+            self.deleted = True
+
+    async def delete(self) -> None:
+        """Remove the partition's files (DeleteTopics)."""
+        async with self.io_lock:
+            self.deleted = True
+            for segment in self.segments:
+                segment.delete()
+            self.segments = []
+            for leftover in glob.glob(os.path.join(self.directory, "*")):
+                os.unlink(leftover)
+            os.rmdir(self.directory)
+
+
+def _fsync_all(segments: list[LogSegment]) -> None:
+    for segment in segments:
+        segment.fsync()
+

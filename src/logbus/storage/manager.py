@@ -1,0 +1,169 @@
+"""All partition logs of one data dir, their checkpoints and background upkeep.
+
+Files in the data dir, as Kafka lays them out: `meta.properties`, `recovery-point-offset-
+checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint` (high watermarks),
+`.kafka_cleanshutdown` (present only between a clean stop and the next start), and one
+`<topic>-<partition>/` directory per partition.
+
+Blocking file work (fsync, checkpoint writes) runs in a thread pool so the event loop never
+waits on the disk; different partitions flush in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from ..config import LogConfig
+from . import checkpoints
+from .log import PartitionLog, now_ms
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    topic, sep, index = name.rpartition("-")
+    if not sep or not index.isdigit():
+        return None
+    return topic, int(index)
+
+
+class LogManager:
+    def __init__(self, data_dir: str, io_threads: int = 8) -> None:
+        self.data_dir = data_dir
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="logbus-io")
+        self._tasks: list[asyncio.Task] = []
+        self.high_watermarks: dict[tuple[str, int], int] = {}  # as read at start
+        self.high_watermark_source: Callable[[], dict[tuple[str, int], int]] = lambda: {}
+        self.clean_shutdown = False
+        self._recovery_points: dict[tuple[str, int], int] = {}
+        self._log_starts: dict[tuple[str, int], int] = {}
+
+    async def run_blocking(self, fn: Callable, *args: object) -> object:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # ------------------------------------------------------------------ start-up
+
+    def open(self, broker_id: int, cluster_id: str) -> None:
+        """Prepare the data dir and read checkpoints; logs are loaded by `load_log`."""
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._write_meta_properties(broker_id, cluster_id)
+        marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+        self.clean_shutdown = os.path.exists(marker)
+        if self.clean_shutdown:
+            os.unlink(marker)
+        self._recovery_points = checkpoints.read_offsets(self._path(RECOVERY_POINT_FILE))
+        self._log_starts = checkpoints.read_offsets(self._path(LOG_START_FILE))
+        self.high_watermarks = checkpoints.read_offsets(self._path(HIGH_WATERMARK_FILE))
+
+    def _write_meta_properties(self, broker_id: int, cluster_id: str) -> None:
+        path = self._path(META_PROPERTIES)
+        if os.path.exists(path):
+            return
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(f"version=1\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+
+    def partition_dirs_on_disk(self) -> list[tuple[str, int]]:
+        found = []
+        for name in sorted(os.listdir(self.data_dir)):
+            parsed = parse_partition_dir(name)
+            if parsed and os.path.isdir(self._path(name)):
+                found.append(parsed)
+        return found
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.data_dir, name)
+
+    def load_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        """Open (or create) a partition's log, recovering it after an unclean shutdown."""
+        key = (topic, partition)
+        log_ = PartitionLog(self._path(partition_dir_name(topic, partition)), topic, partition, config)
+        cut = log_.load(
+            self._recovery_points.get(key, 0), self._log_starts.get(key, 0), self.clean_shutdown
+        )
+        if cut:
+            log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
+        self.logs[key] = log_
+        return log_
+
+    def remove_orphan_dirs(self, known: set[tuple[str, int]]) -> None:
+        """Delete partition dirs the metadata no longer knows (a DeleteTopics cut short)."""
+        for topic, partition in self.partition_dirs_on_disk():
+            if (topic, partition) not in known:
+                shutil.rmtree(self._path(partition_dir_name(topic, partition)), ignore_errors=True)
+
+    async def delete_log(self, topic: str, partition: int) -> None:
+        log_ = self.logs.pop((topic, partition), None)
+        self.high_watermarks.pop((topic, partition), None)
+        if log_ is not None:
+            await log_.delete()
+
+    # ------------------------------------------------------------------ background
+
+    def start(self, retention_check_ms: int, checkpoint_ms: int, flush_check_ms: int) -> None:
+        self._tasks = [
+            asyncio.create_task(self._every(retention_check_ms, self.apply_retention)),
+            asyncio.create_task(self._every(checkpoint_ms, self.write_checkpoints)),
+            asyncio.create_task(self._every(flush_check_ms, self.flush_due_logs)),
+        ]
+
+    async def _every(self, interval_ms: int, job: Callable) -> None:
+        interval = max(interval_ms, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await job()
+            except Exception:  # keep the broker up; the next round retries
+                log.exception("background job %s failed", job.__name__)
+
+    async def apply_retention(self) -> int:
+        now = now_ms()
+        deleted = 0
+        for log_ in list(self.logs.values()):
+            deleted += await log_.delete_old_segments(now)
+        return deleted
+
+    async def flush_due_logs(self) -> None:
+        now = now_ms()
+        due = [log_ for log_ in self.logs.values() if log_.flush_due(now)]
+        await asyncio.gather(*(log_.flush(self.run_blocking) for log_ in due))
+
+    async def write_checkpoints(self) -> None:
+        recovery = {key: log_.recovery_point for key, log_ in self.logs.items()}
+        starts = {key: log_.log_start_offset for key, log_ in self.logs.items()}
+        watermarks = self.high_watermark_source()
+        await self.run_blocking(self._write_checkpoint_files, recovery, starts, watermarks)
+
+    def _write_checkpoint_files(self, recovery: dict, starts: dict, watermarks: dict) -> None:
+        checkpoints.write_offsets(self._path(RECOVERY_POINT_FILE), recovery)
+        checkpoints.write_offsets(self._path(LOG_START_FILE), starts)
+        checkpoints.write_offsets(self._path(HIGH_WATERMARK_FILE), watermarks)
+
+    async def shutdown(self) -> None:
+        """Stop upkeep, fsync every log, write checkpoints and the clean-shutdown marker."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(log_.close(self.run_blocking, True) for log_ in self.logs.values()))
+        await self.write_checkpoints()
+        with open(self._path(CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
+            pass
+        self._pool.shutdown(wait=True)

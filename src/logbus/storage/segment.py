@@ -1,0 +1,266 @@
+"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`.
+
+The `.log` file holds record batches exactly as produced (base offset and leader epoch
+patched). Appends are one `os.write` of a whole produce blob; reads are `os.pread` of a byte
+range that the caller sends as is. Index entries are added every `index_interval_bytes`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    batch_is_intact,
+    read_header,
+)
+from .index import OffsetIndex, TimeIndex
+
+SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSlice:
+    """A byte range of a segment file that starts at a batch boundary."""
+
+    segment: LogSegment
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        return self.segment.read_bytes(self.position, self.size)
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.path = stem + ".log"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(stem + ".index", base_offset)
+        self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = int(time.time() * 1000)
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = 0
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+        """Append whole batches (already validated and offset-patched) in one write.
+
+        On failure (e.g. ENOSPC) the file is cut back to its previous size and the error
+        propagates: nothing half-written stays in the log.
+        """
+        start = self.size
+        try:
+            written = os.pwrite(self._fd, data, start)
+            if written != len(data):
+                raise OSError(28, "short write (disk full?)")
+        except OSError:
+            os.ftruncate(self._fd, start)
+            raise
+        self.size = start + len(data)
+        for header in headers:
+            self._index_batch(header, start + header.position)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def _index_batch(self, header: BatchHeader, file_position: int) -> None:
+        """Account for one batch now at `file_position`: next offset, timestamps, indexes."""
+        last_offset = header.base_offset + header.last_offset_delta
+        self.next_offset = last_offset + 1
+        if self.first_batch_timestamp < 0:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self._offset_of_max_timestamp = last_offset
+        self._bytes_since_index += header.size
+        if self._bytes_since_index > self.index_interval_bytes or not len(self.offset_index):
+            self.offset_index.append(last_offset, file_position)
+            if self.max_timestamp >= 0:
+                self.time_index.append(self.max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_index = 0
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def truncate_to(self, position: int) -> None:
+        """Cut the log at a batch boundary and drop index entries beyond it."""
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self.offset_index.truncate_to_position(position)
+
+    # ------------------------------------------------------------------ reads
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def headers_from(self, position: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Batch headers from `position` on (positions are file positions); one pread each."""
+        end = self.size if end is None else end
+        while position + HEADER_SIZE <= end:
+            raw = os.pread(self._fd, HEADER_SIZE, position)
+            if len(raw) < HEADER_SIZE:
+                return
+            header = read_header(raw)
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
+                return
+            yield dataclasses.replace(header, position=position)
+            position += header.size
+
+    def find_position(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= `offset`, or None past the end."""
+        for header in self.headers_from(self.offset_index.lookup(offset)):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_position: int | None) -> ReadSlice | None:
+        """A slice from the batch holding `offset`, of at most `max_bytes`.
+
+        `max_position` bounds it (the high watermark's position, when in this segment).
+        The first batch is always whole even past `max_bytes` (KIP-74); later ones are cut
+        at batch boundaries by the caller's reader.
+        """
+        header = self.find_position(offset)
+        limit = self.size if max_position is None else max_position
+        if header is None or header.position >= limit:
+            return None
+        size = min(max(max_bytes, header.size), limit - header.position)
+        return ReadSlice(self, header.position, size)
+
+    def position_of_offset(self, offset: int) -> int:
+        """File position where batches at or after `offset` begin (size when past the end)."""
+        header = self.find_position(offset)
+        return self.size if header is None else header.position
+
+    def first_offset_at_time(self, timestamp: int) -> BatchHeader | None:
+        """The first batch whose max timestamp is >= `timestamp`."""
+        start = self.offset_index.lookup(self.time_index.lookup(timestamp))
+        for header in self.headers_from(start):
+            if header.max_timestamp >= timestamp:
+                return header
+        return None
+
+    # ------------------------------------------------------------------ recovery
+
+    def load_state(self) -> None:
+        """Set next offset and timestamps from the log tail, trusting the file (clean start)."""
+        start = self.offset_index.lookup(self.offset_index.last_offset)
+        if self.offset_index.last_offset < 0:
+            start = 0
+        max_ts_offset = self.time_index._offsets[-1] if len(self.time_index) else -1
+        self.max_timestamp = self.time_index.last_timestamp
+        self._offset_of_max_timestamp = max_ts_offset
+        for header in self.headers_from(start):
+            self.next_offset = header.last_offset + 1
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+        self.first_batch_timestamp = self._first_timestamp()
+
+    def _first_timestamp(self) -> int:
+        first = next(self.headers_from(0), None)
+        return -1 if first is None else first.max_timestamp
+
+    def recover(self) -> int:
+        """Validate every batch (framing, CRC), truncate a torn or corrupt tail, rebuild indexes.
+
+        Returns how many bytes were cut off.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = 0
+        valid_end = 0
+        for chunk_start, chunk, headers in self._scan_chunks():
+            for header in headers:
+                if not batch_is_intact(chunk, header):
+                    break
+                self._index_batch(header, chunk_start + header.position)
+                valid_end = chunk_start + header.position + header.size
+            else:
+                continue
+            break
+        self.offset_index.flush()
+        self.time_index.flush()
+        cut = self.size - valid_end
+        if cut:
+            os.ftruncate(self._fd, valid_end)
+            self.size = valid_end
+        return cut
+
+    def _scan_chunks(self) -> Iterator[tuple[int, bytes, list[BatchHeader]]]:
+        """Read the file in large chunks of whole batches, yielding their headers."""
+        position = 0
+        while position < self.size:
+            chunk = os.pread(self._fd, max(SCAN_CHUNK, self._batch_size_at(position)), position)
+            headers = []
+            offset = 0
+            while offset + HEADER_SIZE <= len(chunk):
+                header = read_header(chunk, offset)
+                if header.batch_length < MIN_BATCH_LENGTH or offset + header.size > len(chunk):
+                    break
+                headers.append(header)
+                offset += header.size
+            if not headers:
+                return
+            yield position, chunk, headers
+            position += offset
+
+    def _batch_size_at(self, position: int) -> int:
+        raw = os.pread(self._fd, LOG_OVERHEAD, position)
+        if len(raw) < LOG_OVERHEAD:
+            return 0
+        length = int.from_bytes(raw[8:12], "big", signed=True)
+        return max(0, min(length + LOG_OVERHEAD, self.size - position))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def roll_due(
+        self, segment_bytes: int, segment_ms: int, incoming_bytes: int, incoming_max_ts: int
+    ) -> bool:
+        """Kafka's roll rule: the segment would overflow, or it spans more than segment.ms.
+
+        The time span is the incoming batch's timestamp minus the segment's first one (the
+        creation wall-clock time when the segment has no timestamps yet).
+        """
+        if self.size == 0:
+            return False
+        if self.size + incoming_bytes > segment_bytes:
+            return True
+        if self.first_batch_timestamp >= 0:
+            return incoming_max_ts - self.first_batch_timestamp > segment_ms
+        return int(time.time() * 1000) - self.created_ms > segment_ms
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+
+    def delete(self) -> None:
+        self.offset_index.delete()
+        self.time_index.delete()
+        os.close(self._fd)
+        os.unlink(self.path)
+

@@ -1,0 +1,144 @@
+"""Real brokers for tests: a subprocess on a free loopback port with its own data dir.
+
+    from logbus.testing import running_broker
+    with running_broker(config={"num.partitions": "3"}) as broker:
+        Producer({"bootstrap.servers": broker.bootstrap})
+
+The pytest plugin (registered as `logbus` in the pytest11 entry point) gives a test a fresh
+broker as the `logbus_broker` fixture. Nothing is mocked: it is `logbus serve` in a process.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+READY_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 20.0
+
+
+class BrokerProcess:
+    """A `logbus serve` subprocess; restartable on the same data dir and port."""
+
+    def __init__(self, data_dir: str, config: dict[str, str] | None = None, broker_id: int = 0,
+                 port: int = 0) -> None:
+        self.data_dir = data_dir
+        self.config = dict(config or {})
+        self.broker_id = broker_id
+        self.port = port
+        self.process: subprocess.Popen | None = None
+        self.log_path = os.path.join(os.path.dirname(data_dir.rstrip("/")) or ".", "broker.log")
+        self.started_in_s = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        args = [
+            sys.executable, "-m", "logbus", "serve", "--data-dir", self.data_dir,
+            "--host", "127.0.0.1", "--port", str(self.port), "--broker-id", str(self.broker_id),
+        ]
+        for key, value in self.config.items():
+            args += ["--set", f"{key}={value}"]
+        return args
+
+    def start(self) -> BrokerProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        began = time.monotonic()
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL
+        )
+        log.close()
+        line = self._await_ready(began + READY_TIMEOUT_S)
+        self.started_in_s = time.monotonic() - began
+        self.port = int(line.rsplit(":", 1)[1])
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _await_ready(self, deadline: float) -> str:
+        assert self.process is not None and self.process.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        buffered = b""
+        while time.monotonic() < deadline:
+            if selector.select(timeout=max(deadline - time.monotonic(), 0)):
+                chunk = os.read(self.process.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                buffered += chunk
+                for line in buffered.decode(errors="replace").splitlines():
+                    if " listening on " in line:
+                        return line.strip()
+        self.kill()
+        raise RuntimeError(f"broker did not start; see {self.log_path}:\n{self.read_log()[-3000:]}")
+
+    def _drain(self) -> None:
+        stream = self.process.stdout if self.process else None
+        while stream is not None and stream.read(4096):
+            pass
+
+    def read_log(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> int:
+        """SIGTERM and wait: a clean shutdown. Returns the exit code."""
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        finally:
+            self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, for recovery tests."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def restart(self) -> BrokerProcess:
+        """Start again on the same data dir and port."""
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@contextmanager
+def running_broker(config: dict[str, str] | None = None, data_dir: str | None = None,
+                   broker_id: int = 0) -> Iterator[BrokerProcess]:
+    """A started broker, stopped (and its temp dir removed) afterwards."""
+    workdir = tempfile.mkdtemp(prefix="logbus-test-")
+    broker = BrokerProcess(data_dir or os.path.join(workdir, "data"), config, broker_id)
+    broker.log_path = os.path.join(workdir, "broker.log")
+    try:
+        yield broker.start()
+    finally:
+        if broker.running:
+            broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def logbus_broker() -> Iterator[BrokerProcess]:
+    """A fresh broker for one test, with default config."""
+    with running_broker() as broker:
+        yield broker

@@ -1,0 +1,1 @@
+"""Shared fixtures: real brokers come from logbus.testing (the `logbus_broker` fixture)."""
