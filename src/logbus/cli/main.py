@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from . import serve
+from . import consume, produce, serve, topics
+from .common import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logbus", description="A Kafka-compatible log broker")
     subparsers = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(subparsers)
+    topics.add_parser(subparsers)
+    produce.add_parser(subparsers)
+    consume.add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except CliError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`logbus consume ... | head`); keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

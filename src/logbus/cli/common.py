@@ -1,0 +1,116 @@
+"""Shared pieces of the client commands (`topics`, `produce`, `consume`).
+
+Errors a user can cause or fix (unknown topic, broker down, bad option) are raised as
+`CliError` and printed by `main` as one line, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_TIMEOUT_S = 10.0
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A failure to report as `logbus: <message>` with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+        help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        help=f"how long to wait for the broker before giving up (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def parse_key_values(items: list[str], option: str) -> dict[str, str]:
+    """`["k=v", ...]` -> `{"k": "v"}`; a missing `=` is a usage error."""
+    values: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{option} expects KEY=VALUE, got {item!r}", EXIT_USAGE)
+        values[key.strip()] = value.strip()
+    return values
+
+
+def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """librdkafka settings for a client of `--bootstrap-server`.
+
+    librdkafka's own log lines are silenced: failures reach the user as `CliError`s instead.
+    """
+    return {"bootstrap.servers": args.bootstrap_server, "log_level": 0, **extra}
+
+
+def import_confluent_kafka() -> Any:
+    try:
+        import confluent_kafka
+        import confluent_kafka.admin
+    except ImportError:
+        raise CliError("this command needs confluent-kafka: pip install 'logbus[cli]'") from None
+    return confluent_kafka
+
+
+def describe_kafka_error(error: Any) -> str:
+    """A `KafkaError`'s message, without librdkafka's `KafkaError{code=...}` wrapping."""
+    return error.str() if hasattr(error, "str") else str(error)
+
+
+def unreachable(args: argparse.Namespace) -> CliError:
+    return CliError(f"cannot reach a broker at {args.bootstrap_server} within {args.timeout:g}s")
+
+
+def fetch_topic_metadata(client: Any, args: argparse.Namespace, topic: str) -> Any:
+    """The `TopicMetadata` of an existing `topic`; a clear `CliError` if it or the broker is missing.
+
+    Asking a producer for metadata may auto-create the topic (as Kafka's console producer does)
+    when the broker allows it; a consumer or admin client never does.
+    """
+    kafka = import_confluent_kafka()
+    try:
+        metadata = client.list_topics(topic, timeout=args.timeout)
+    except kafka.KafkaException as exc:
+        raise topic_error(exc.args[0], args, topic) from None
+    found = metadata.topics.get(topic)
+    if found is None:
+        raise CliError(f"topic '{topic}' does not exist")
+    if found.error is not None:
+        raise topic_error(found.error, args, topic)
+    return found
+
+
+def topic_error(error: Any, args: argparse.Namespace, topic: str) -> CliError:
+    """Turn a `KafkaError` about `topic` into the message a user needs."""
+    kafka = import_confluent_kafka()
+    code = error.code() if hasattr(error, "code") else None
+    if code in (kafka.KafkaError._TRANSPORT, kafka.KafkaError._TIMED_OUT, kafka.KafkaError._ALL_BROKERS_DOWN):
+        return unreachable(args)
+    if code in (kafka.KafkaError.UNKNOWN_TOPIC_OR_PART, kafka.KafkaError._UNKNOWN_TOPIC):
+        return CliError(f"topic '{topic}' does not exist")
+    return CliError(f"topic '{topic}': {describe_kafka_error(error)}")

@@ -1,0 +1,158 @@
+"""The client CLI (`logbus topics|produce|consume`) run as subprocesses against real brokers."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from helpers import QUIET, consume_partition, produce_all, wait_until
+
+from logbus.testing import BrokerProcess, running_broker
+
+CLI_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    """One broker for the module; each test uses its own topics."""
+    with running_broker(config={"num.partitions": "1"}) as started:
+        yield started
+
+
+def logbus(bootstrap: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m logbus ARGS --bootstrap-server BOOTSTRAP`; stdout and stderr as text."""
+    result = subprocess.run(
+        [sys.executable, "-m", "logbus", *args, "--bootstrap-server", bootstrap],
+        input=stdin if stdin is not None else b"", capture_output=True, timeout=CLI_TIMEOUT_S,
+    )
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+def failed(result: subprocess.CompletedProcess[str], message: str) -> None:
+    """A user error: exit 1, one clear line, no traceback."""
+    assert result.returncode == 1, f"exit {result.returncode}: {result.stderr}"
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def create_with_auto_create(bootstrap: str, topic: str) -> None:
+    """An empty topic with `num.partitions` partitions: a producer's Metadata request auto-creates it."""
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    wait_until(lambda: producer.list_topics(topic, timeout=5).topics[topic].error is None,
+               message=f"topic {topic} to be auto-created")
+
+
+def test_describe_all_topics(broker: BrokerProcess) -> None:
+    create_with_auto_create(broker.bootstrap, "described-a")
+    create_with_auto_create(broker.bootstrap, "described-b")
+    topics = [
+        line.split("\t")[0] for line in ok(logbus(broker.bootstrap, "topics", "describe")).splitlines()
+        if line.startswith("Topic: ")
+    ]
+    assert {"Topic: described-a", "Topic: described-b"} <= set(topics)
+    assert topics == sorted(topics)
+
+
+def test_produce_file_with_keys_and_read_back(broker: BrokerProcess, tmp_path: Path) -> None:
+    lines = [f"key-{i}:value-{i}:with-colon" for i in range(300)]
+    data = tmp_path / "records.txt"
+    data.write_text("\n".join(lines) + "\n")
+    result = logbus(broker.bootstrap, "produce", "keyed", "--file", str(data), "--key-separator", ":",
+                    "--compression", "lz4", "--progress")
+    ok(result)
+    assert "100%" in result.stderr
+    read = ok(logbus(broker.bootstrap, "consume", "keyed", "--from-beginning", "--max", "300", "--print-key",
+                     "--key-separator", ":", "--timeout-ms", "10000"))
+    assert read.splitlines() == lines
+    first = consume_partition(broker.bootstrap, "keyed", 0, 1)[0]
+    assert (first.key(), first.value()) == (b"key-0", b"value-0:with-colon")
+
+
+def test_produce_stdin_without_progress(broker: BrokerProcess) -> None:
+    result = logbus(broker.bootstrap, "produce", "from-stdin", stdin=b"one\ntwo\r\nthree")
+    ok(result)
+    assert result.stderr == ""
+    read = ok(logbus(broker.bootstrap, "consume", "from-stdin", "--from-beginning", "--max", "3",
+                     "--timeout-ms", "10000"))
+    assert read == "one\ntwo\nthree\n"
+
+
+def test_line_without_separator_fails_but_others_are_sent(broker: BrokerProcess) -> None:
+    result = logbus(broker.bootstrap, "produce", "half-keyed", "--key-separator", "=", stdin=b"a=1\nbroken\nb=2\n")
+    failed(result, "1 of 3 records failed; first: line 2 has no key separator '='")
+    messages = consume_partition(broker.bootstrap, "half-keyed", 0, 2)
+    assert [(m.key(), m.value()) for m in messages] == [(b"a", b"1"), (b"b", b"2")]
+
+
+def test_partition_and_offset() -> None:
+    with running_broker(config={"num.partitions": "2"}) as broker:
+        create_with_auto_create(broker.bootstrap, "spread")
+        check_partition_and_offset(broker)
+
+
+def check_partition_and_offset(broker: BrokerProcess) -> None:
+    values = b"".join(f"v{i}\n".encode() for i in range(10))
+    ok(logbus(broker.bootstrap, "produce", "spread", "--partition", "1", stdin=values))
+    read = ok(logbus(broker.bootstrap, "consume", "spread", "--partition", "1", "--offset", "6", "--max", "4",
+                     "--timeout-ms", "10000"))
+    assert read.splitlines() == ["v6", "v7", "v8", "v9"]
+    empty = logbus(broker.bootstrap, "consume", "spread", "--partition", "0", "--from-beginning",
+                   "--timeout-ms", "500")
+    assert ok(empty) == "" and "Processed a total of 0 messages" in empty.stderr
+    failed(logbus(broker.bootstrap, "consume", "spread", "--partition", "2", "--max", "1"),
+           "topic 'spread' has no partition 2")
+
+
+def test_consume_from_timestamp(broker: BrokerProcess) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
+    for day in range(1, 6):
+        moment = datetime(2024, 3, day, 12, tzinfo=UTC)
+        producer.produce("dated", value=f"day-{day}".encode(), timestamp=int(moment.timestamp() * 1000))
+    assert producer.flush(30) == 0
+    read = ok(logbus(broker.bootstrap, "consume", "dated", "--timestamp", "2024-03-03T00:00:00Z", "--max", "3",
+                     "--timeout-ms", "10000"))
+    assert read.splitlines() == ["day-3", "day-4", "day-5"]
+    after_all = logbus(broker.bootstrap, "consume", "dated", "--timestamp", "2024-04-01", "--timeout-ms", "500")
+    assert ok(after_all) == ""
+
+
+def test_consume_without_start_option_reads_only_new_records(broker: BrokerProcess) -> None:
+    produce_all(broker.bootstrap, "tail", [(None, b"old")])
+    read = logbus(broker.bootstrap, "consume", "tail", "--timeout-ms", "1500")
+    assert ok(read) == ""
+
+
+def test_unknown_topic_with_auto_create_disabled() -> None:
+    with running_broker(config={"auto.create.topics.enable": "false"}) as strict:
+        failed(logbus(strict.bootstrap, "produce", "missing", stdin=b"x\n"), "topic 'missing' does not exist")
+        failed(logbus(strict.bootstrap, "consume", "missing", "--max", "1"), "topic 'missing' does not exist")
+        failed(logbus(strict.bootstrap, "topics", "describe", "missing"), "topic 'missing' does not exist")
+        assert "missing" not in ok(logbus(strict.bootstrap, "topics", "list")).splitlines()
+
+
+def test_unreachable_broker_is_reported_within_the_timeout() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    result = logbus(f"127.0.0.1:{closed_port}", "topics", "list", "--timeout", "2")
+    failed(result, f"cannot reach a broker at 127.0.0.1:{closed_port} within 2s")
+
+
+def test_usage_errors_exit_2(broker: BrokerProcess) -> None:
+    result = logbus(broker.bootstrap, "consume", "t", "--from-beginning", "--offset", "3")
+    assert result.returncode == 2 and "not allowed with argument" in result.stderr
+    result = logbus(broker.bootstrap, "topics", "create", "t", "--config", "no-equals-sign")
+    assert result.returncode == 2 and "--config expects KEY=VALUE" in result.stderr
