@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import selectors
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,8 +53,13 @@ def failed(result: subprocess.CompletedProcess[str], message: str) -> None:
 
 
 def create_with_auto_create(bootstrap: str, topic: str) -> None:
-    """An empty topic with `num.partitions` partitions: a producer's Metadata request auto-creates it."""
+    """An empty topic with `num.partitions` partitions: a producer's Metadata request auto-creates it.
+
+    The first request only connects: librdkafka drops its bootstrap connection right after the first
+    response, and a topic request in flight on it can be cut off mid-creation by the broker.
+    """
     producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    producer.list_topics(timeout=10)
     wait_until(lambda: producer.list_topics(topic, timeout=5).topics[topic].error is None,
                message=f"topic {topic} to be auto-created")
 
@@ -117,6 +126,7 @@ def check_partition_and_offset(broker: BrokerProcess) -> None:
 
 
 def test_consume_from_timestamp(broker: BrokerProcess) -> None:
+    create_with_auto_create(broker.bootstrap, "dated")
     producer = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
     for day in range(1, 6):
         moment = datetime(2024, 3, day, 12, tzinfo=UTC)
@@ -130,9 +140,47 @@ def test_consume_from_timestamp(broker: BrokerProcess) -> None:
 
 
 def test_consume_without_start_option_reads_only_new_records(broker: BrokerProcess) -> None:
+    create_with_auto_create(broker.bootstrap, "tail")
     produce_all(broker.bootstrap, "tail", [(None, b"old")])
     read = logbus(broker.bootstrap, "consume", "tail", "--timeout-ms", "1500")
     assert ok(read) == ""
+
+
+def read_stdout_until(process: subprocess.Popen[bytes], expected: bytes, timeout: float = 15.0) -> bytes:
+    """What `process` wrote to stdout, read until it contains `expected`; fails after `timeout`."""
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    output = b""
+    deadline = time.monotonic() + timeout
+    while expected not in output:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"timed out waiting for {expected!r}; got {output!r}"
+        if selector.select(timeout=remaining):
+            chunk = os.read(process.stdout.fileno(), 4096)
+            assert chunk, f"stdout closed before {expected!r}; got {output!r}"
+            output += chunk
+    return output
+
+
+def test_ctrl_c_ends_an_open_ended_consume(broker: BrokerProcess) -> None:
+    create_with_auto_create(broker.bootstrap, "interrupted")
+    produce_all(broker.bootstrap, "interrupted", [(None, b"first"), (None, b"second")])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "logbus", "consume", "interrupted", "--from-beginning",
+         "--bootstrap-server", broker.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert read_stdout_until(process, b"second\n") == b"first\nsecond\n"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, stderr
+    assert b"Processed a total of 2 messages" in stderr and b"Traceback" not in stderr
 
 
 def test_unknown_topic_with_auto_create_disabled() -> None:

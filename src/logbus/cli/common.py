@@ -94,6 +94,7 @@ def fetch_topic_metadata(client: Any, args: argparse.Namespace, topic: str) -> A
     """
     kafka = import_confluent_kafka()
     try:
+        client.list_topics(timeout=args.timeout)  # reachability first: then a topic error is about the topic
         metadata = client.list_topics(topic, timeout=args.timeout)
     except kafka.KafkaException as exc:
         raise topic_error(exc.args[0], args, topic) from None

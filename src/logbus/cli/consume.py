@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             consumer.assign(_start_positions(consumer, args, partitions))
         printed = _print_records(consumer, args, sys.stdout.buffer)
     except KeyboardInterrupt:
-        pass
+        pass  # interrupted while connecting: nothing printed yet
     finally:
         consumer.close()
     print(f"Processed a total of {printed} messages", file=sys.stderr)
@@ -135,18 +135,20 @@ def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> i
     idle_limit_s = args.timeout_ms / 1000 if args.timeout_ms is not None else None
     printed = 0
     last_record_at = time.monotonic()
-    while args.max is None or printed < args.max:
-        limit = BATCH_SIZE if args.max is None else min(BATCH_SIZE, args.max - printed)
-        messages = consumer.consume(num_messages=limit, timeout=POLL_INTERVAL_S)
-        records = [m for m in messages if not _is_error(m, args, kafka)]
-        for message in records:
-            out.write(_format(message, args.print_key, separator))
-        out.flush()
-        printed += len(records)
-        if records:
-            last_record_at = time.monotonic()
-        elif idle_limit_s is not None and time.monotonic() - last_record_at >= idle_limit_s:
-            break
+    try:
+        while args.max is None or printed < args.max:
+            limit = BATCH_SIZE if args.max is None else min(BATCH_SIZE, args.max - printed)
+            messages = consumer.consume(num_messages=limit, timeout=POLL_INTERVAL_S)
+            records = [m for m in messages if not _is_error(m, args, kafka)]
+            printed += len(records)  # before writing: a reader may send Ctrl-C as soon as it sees them
+            out.write(b"".join(_format(message, args.print_key, separator) for message in records))
+            out.flush()
+            if records:
+                last_record_at = time.monotonic()
+            elif idle_limit_s is not None and time.monotonic() - last_record_at >= idle_limit_s:
+                break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an open-ended consume ends
     return printed
 
 
