@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import selectors
 import signal
 import socket
@@ -88,6 +89,40 @@ def test_produce_file_with_keys_and_read_back(broker: BrokerProcess, tmp_path: P
     assert read.splitlines() == lines
     first = consume_partition(broker.bootstrap, "keyed", 0, 1)[0]
     assert (first.key(), first.value()) == (b"key-0", b"value-0:with-colon")
+
+
+def test_progress_bar_only_when_stderr_is_a_terminal(broker: BrokerProcess, tmp_path: Path) -> None:
+    data = tmp_path / "lines.txt"
+    data.write_bytes(b"x" * 1000 + b"\n" + b"y\n")
+    quiet = logbus(broker.bootstrap, "produce", "barred", "--file", str(data))
+    assert ok(quiet) == "" and quiet.stderr == ""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "logbus", "produce", "barred", "--file", str(data),
+             "--bootstrap-server", broker.bootstrap],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal,
+        )
+        os.close(terminal)
+        assert process.wait(CLI_TIMEOUT_S) == 0
+        drawn = read_all(controller)
+    finally:
+        os.close(controller)
+    assert "] 100%" in drawn and drawn.endswith("\n")
+
+
+def read_all(fd: int) -> str:
+    """Everything a finished child wrote to a pty (reading the controller side gives EIO at the end)."""
+    output = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    return output.decode()
 
 
 def test_produce_stdin_without_progress(broker: BrokerProcess) -> None:
