@@ -14,6 +14,7 @@ from dataclasses import dataclass
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CORRELATION = struct.Struct(">i")
+_KEEP_CAPACITY = 4 << 20  # an idle connection keeps at most this much receive buffer
 
 
 class FrameError(ValueError):
@@ -45,19 +46,28 @@ class FrameSplitter:
     def writable(self, hint: int = 0) -> memoryview:
         """Room to receive into (for `recv_into` / BufferedProtocol.get_buffer)."""
         needed = max(hint, 4096)
-        if self._start and self._start == self._end:
+        if self._start == self._end:
             self._start = self._end = 0
+            if len(self._buffer) > _KEEP_CAPACITY:  # give back the room a huge frame needed
+                self._buffer = bytearray(_KEEP_CAPACITY)
         if len(self._buffer) - self._end < needed:
-            self._compact()
-            if len(self._buffer) - self._end < needed:
-                self._buffer.extend(bytes(max(needed, len(self._buffer))))
+            self._make_room(self._end - self._start + needed)
         return memoryview(self._buffer)[self._end :]
 
-    def _compact(self) -> None:
-        if self._start:
-            pending = self._end - self._start
+    def _make_room(self, capacity: int) -> None:
+        """Move pending bytes to the front of a buffer of at least `capacity` bytes.
+
+        A new bytearray rather than a resize: the event loop may still hold a memoryview of
+        the old one (from `writable`), and a bytearray with exports cannot change size.
+        """
+        pending = self._end - self._start
+        if capacity > len(self._buffer):
+            buffer = bytearray(max(capacity, 2 * len(self._buffer)))
+            buffer[:pending] = self._buffer[self._start : self._end]
+            self._buffer = buffer
+        elif self._start:
             self._buffer[:pending] = self._buffer[self._start : self._end]
-            self._start, self._end = 0, pending
+        self._start, self._end = 0, pending
 
     def received(self, count: int) -> list[bytes]:
         """Account for `count` new bytes; return the frames now complete (without size)."""
@@ -68,18 +78,13 @@ class FrameSplitter:
             if size < 0 or size > self.max_size:
                 raise FrameError(f"frame of {size} bytes (socket.request.max.bytes={self.max_size})")
             if self._end - self._start < 4 + size:
-                self._reserve(4 + size)
+                if len(self._buffer) - self._start < 4 + size:
+                    self._make_room(4 + size)
                 break
             begin = self._start + 4
             frames.append(bytes(self._buffer[begin : begin + size]))
             self._start = begin + size
         return frames
-
-    def _reserve(self, frame_size: int) -> None:
-        if len(self._buffer) - self._start < frame_size:
-            self._compact()
-            if len(self._buffer) < frame_size:
-                self._buffer.extend(bytes(frame_size - len(self._buffer)))
 
 
 def parse_request_header(frame: bytes, flexible: bool) -> RequestHeader:
