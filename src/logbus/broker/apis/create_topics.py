@@ -102,11 +102,13 @@ def _result(module: Any, ctx: RequestContext, name: str, *, created: tuple | Non
             replication_factor=-1, configs=None,
         )
     partitions, replication, overrides = created
-    configs = tuple(
-        make(module.CreatableTopicConfigs, name=c.name, value=c.text, read_only=False,
-             config_source=int(c.source), is_sensitive=False)
-        for c in describe_topic_configs(ctx.broker.config, overrides)
-    )
+    configs = ()
+    if hasattr(module, "CreatableTopicConfigs"):  # v5+ only
+        configs = tuple(
+            make(module.CreatableTopicConfigs, name=c.name, value=c.text, read_only=False,
+                 config_source=int(c.source), is_sensitive=False)
+            for c in describe_topic_configs(ctx.broker.config, overrides)
+        )
     return make(
         module.CreatableTopicResult, name=name, error_code=ErrorCode.none, error_message=None,
         topic_config_error_code=0, num_partitions=partitions, replication_factor=replication,
