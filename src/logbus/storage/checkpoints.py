@@ -9,10 +9,19 @@ the old or the new file, never a torn one.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
 
 VERSION = 0
+T = TypeVar("T")
+
+
+class MalformedCheckpointError(ValueError):
+    pass
 
 
 def write_lines(path: str, entries: Iterable[str]) -> None:
@@ -24,19 +33,50 @@ def write_lines(path: str, entries: Iterable[str]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    _fsync_directory(os.path.dirname(path) or ".")
 
 
-def read_lines(path: str) -> list[list[str]]:
-    """Entries of a checkpoint file split on spaces; [] when absent or unreadable."""
+def _fsync_directory(directory: str) -> None:
+    """Make the rename itself durable (the new directory entry)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: str, fields: int) -> list[list[str]]:
+    """Entries of a checkpoint file split on spaces; [] when absent.
+
+    Raises MalformedCheckpointError when the version, count or an entry is not as written.
+    """
     try:
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except FileNotFoundError:
         return []
-    if len(lines) < 2 or lines[0].strip() != str(VERSION):
+    except UnicodeDecodeError:
+        raise MalformedCheckpointError(f"{path}: not text") from None
+    if len(lines) < 2 or lines[0].strip() != str(VERSION) or not lines[1].strip().isdigit():
+        raise MalformedCheckpointError(f"{path}: bad version or count line")
+    entries = [line.split() for line in lines[2 : 2 + int(lines[1])]]
+    if len(entries) != int(lines[1]) or any(len(entry) != fields for entry in entries):
+        raise MalformedCheckpointError(f"{path}: entries do not match the count or have the wrong fields")
+    return entries
+
+
+def _read_parsed(path: str, fields: int, parse: Callable[..., T]) -> list[T]:
+    """Parsed entries; a malformed file is logged and treated as absent.
+
+    Every checkpoint is a hint a broker can do without: a missing recovery point means more
+    recovery, a missing log start offset means the first segment's base offset. Refusing to
+    start over one damaged file would be worse.
+    """
+    try:
+        return [parse(*entry) for entry in read_lines(path, fields)]
+    except ValueError as exc:  # MalformedCheckpointError, or a field that is not a number
+        log.warning("ignoring checkpoint file %s: %s", path, exc)
         return []
-    count = int(lines[1])
-    return [line.split() for line in lines[2 : 2 + count]]
 
 
 def write_offsets(path: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -44,7 +84,7 @@ def write_offsets(path: str, offsets: dict[tuple[str, int], int]) -> None:
 
 
 def read_offsets(path: str) -> dict[tuple[str, int], int]:
-    return {(t, int(p)): int(o) for t, p, o in read_lines(path)}
+    return dict(_read_parsed(path, 3, lambda t, p, o: ((t, int(p)), int(o))))
 
 
 def write_epochs(path: str, epochs: list[tuple[int, int]]) -> None:
@@ -52,4 +92,4 @@ def write_epochs(path: str, epochs: list[tuple[int, int]]) -> None:
 
 
 def read_epochs(path: str) -> list[tuple[int, int]]:
-    return [(int(epoch), int(start)) for epoch, start in read_lines(path)]
+    return _read_parsed(path, 2, lambda epoch, start: (int(epoch), int(start)))

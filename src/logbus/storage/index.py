@@ -10,6 +10,8 @@ is rebuilt from its log after an unclean shutdown.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import os
 import struct
 from array import array
@@ -25,12 +27,19 @@ class _IndexFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.existed = os.path.exists(path)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._pending = bytearray()
+        self.torn = False  # the file ended in a partial entry (cut off when loading)
 
     def _load_raw(self) -> bytes:
+        """The whole entries on disk; a partial last entry is cut off, and appends go after them."""
         size = os.fstat(self._fd).st_size
         whole = size - size % self.entry.size
+        if whole != size:
+            self.torn = True
+            os.ftruncate(self._fd, whole)
+        os.lseek(self._fd, whole, os.SEEK_SET)
         return os.pread(self._fd, whole, 0) if whole else b""
 
     def _buffer(self, *values: int) -> None:
@@ -102,6 +111,18 @@ class OffsetIndex(_IndexFile):
         self._positions.append(position)
         self._buffer(offset - self.base_offset, position)
 
+    def is_consistent(self, log_size: int) -> bool:
+        """Whole entries, offsets and positions strictly increasing, positions inside the log.
+
+        A cheap load-time check, as Kafka's sanity check is; a failing index gets rebuilt.
+        """
+        return (
+            not self.torn
+            and (not self._offsets or (self._offsets[0] >= self.base_offset and self._positions[-1] < log_size))
+            and _strictly_increasing(self._offsets)
+            and _strictly_increasing(self._positions)
+        )
+
     def lookup(self, offset: int) -> int:
         """Position of the batch to start scanning from to find `offset`."""
         i = bisect.bisect_right(self._offsets, offset) - 1
@@ -155,6 +176,15 @@ class TimeIndex(_IndexFile):
         self._offsets.append(offset)
         self._buffer(timestamp, offset - self.base_offset)
 
+    def is_consistent(self, next_offset: int) -> bool:
+        """Whole entries, timestamps strictly and offsets weakly increasing, offsets inside the segment."""
+        return (
+            not self.torn
+            and (not self._offsets or (self._offsets[0] >= self.base_offset and self._offsets[-1] < next_offset))
+            and _strictly_increasing(self._timestamps)
+            and _increasing(self._offsets)
+        )
+
     def lookup(self, timestamp: int) -> int:
         """An offset at or before the first record with a timestamp >= `timestamp`."""
         i = bisect.bisect_left(self._timestamps, timestamp) - 1
@@ -176,3 +206,11 @@ class TimeIndex(_IndexFile):
         self._timestamps = array("q")
         self._offsets = array("q")
         self._rewrite(b"")
+
+
+def _strictly_increasing(values: array) -> bool:
+    return all(map(operator.lt, values, itertools.islice(values, 1, None)))
+
+
+def _increasing(values: array) -> bool:
+    return all(map(operator.le, values, itertools.islice(values, 1, None)))
