@@ -124,7 +124,10 @@ class MetadataStore(ABC):
     async def delete_topic(self, name: str) -> None: ...
 
     @abstractmethod
-    async def add_partitions(self, name: str, total: int) -> TopicMetadata: ...
+    async def add_partitions(
+        self, name: str, total: int, assignments: list[list[int]] | None = None
+    ) -> TopicMetadata:
+        """Grow the topic to `total` partitions; `assignments` gives the new ones' replicas."""
 
     @abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata: ...
@@ -216,12 +219,16 @@ class EmbeddedMetadataStore(MetadataStore):
             await self._commit()
         self._announce(name, None)
 
-    async def add_partitions(self, name: str, total: int) -> TopicMetadata:
+    async def add_partitions(
+        self, name: str, total: int, assignments: list[list[int]] | None = None
+    ) -> TopicMetadata:
         async with self._lock:
             metadata = self._require(name)
             current = len(metadata.partitions)
             replication = len(metadata.partitions[0].replicas) if metadata.partitions else 1
-            for r in assign_replicas(list(self._brokers), total - current, replication, current):
+            if assignments is None:
+                assignments = assign_replicas(list(self._brokers), total - current, replication, current)
+            for r in assignments:
                 metadata.partitions.append(PartitionState(r[0], 0, list(r), list(r)))
             await self._commit()
         self._announce(name, metadata)

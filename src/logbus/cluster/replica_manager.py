@@ -1,14 +1,20 @@
 """The partitions this broker hosts, kept in step with the metadata store.
 
 Topic changes in the metadata store (created, grown, reconfigured, deleted) arrive as
-listener calls; this class opens or removes the matching logs. API handlers reach partitions
-only through here: network -> api handler -> replica manager -> partition -> log.
+listener calls; this class opens or removes the matching logs. A reconfigured topic's logs get
+the new `LogConfig` at once (retention, roll, flush, cleanup policy are read from it on each
+use). A deleted topic's partitions leave the map immediately and their files go in the
+background; a topic created again under the same name opens its logs only once the old files
+are gone. API handlers reach partitions only through here: network -> api handler -> replica
+manager -> partition -> log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from ..config import BrokerConfig, LogConfig, log_config
 from ..storage.log import PartitionLog
@@ -27,6 +33,7 @@ class ReplicaManager:
         self.metadata = metadata
         self.logs = logs
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._drops: dict[str, asyncio.Task] = {}  # topic -> removal of its logs' files
         self._background: set[asyncio.Task] = set()
 
     def start(self) -> None:
@@ -49,9 +56,9 @@ class ReplicaManager:
 
     def _on_topic_change(self, name: str, topic: TopicMetadata | None) -> None:
         if topic is None:
-            task = asyncio.get_running_loop().create_task(self._drop_topic(name))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._drop_topic(name)
+        elif name in self._drops:
+            self._run_in_background(self._sync_after_drop(name))
         else:
             self._sync_topic(topic)
 
@@ -71,10 +78,42 @@ class ReplicaManager:
                 topic.name, index, topic.topic_id, self.broker_id, log_, state, hw
             )
 
-    async def _drop_topic(self, name: str) -> None:
-        for key in [k for k in self.partitions if k[0] == name]:
+    def _drop_topic(self, name: str) -> None:
+        """Forget the topic's partitions now; delete their files after any earlier drop of it."""
+        keys = [key for key in self.partitions if key[0] == name]
+        for key in keys:
             self.partitions.pop(key)
-            await self.logs.delete_log(*key)
+        previous = self._drops.get(name)
+        task = self._run_in_background(self._delete_logs(keys, previous))
+        self._drops[name] = task
+        task.add_done_callback(lambda done: self._drops.pop(name) if self._drops.get(name) is done else None)
+
+    async def _delete_logs(self, keys: list[tuple[str, int]], previous: asyncio.Task | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        for key in keys:
+            try:
+                await self.logs.delete_log(*key)
+            except OSError:  # the dir is gone from the metadata; start-up removes what is left
+                log.exception("could not delete the files of %s-%d", *key)
+
+    async def _sync_after_drop(self, name: str) -> None:
+        """Open the logs of a topic created again under a name whose old files are still going."""
+        await self.wait_dropped(name)
+        topic = self.metadata.topic(name)
+        if topic is not None and name not in self._drops:
+            self._sync_topic(topic)
+
+    async def wait_dropped(self, name: str) -> None:
+        """Return once the files of a deleted topic `name` are gone (at once if none are going)."""
+        while (task := self._drops.get(name)) is not None:
+            await asyncio.wait([task])
+
+    def _run_in_background(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))

@@ -1,0 +1,85 @@
+"""CreatePartitions (key 37): serves v0–v3.
+
+`count` is the topic's new total. Explicit `assignments` must name one replica list per new
+partition, all of the topic's replication factor, of known and distinct brokers. `validate_only`
+checks without growing. New partitions' logs open as the metadata store announces the change.
+Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS (not more than now),
+INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (one topic named twice).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...cluster.metadata import TopicMetadata, UnknownTopicError
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+from ..topics import TopicError
+
+API_KEY = 37
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    counts = Counter(topic.name for topic in request.topics)
+    results = []
+    for wanted in request.topics:
+        error, message = ErrorCode.none, None
+        try:
+            if counts[wanted.name] > 1:
+                raise TopicError(ErrorCode.invalid_request, f"Topic {wanted.name} named twice")
+            await _grow(ctx, wanted, request.validate_only)
+        except TopicError as exc:
+            error, message = exc.code, exc.message
+        results.append(make(
+            module.CreatePartitionsTopicResult, name=wanted.name, error_code=error, error_message=message,
+        ))
+    return make(response_class(API_KEY, ctx.api_version), results=tuple(results))
+
+
+async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
+    metadata = ctx.broker.metadata
+    topic = metadata.topic(wanted.name)
+    if topic is None:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist")
+    current = len(topic.partitions)
+    if wanted.count < current:
+        raise TopicError(
+            ErrorCode.invalid_partitions,
+            f"Topic currently has {current} partitions, which is higher than the requested {wanted.count}.",
+        )
+    if wanted.count == current:
+        raise TopicError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+    assignments = _assignments(ctx, topic, wanted)
+    if validate_only:
+        return
+    try:
+        await metadata.add_partitions(topic.name, wanted.count, assignments)
+    except UnknownTopicError:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist") from None
+
+
+def _assignments(ctx: RequestContext, topic: TopicMetadata, wanted: Any) -> list[list[int]] | None:
+    if wanted.assignments is None:
+        return None
+    added = wanted.count - len(topic.partitions)
+    replication = len(topic.partitions[0].replicas)
+    known = {b.broker_id for b in ctx.broker.metadata.brokers()}
+    replicas = [list(a.broker_ids) for a in wanted.assignments]
+    if len(replicas) != added:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"Increasing the number of partitions by {added} but {len(replicas)} assignments provided.",
+        )
+    for brokers in replicas:
+        if len(brokers) != replication or len(set(brokers)) != len(brokers) or not set(brokers) <= known:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"Invalid assignment {brokers}: {replication} distinct brokers of {sorted(known)} expected",
+            )
+    return replicas

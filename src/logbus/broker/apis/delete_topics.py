@@ -1,0 +1,84 @@
+"""DeleteTopics (key 20): serves v1–v6.
+
+v1–v5 name topics; v6 names them or gives their ids (not both). The topic leaves the metadata
+store at once; the response waits until this broker has removed the partitions' directories,
+so the name can be reused right away. Errors per topic: UNKNOWN_TOPIC_OR_PARTITION,
+UNKNOWN_TOPIC_ID (v6), INVALID_REQUEST (name and id both, or one topic named twice),
+TOPIC_DELETION_DISABLED (`delete.topic.enable=false`). Error messages from v5.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...cluster.metadata import TopicMetadata, UnknownTopicError
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+from ..topics import TopicError
+
+API_KEY = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+
+NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    wanted = _wanted(request)
+    counts = Counter(wanted)
+    responses = []
+    for name, topic_id in wanted:
+        try:
+            if counts[(name, topic_id)] > 1:
+                raise TopicError(ErrorCode.invalid_request, f"Topic {name or topic_id} named twice")
+            topic = _resolve(ctx, name, topic_id)
+            await _delete(ctx, topic)
+            responses.append(_response(module, topic.name, topic.uuid))
+        except TopicError as exc:
+            responses.append(_response(module, name, topic_id, exc))
+    return make(response_class(API_KEY, ctx.api_version), responses=tuple(responses))
+
+
+def _wanted(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    """(name, id) per topic; v1–v5 give names only."""
+    if hasattr(request, "topic_names"):
+        return [(name, None) for name in request.topic_names]
+    return [(t.name, None if t.topic_id in (None, NO_TOPIC_ID) else t.topic_id) for t in request.topics]
+
+
+def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> TopicMetadata:
+    metadata = ctx.broker.metadata
+    if name is not None and topic_id is not None:
+        raise TopicError(ErrorCode.invalid_request, "Give a topic name or a topic id, not both")
+    if topic_id is not None:
+        topic = metadata.topic_by_id(str(topic_id))
+        if topic is None:
+            raise TopicError(ErrorCode.unknown_topic_id, f"Unknown topic id {topic_id}")
+        return topic
+    topic = metadata.topic(name or "")
+    if topic is None:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+    return topic
+
+
+async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
+    broker = ctx.broker
+    if not broker.config["delete.topic.enable"]:
+        raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
+    try:
+        await broker.metadata.delete_topic(topic.name)
+    except UnknownTopicError:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {topic.name} does not exist") from None
+    await broker.replicas.wait_dropped(topic.name)
+
+
+def _response(module: Any, name: str | None, topic_id: uuid.UUID | None, error: TopicError | None = None) -> Any:
+    return make(
+        module.DeletableTopicResult, name=name, topic_id=topic_id or NO_TOPIC_ID,
+        error_code=error.code if error else ErrorCode.none, error_message=error.message if error else None,
+    )

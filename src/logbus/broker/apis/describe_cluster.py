@@ -1,0 +1,49 @@
+"""DescribeCluster (key 60): serves v0–v2.
+
+Cluster id, controller and the registered brokers. v1 `endpoint_type`: 1 (brokers) only; a
+broker cannot describe controllers (UNSUPPORTED_ENDPOINT_TYPE), as in Kafka. v2
+`include_fenced_brokers`: no broker here is ever fenced. Without an authorizer every cluster
+operation is allowed, which is what `include_cluster_authorized_operations` reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 60
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+BROKERS_ENDPOINT = 1
+NOT_REQUESTED = -(2**31)
+# AclOperation codes that apply to the cluster resource: ALTER, CREATE, CLUSTER_ACTION,
+# DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 10, 11, 12))
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    metadata = ctx.broker.metadata
+    endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    error, message, brokers = ErrorCode.none, None, ()
+    if endpoint_type != BROKERS_ENDPOINT:
+        error = ErrorCode.unsupported_endpoint_type
+        message = f"Endpoint type {endpoint_type} is not served by a broker"
+    else:
+        brokers = tuple(
+            make(module.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack,
+                 is_fenced=False)
+            for b in sorted(metadata.brokers(), key=lambda b: b.broker_id)
+        )
+    return make(
+        response_class(API_KEY, ctx.api_version), error_code=error, error_message=message,
+        endpoint_type=endpoint_type, cluster_id=metadata.cluster_id, controller_id=metadata.controller_id,
+        brokers=brokers, cluster_authorized_operations=(
+            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else NOT_REQUESTED
+        ),
+    )

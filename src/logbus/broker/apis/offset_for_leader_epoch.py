@@ -1,0 +1,58 @@
+"""OffsetForLeaderEpoch (key 23): serves v2–v4.
+
+For each partition: the largest leader epoch at or below the one asked and the offset where
+it ended (the log end offset for the current epoch), from the log's leader-epoch cache. A
+follower (v3+ `replica_id`) or a consumer (-1) uses it to find where its log diverges.
+`current_leader_epoch` (-1: not checked) guards against stale leaders: lower than the
+partition's epoch is FENCED_LEADER_EPOCH, higher is UNKNOWN_LEADER_EPOCH. Other errors:
+UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...cluster.partition import Partition
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 23
+MIN_VERSION = 2
+MAX_VERSION = 4
+
+UNCHECKED_EPOCH = -1
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    topics = []
+    for topic in request.topics:
+        results = tuple(
+            _end_offset(module, ctx.broker.replicas.get(topic.topic, wanted.partition), wanted)
+            for wanted in topic.partitions
+        )
+        topics.append(make(module.OffsetForLeaderTopicResult, topic=topic.topic, partitions=results))
+    return make(response_class(API_KEY, ctx.api_version), topics=tuple(topics))
+
+
+def _end_offset(module: Any, partition: Partition | None, wanted: Any) -> Any:
+    if partition is None:
+        return _result(module, wanted, ErrorCode.unknown_topic_or_partition)
+    if not partition.is_leader:
+        return _result(module, wanted, ErrorCode.not_leader_or_follower)
+    current = wanted.current_leader_epoch
+    if current != UNCHECKED_EPOCH and current < partition.leader_epoch:
+        return _result(module, wanted, ErrorCode.fenced_leader_epoch)
+    if current > partition.leader_epoch:
+        return _result(module, wanted, ErrorCode.unknown_leader_epoch)
+    epoch, end_offset = partition.log.end_offset_for_epoch(wanted.leader_epoch)
+    return _result(module, wanted, ErrorCode.none, epoch, end_offset)
+
+
+def _result(module: Any, wanted: Any, error: ErrorCode, epoch: int = -1, end_offset: int = -1) -> Any:
+    return make(
+        module.EpochEndOffset, error_code=error, partition=wanted.partition, leader_epoch=epoch,
+        end_offset=end_offset,
+    )

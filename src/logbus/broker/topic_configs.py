@@ -1,0 +1,143 @@
+"""Config resources as DescribeConfigs, AlterConfigs and IncrementalAlterConfigs see them.
+
+A resource is a topic (type 2) or a broker (type 4, named by its id; "" is the cluster-wide
+default). Topic overrides are validated by `config.validate_topic_configs` and stored in the
+metadata store, which announces the change so that the topic's logs pick it up. Broker
+configs are static (server.properties and --set): they are described, never altered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster.metadata import TopicMetadata, UnknownTopicError
+from ..config import TOPIC_KEYS, ConfigError, ConfigType, describe_topic_configs, validate_topic_configs
+from .topics import TopicError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+class ResourceType(IntEnum):
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+def resource_type(code: int) -> ResourceType:
+    try:
+        resource = ResourceType(code)
+    except ValueError:
+        raise TopicError(ErrorCode.invalid_request, f"Unsupported resource type {code}") from None
+    if resource is ResourceType.BROKER_LOGGER:
+        raise TopicError(ErrorCode.invalid_request, "Broker loggers are not configurable on this broker")
+    return resource
+
+
+def topic_resource(broker: Broker, name: str) -> TopicMetadata:
+    topic = broker.metadata.topic(name)
+    if topic is None:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+    return topic
+
+
+def check_broker_resource(broker: Broker, name: str) -> None:
+    """Kafka's rule: a broker resource names this broker's id, or "" for the cluster default."""
+    if name not in ("", str(broker.broker_id)):
+        raise TopicError(
+            ErrorCode.invalid_request,
+            f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}",
+        )
+
+
+def refuse_broker_changes(names: Iterable[str]) -> TopicError:
+    return TopicError(
+        ErrorCode.invalid_config,
+        f"Cannot update these configs dynamically: {sorted(names)}; set them in server.properties",
+    )
+
+
+def validated(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Topic overrides checked by name and value; INVALID_CONFIG otherwise."""
+    try:
+        return validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+
+
+def repeated_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
+    """(type, name) of resources a request names more than once: Kafka rejects each of them."""
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    return {key for key, count in counts.items() if count > 1}
+
+
+def check_once(resource: Any, repeated: set[tuple[int, str]]) -> None:
+    if (resource.resource_type, resource.resource_name) in repeated:
+        raise TopicError(ErrorCode.invalid_request, f"Duplicate resource {resource.resource_name}")
+
+
+def check_unique(names: list[str]) -> None:
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise TopicError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {duplicates}")
+
+
+def apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+    """The topic's overrides after SET / DELETE / APPEND / SUBTRACT operations (validated)."""
+    check_unique([name for name, _, _ in ops])
+    overrides = dict(topic.configs)
+    effective = {c.name: c.text for c in describe_topic_configs(broker.config, overrides)}
+    for name, code, value in ops:
+        op = _alter_op(code)
+        if name not in TOPIC_KEYS:
+            raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+        if op is AlterOp.SET:
+            overrides[name] = value
+        elif op is AlterOp.DELETE:
+            overrides.pop(name, None)
+        else:
+            overrides[name] = _list_op(name, op, effective.get(name), value)
+    return validated(overrides)
+
+
+def _alter_op(code: int) -> AlterOp:
+    try:
+        return AlterOp(code)
+    except ValueError:
+        raise TopicError(ErrorCode.invalid_request, f"Unknown config operation {code}") from None
+
+
+def _list_op(name: str, op: AlterOp, current: str | None, value: str | None) -> str:
+    """APPEND adds missing items to a list config, SUBTRACT removes them (Kafka: list types only)."""
+    if TOPIC_KEYS[name].key.type is not ConfigType.LIST:
+        raise TopicError(
+            ErrorCode.invalid_config, f"Config value {op.name.lower()} is not allowed for config key: {name}"
+        )
+    items = [item.strip() for item in (current or "").split(",") if item.strip()]
+    changes = [item.strip() for item in (value or "").split(",") if item.strip()]
+    if op is AlterOp.APPEND:
+        items += [item for item in changes if item not in items]
+    else:
+        items = [item for item in items if item not in changes]
+    return ",".join(items)
+
+
+async def store_topic_configs(broker: Broker, name: str, configs: dict[str, str]) -> None:
+    try:
+        await broker.metadata.set_topic_configs(name, configs)
+    except UnknownTopicError:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
