@@ -2,24 +2,46 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import socket
 import struct
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
+from functools import cache
 
+import kafka
+import kafka.admin as kp
+import kafka.errors as kafka_errors
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+from helpers import QUIET, consume_partition, produce_all, wait_until
+from kafka.admin import KafkaAdminClient
 from kio.serial import entity_reader
 
 from logbus.protocol import codec
 from logbus.testing import BrokerProcess, running_broker
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA, DESCRIBE_CONFIGS = 18, 3, 32
+FUTURE_TIMEOUT_S = 15
+BROKER_CONFIG = {"num.partitions": "1", "log.retention.hours": "24", "log.retention.check.interval.ms": "100"}
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[BrokerProcess]:
     """One broker for the module; each test uses its own topics."""
-    with running_broker(config={"num.partitions": "1"}) as started:
+    with running_broker(config=BROKER_CONFIG) as started:
         yield started
 
 
@@ -107,3 +129,319 @@ def test_unknown_tag_running_past_the_frame_closes_only_that_connection(broker: 
     healthy = codec.request_class(API_VERSIONS, 3)(client_software_name="raw", client_software_version="1")
     response = _exchange(broker.bootstrap, API_VERSIONS, 3, b"".join(codec.encode(healthy)), False)
     assert response.error_code == 0
+
+
+# ---------------------------------------------------------------------------- confluent-kafka AdminClient
+
+
+@cache
+def admin(bootstrap: str) -> AdminClient:
+    """One client per broker, kept alive: a client collected before its futures resolve fails them."""
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+
+
+def kafka_error(future: Future) -> KafkaError:
+    """The KafkaError a failed admin future carries."""
+    with pytest.raises(KafkaException) as raised:
+        future.result(timeout=FUTURE_TIMEOUT_S)
+    return raised.value.args[0]
+
+
+def create(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
+    futures = admin(bootstrap).create_topics([NewTopic(name, partitions, config=configs)])
+    futures[name].result(timeout=FUTURE_TIMEOUT_S)
+
+
+def topic_configs(bootstrap: str, name: str) -> dict[str, ConfigEntry]:
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    return admin(bootstrap).describe_configs([resource])[resource].result(timeout=FUTURE_TIMEOUT_S)
+
+
+def overrides(bootstrap: str, name: str) -> dict[str, str]:
+    return {
+        key: entry.value for key, entry in topic_configs(bootstrap, name).items()
+        if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    }
+
+
+def incremental(bootstrap: str, name: str, *entries: tuple[str, str | None, AlterConfigOpType]) -> Future:
+    resource = ConfigResource(
+        ResourceType.TOPIC, name,
+        incremental_configs=[ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries],
+    )
+    return admin(bootstrap).incremental_alter_configs([resource])[resource]
+
+
+def partition_dirs(broker: BrokerProcess, topic: str) -> list[str]:
+    return sorted(d for d in os.listdir(broker.data_dir) if d.rsplit("-", 1)[0] == topic)
+
+
+def test_create_topics_validate_only_and_configs(broker: BrokerProcess) -> None:
+    client = admin(broker.bootstrap)
+    dry = client.create_topics([NewTopic("dry-run", 2, config={"retention.ms": "5000"})], validate_only=True)
+    assert dry["dry-run"].result(timeout=FUTURE_TIMEOUT_S) is None
+    assert "dry-run" not in client.list_topics(timeout=10).topics
+    assert partition_dirs(broker, "dry-run") == []
+
+    create(broker.bootstrap, "with-configs", 2, **{"retention.ms": "5000", "cleanup.policy": "compact"})
+    assert overrides(broker.bootstrap, "with-configs") == {"retention.ms": "5000", "cleanup.policy": "compact"}
+    assert partition_dirs(broker, "with-configs") == ["with-configs-0", "with-configs-1"]
+
+    bad = client.create_topics([NewTopic("bad-config", 1, config={"retention.ms": "soon"})])
+    assert kafka_error(bad["bad-config"]).code() == KafkaError.INVALID_CONFIG
+    unknown = client.create_topics([NewTopic("unknown-config", 1, config={"no.such.config": "1"})])
+    assert kafka_error(unknown["unknown-config"]).code() == KafkaError.INVALID_CONFIG
+    assert not {"bad-config", "unknown-config"} & set(client.list_topics(timeout=10).topics)
+
+
+def test_describe_configs_defaults_sources_and_synonyms(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "described", 1, **{"retention.bytes": "100000"})
+    configs = topic_configs(broker.bootstrap, "described")
+    assert {"retention.ms", "segment.bytes", "cleanup.policy", "max.message.bytes"} <= set(configs)
+
+    override = configs["retention.bytes"]
+    assert (override.value, override.source) == ("100000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert [(s.name, s.value, s.source) for s in override.synonyms.values()] == [
+        ("retention.bytes", "100000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
+        ("log.retention.bytes", "-1", ConfigSource.DEFAULT_CONFIG.value),
+    ]
+    from_broker = configs["retention.ms"]  # the module's broker sets log.retention.hours=24
+    assert (from_broker.value, from_broker.source) == (str(24 * 3_600_000), ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert ("log.retention.hours", "24") in [(s.name, s.value) for s in from_broker.synonyms.values()]
+    default = configs["segment.bytes"]
+    assert (default.value, default.source) == (str(1 << 30), ConfigSource.DEFAULT_CONFIG.value)
+    assert not default.is_read_only and not default.is_sensitive
+
+
+def test_describe_configs_of_the_broker(broker: BrokerProcess) -> None:
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin(broker.bootstrap).describe_configs([resource])[resource].result(timeout=FUTURE_TIMEOUT_S)
+    hours = configs["log.retention.hours"]
+    assert (hours.value, hours.source, hours.is_read_only) == ("24", ConfigSource.STATIC_BROKER_CONFIG.value, True)
+    assert configs["num.io.threads"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    # Clients route a broker resource to that broker, so ask this one about another id directly.
+    from kio.schema.describe_configs.v4.request import DescribeConfigsResource
+
+    request = codec.request_class(DESCRIBE_CONFIGS, 4)(
+        resources=(DescribeConfigsResource(resource_type=4, resource_name="7", configuration_keys=None),),
+        include_synonyms=False, include_documentation=False,
+    )
+    response = _exchange(broker.bootstrap, DESCRIBE_CONFIGS, 4, b"".join(codec.encode(request)), True)
+    assert [(r.resource_name, r.error_code) for r in response.results] == [("7", KafkaError.INVALID_REQUEST)]
+
+
+def test_describe_configs_documentation_and_types(broker: BrokerProcess) -> None:
+    from kio.schema.describe_configs.v4.request import DescribeConfigsResource
+
+    create(broker.bootstrap, "documented", 1)
+    request = codec.request_class(DESCRIBE_CONFIGS, 4)(
+        resources=(DescribeConfigsResource(resource_type=2, resource_name="documented",
+                                           configuration_keys=("retention.ms", "cleanup.policy")),),
+        include_synonyms=True, include_documentation=True,
+    )
+    response = _exchange(broker.bootstrap, DESCRIBE_CONFIGS, 4, b"".join(codec.encode(request)), True)
+    configs = {c.name: c for c in response.results[0].configs}
+    assert set(configs) == {"retention.ms", "cleanup.policy"}
+    assert (configs["retention.ms"].config_type, configs["cleanup.policy"].config_type) == (5, 7)  # LONG, LIST
+    assert "log.retention" in configs["retention.ms"].documentation
+    assert [s.name for s in configs["retention.ms"].synonyms] == ["log.retention.hours"]
+
+
+def test_describe_configs_of_unknown_topic(broker: BrokerProcess) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, "never-created")
+    error = kafka_error(admin(broker.bootstrap).describe_configs([resource])[resource])
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_alter_configs_replaces_the_whole_set(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "altered", 1, **{"retention.ms": "60000", "max.message.bytes": "5000"})
+    resource = ConfigResource(ResourceType.TOPIC, "altered", set_config={"segment.bytes": "1048576"})
+    admin(broker.bootstrap).alter_configs([resource])[resource].result(timeout=FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "altered") == {"segment.bytes": "1048576"}
+
+    dry = ConfigResource(ResourceType.TOPIC, "altered", set_config={"segment.bytes": "2097152"})
+    admin(broker.bootstrap).alter_configs([dry], validate_only=True)[dry].result(timeout=FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "altered") == {"segment.bytes": "1048576"}
+
+    invalid = ConfigResource(ResourceType.TOPIC, "altered", set_config={"segment.bytes": "-5"})
+    assert kafka_error(admin(broker.bootstrap).alter_configs([invalid])[invalid]).code() == KafkaError.INVALID_CONFIG
+    missing = ConfigResource(ResourceType.TOPIC, "not-there", set_config={"segment.bytes": "1048576"})
+    error = kafka_error(admin(broker.bootstrap).alter_configs([missing])[missing])
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert overrides(broker.bootstrap, "altered") == {"segment.bytes": "1048576"}
+
+
+def test_incremental_alter_configs_operations(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "incremental", 1, **{"retention.ms": "60000"})
+    set_, delete = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    append, subtract = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
+
+    incremental(broker.bootstrap, "incremental", ("flush.messages", "10", set_)).result(timeout=FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "incremental") == {"retention.ms": "60000", "flush.messages": "10"}
+    incremental(broker.bootstrap, "incremental", ("retention.ms", None, delete)).result(timeout=FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "incremental") == {"flush.messages": "10"}
+    assert topic_configs(broker.bootstrap, "incremental")["retention.ms"].value == str(24 * 3_600_000)
+
+    incremental(broker.bootstrap, "incremental", ("cleanup.policy", "compact", append)).result(FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "incremental")["cleanup.policy"] == "delete,compact"
+    incremental(broker.bootstrap, "incremental", ("cleanup.policy", "delete", subtract)).result(FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "incremental")["cleanup.policy"] == "compact"
+
+    not_a_list = incremental(broker.bootstrap, "incremental", ("retention.ms", "5", append))
+    assert kafka_error(not_a_list).code() == KafkaError.INVALID_CONFIG
+    bad_value = incremental(broker.bootstrap, "incremental", ("cleanup.policy", "shred", set_))
+    assert kafka_error(bad_value).code() == KafkaError.INVALID_CONFIG
+    unknown = incremental(broker.bootstrap, "missing-topic", ("flush.messages", "1", set_))
+    assert kafka_error(unknown).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert overrides(broker.bootstrap, "incremental") == {"flush.messages": "10", "cleanup.policy": "compact"}
+
+
+def test_config_changes_reach_the_live_log(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "live", 1)
+    produce_all(broker.bootstrap, "live", [(None, b"x" * 1000)] * 20)
+    segment_files = lambda: sorted(glob.glob(os.path.join(broker.data_dir, "live-0", "*.log")))  # noqa: E731
+    assert len(segment_files()) == 1
+
+    incremental(broker.bootstrap, "live", ("segment.bytes", "4096", AlterConfigOpType.SET)).result(
+        timeout=FUTURE_TIMEOUT_S
+    )
+    produce_all(broker.bootstrap, "live", [(None, b"y" * 1000)] * 20, **{"linger.ms": 0, "batch.num.messages": 1})
+    assert len(segment_files()) >= 4, "segment.bytes did not make the log roll"
+
+    incremental(broker.bootstrap, "live", ("retention.ms", "1", AlterConfigOpType.SET)).result(
+        timeout=FUTURE_TIMEOUT_S
+    )
+    wait_until(lambda: len(segment_files()) == 1, message="retention.ms to delete old segments")
+    assert consume_offsets(broker.bootstrap, "live") == (40, 40), "every record expired, the log end stays"
+
+
+def produce_to(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    for value in values:
+        producer.produce(topic, value, partition=partition)
+    assert producer.flush(10) == 0
+
+
+def consume_offsets(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "admin-tests", **QUIET})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    finally:
+        consumer.close()
+
+
+def test_delete_topic_removes_data_and_name_can_be_reused(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "doomed", 2, **{"retention.bytes": "123456"})
+    produce_all(broker.bootstrap, "doomed", [(b"k", b"old")] * 5)
+    assert partition_dirs(broker, "doomed") == ["doomed-0", "doomed-1"]
+
+    admin(broker.bootstrap).delete_topics(["doomed"])["doomed"].result(timeout=FUTURE_TIMEOUT_S)
+    assert partition_dirs(broker, "doomed") == []
+    assert "doomed" not in admin(broker.bootstrap).list_topics(timeout=10).topics
+
+    create(broker.bootstrap, "doomed", 1)
+    assert partition_dirs(broker, "doomed") == ["doomed-0"]
+    assert overrides(broker.bootstrap, "doomed") == {}
+    assert consume_offsets(broker.bootstrap, "doomed") == (0, 0)
+    produce_all(broker.bootstrap, "doomed", [(None, b"new")])
+    assert [m.value() for m in consume_partition(broker.bootstrap, "doomed", 0, 1)] == [b"new"]
+
+    missing = admin(broker.bootstrap).delete_topics(["never-was"])["never-was"]
+    assert kafka_error(missing).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_create_partitions(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "growing", 1)
+    client = admin(broker.bootstrap)
+    dry = client.create_partitions([NewPartitions("growing", 5)], validate_only=True)["growing"]
+    dry.result(timeout=FUTURE_TIMEOUT_S)
+    assert partition_dirs(broker, "growing") == ["growing-0"]
+
+    client.create_partitions([NewPartitions("growing", 3)])["growing"].result(timeout=FUTURE_TIMEOUT_S)
+    assert partition_dirs(broker, "growing") == ["growing-0", "growing-1", "growing-2"]
+    assert len(client.list_topics("growing", timeout=10).topics["growing"].partitions) == 3
+    produce_to(broker.bootstrap, "growing", 2, [b"to partition 2"])
+    assert [m.value() for m in consume_partition(broker.bootstrap, "growing", 2, 1)] == [b"to partition 2"]
+
+    fewer = client.create_partitions([NewPartitions("growing", 2)])["growing"]
+    assert kafka_error(fewer).code() == KafkaError.INVALID_PARTITIONS
+    same = client.create_partitions([NewPartitions("growing", 3)])["growing"]
+    assert kafka_error(same).code() == KafkaError.INVALID_PARTITIONS
+    unknown = client.create_partitions([NewPartitions("no-such-topic", 3)])["no-such-topic"]
+    assert kafka_error(unknown).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_delete_records_advances_the_log_start(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "trimmed", 1)
+    produce_all(broker.bootstrap, "trimmed", [(None, str(i).encode()) for i in range(10)])
+    client = admin(broker.bootstrap)
+
+    deleted = client.delete_records([TopicPartition("trimmed", 0, 4)])
+    assert next(iter(deleted.values())).result(timeout=FUTURE_TIMEOUT_S).low_watermark == 4
+    assert consume_offsets(broker.bootstrap, "trimmed") == (4, 10)
+    assert [m.value() for m in consume_partition(broker.bootstrap, "trimmed", 0, 6, start=-2)] == [
+        str(i).encode() for i in range(4, 10)
+    ]
+    lower = client.delete_records([TopicPartition("trimmed", 0, 2)])
+    assert next(iter(lower.values())).result(timeout=FUTURE_TIMEOUT_S).low_watermark == 4
+
+    beyond = client.delete_records([TopicPartition("trimmed", 0, 11)])
+    assert kafka_error(next(iter(beyond.values()))).code() == KafkaError.OFFSET_OUT_OF_RANGE
+    to_high_watermark = client.delete_records([TopicPartition("trimmed", 0, -1)])
+    assert next(iter(to_high_watermark.values())).result(timeout=FUTURE_TIMEOUT_S).low_watermark == 10
+    assert consume_offsets(broker.bootstrap, "trimmed") == (10, 10)
+
+
+def test_describe_cluster(broker: BrokerProcess) -> None:
+    cluster = admin(broker.bootstrap).describe_cluster().result(timeout=FUTURE_TIMEOUT_S)
+    assert cluster.cluster_id
+    assert cluster.controller.id == 0
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, "127.0.0.1", broker.port)]
+
+
+# ---------------------------------------------------------------------------- kafka-python KafkaAdminClient
+
+
+@pytest.fixture
+def python_admin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    yield client
+    client.close()
+
+
+def test_kafka_python_topic_lifecycle(broker: BrokerProcess, python_admin: KafkaAdminClient) -> None:
+    created = python_admin.create_topics([kp.NewTopic("kp-topic", 1, 1, topic_configs={"retention.ms": "100000"})])
+    result = created["topics"][0] if isinstance(created, dict) else created.topics[0]
+    assert result["error_code"] == 0 and result["topic_id"] != str(uuid.UUID(int=0))
+    assert result["configs"]["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+
+    resource = kp.ConfigResource(kp.ConfigResourceType.TOPIC, "kp-topic", configs={"segment.bytes": "200000"})
+    assert python_admin.alter_configs([resource], incremental=False) == {"topic": {"kp-topic": "OK"}}
+    described = python_admin.describe_configs([kp.ConfigResource(kp.ConfigResourceType.TOPIC, "kp-topic")])
+    modified = described["topic"]["kp-topic"]
+    assert {k: v["value"] for k, v in modified.items()} == {"retention.ms": "100000", "segment.bytes": "200000"}
+
+    python_admin.create_partitions({"kp-topic": kp.NewPartitions(3)})
+    assert partition_dirs(broker, "kp-topic") == ["kp-topic-0", "kp-topic-1", "kp-topic-2"]
+    with pytest.raises(kafka_errors.InvalidPartitionsError):
+        python_admin.create_partitions({"kp-topic": kp.NewPartitions(2)})
+
+    produce_to(broker.bootstrap, "kp-topic", 0, [b"a", b"b", b"c"])
+    deleted = python_admin.delete_records({kafka.TopicPartition("kp-topic", 0): -1})
+    assert deleted[kafka.TopicPartition("kp-topic", 0)]["low_watermark"] == 3
+    assert consume_offsets(broker.bootstrap, "kp-topic") == (3, 3)
+
+    python_admin.delete_topics(["kp-topic"])
+    assert "kp-topic" not in python_admin.list_topics()
+    assert partition_dirs(broker, "kp-topic") == []
+
+
+def test_kafka_python_describe_cluster(broker: BrokerProcess, python_admin: KafkaAdminClient) -> None:
+    cluster = python_admin.describe_cluster()
+    assert cluster["controller_id"] == 0
+    assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(0, broker.port)]
+    assert set(cluster["authorized_operations"]) == {
+        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
+    }

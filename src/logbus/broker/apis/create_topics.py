@@ -4,11 +4,13 @@
 `default.replication.factor`, v4+). Errors per topic: TOPIC_ALREADY_EXISTS,
 INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (more replicas than
 brokers), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST (duplicate names).
-`validate_only` checks without creating. v5+ returns the topic's resulting configs.
+`validate_only` checks without creating. v5+ returns the topic's resulting configs, v7+ its
+id (all zeros when only validated).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -23,6 +25,8 @@ from ..topics import TopicError, validate_topic_name
 API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
+
+NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -42,7 +46,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return make(response_class(API_KEY, ctx.api_version), topics=tuple(results))
 
 
-async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, int, dict]:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, int, dict, uuid.UUID]:
     broker = ctx.broker
     validate_topic_name(topic.name)
     if broker.metadata.topic(topic.name) is not None:
@@ -52,12 +56,13 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
         configs = validate_topic_configs({c.name: c.value for c in topic.configs})
     except ConfigError as exc:
         raise TopicError(ErrorCode.invalid_config, str(exc)) from None
-    if not validate_only:
-        try:
-            await broker.metadata.create_topic(topic.name, partitions, replication, configs)
-        except TopicExistsError as exc:
-            raise TopicError(ErrorCode.topic_already_exists, str(exc)) from None
-    return partitions, replication, configs
+    if validate_only:
+        return partitions, replication, configs, NO_TOPIC_ID
+    try:
+        created = await broker.metadata.create_topic(topic.name, partitions, replication, configs)
+    except TopicExistsError as exc:
+        raise TopicError(ErrorCode.topic_already_exists, str(exc)) from None
+    return partitions, replication, configs, created.uuid
 
 
 def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
@@ -99,9 +104,9 @@ def _result(module: Any, ctx: RequestContext, name: str, *, created: tuple | Non
         return make(
             module.CreatableTopicResult, name=name, error_code=error.code,
             error_message=error.message, topic_config_error_code=0, num_partitions=-1,
-            replication_factor=-1, configs=None,
+            replication_factor=-1, configs=None, topic_id=NO_TOPIC_ID,
         )
-    partitions, replication, overrides = created
+    partitions, replication, overrides, topic_id = created
     configs = ()
     if hasattr(module, "CreatableTopicConfigs"):  # v5+ only
         configs = tuple(
@@ -112,5 +117,5 @@ def _result(module: Any, ctx: RequestContext, name: str, *, created: tuple | Non
     return make(
         module.CreatableTopicResult, name=name, error_code=ErrorCode.none, error_message=None,
         topic_config_error_code=0, num_partitions=partitions, replication_factor=replication,
-        configs=configs,
+        configs=configs, topic_id=topic_id,
     )

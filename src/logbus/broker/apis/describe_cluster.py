@@ -21,9 +21,9 @@ MAX_VERSION = 2
 
 BROKERS_ENDPOINT = 1
 NOT_REQUESTED = -(2**31)
-# AclOperation codes that apply to the cluster resource: ALTER, CREATE, CLUSTER_ACTION,
-# DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
-CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 10, 11, 12))
+# AclOperation codes that apply to the cluster resource: CREATE, ALTER, DESCRIBE,
+# CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
