@@ -9,7 +9,9 @@ import struct
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
+from datetime import timedelta
 from functools import cache
+from typing import Any
 
 import kafka
 import kafka.admin as kp
@@ -28,12 +30,21 @@ from confluent_kafka.admin import (
 )
 from helpers import QUIET, consume_partition, produce_all, wait_until
 from kafka.admin import KafkaAdminClient
+from kio.schema.delete_topics.v6 import request as delete_topics_v6
+from kio.schema.describe_configs.v4 import request as describe_configs_v4
+from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
+from kio.schema.metadata.v12 import request as metadata_v12
+from kio.schema.offset_for_leader_epoch.v2 import request as leader_epoch_v2
+from kio.schema.offset_for_leader_epoch.v4 import request as leader_epoch_v4
 from kio.serial import entity_reader
 
 from logbus.protocol import codec
 from logbus.testing import BrokerProcess, running_broker
 
-API_VERSIONS, METADATA, DESCRIBE_CONFIGS = 18, 3, 32
+API_VERSIONS, METADATA, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = (
+    18, 3, 20, 23, 32, 44,
+)
+NO_ID = uuid.UUID(int=0)
 FUTURE_TIMEOUT_S = 15
 BROKER_CONFIG = {"num.partitions": "1", "log.retention.hours": "24", "log.retention.check.interval.ms": "100"}
 
@@ -63,21 +74,29 @@ def _unknown_tags(*tags: tuple[int, bytes]) -> bytes:
     return _uvarint(len(tags)) + body
 
 
-def _exchange(bootstrap: str, api_key: int, version: int, body: bytes, response_header_tags: bool) -> object:
-    """Send one flexible request (header v2) on a fresh socket; decode the response with kio."""
+def _exchange(bootstrap: str, api_key: int, version: int, body: bytes) -> Any:
+    """Send one request on a fresh socket (a flexible one with an unknown tag in its header too);
+    decode the response with kio."""
     host, port = bootstrap.rsplit(":", 1)
     client_id = b"raw-test"
-    header = struct.pack(">hhih", api_key, version, 7, len(client_id)) + client_id + _unknown_tags((9, b"hdr"))
-    frame = header + body
+    flexible = codec.is_flexible(api_key, version)
+    header = struct.pack(">hhih", api_key, version, 7, len(client_id)) + client_id
+    frame = header + (_unknown_tags((9, b"hdr")) if flexible else b"") + body
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(struct.pack(">i", len(frame)) + frame)
         size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
         response = _recv_exactly(sock, size)
     assert struct.unpack_from(">i", response)[0] == 7
-    offset = 4 + (1 if response_header_tags else 0)  # flexible response header: empty tag section
+    offset = 5 if flexible and api_key != API_VERSIONS else 4  # flexible response header: empty tag section
     value, used = entity_reader(codec.response_class(api_key, version))(response, offset)
     assert offset + used == len(response)
     return value
+
+
+def _request(bootstrap: str, api_key: int, version: int, **fields: Any) -> Any:
+    """A kio request built from `fields`, exchanged over a raw socket."""
+    body = b"".join(codec.encode(codec.request_class(api_key, version)(**fields)))
+    return _exchange(bootstrap, api_key, version, body)
 
 
 def _recv_exactly(sock: socket.socket, count: int) -> bytes:
@@ -98,16 +117,14 @@ def _with_trailing_tags(body: bytes, *tags: tuple[int, bytes]) -> bytes:
 def test_api_versions_v3_with_unknown_tagged_field(broker: BrokerProcess) -> None:
     request = codec.request_class(API_VERSIONS, 3)(client_software_name="raw", client_software_version="1")
     body = _with_trailing_tags(b"".join(codec.encode(request)), (5, b"\xaa\xbb"), (300, b"x" * 200))
-    response = _exchange(broker.bootstrap, API_VERSIONS, 3, body, response_header_tags=False)
+    response = _exchange(broker.bootstrap, API_VERSIONS, 3, body)
     assert response.error_code == 0
     assert {api.api_key for api in response.api_keys} >= {API_VERSIONS, METADATA}
 
 
 def test_metadata_v12_with_unknown_tags_at_every_level(broker: BrokerProcess) -> None:
-    from kio.schema.metadata.v12.request import MetadataRequestTopic
-
     request = codec.request_class(METADATA, 12)(
-        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="tagged-topic"),),
+        topics=(metadata_v12.MetadataRequestTopic(topic_id=NO_ID, name="tagged-topic"),),
         allow_auto_topic_creation=True, include_topic_authorized_operations=False,
     )
     body = b"".join(codec.encode(request))
@@ -115,7 +132,7 @@ def test_metadata_v12_with_unknown_tags_at_every_level(broker: BrokerProcess) ->
     assert body[name_end] == 0  # the topic entity's empty tag section
     body = body[:name_end] + _unknown_tags((42, b"\x01\x02\x03")) + body[name_end + 1:]
     body = _with_trailing_tags(body, (77, b""))
-    response = _exchange(broker.bootstrap, METADATA, 12, body, response_header_tags=True)
+    response = _exchange(broker.bootstrap, METADATA, 12, body)
     assert [t.name for t in response.topics] == ["tagged-topic"]
     assert response.topics[0].error_code == 0
     assert len(response.topics[0].partitions) == 1
@@ -125,9 +142,9 @@ def test_unknown_tag_running_past_the_frame_closes_only_that_connection(broker: 
     request = codec.request_class(API_VERSIONS, 3)(client_software_name="raw", client_software_version="1")
     body = b"".join(codec.encode(request))[:-1] + _uvarint(1) + _uvarint(5) + _uvarint(50) + b"short"
     with pytest.raises(AssertionError, match="closed the connection"):
-        _exchange(broker.bootstrap, API_VERSIONS, 3, body, response_header_tags=False)
+        _exchange(broker.bootstrap, API_VERSIONS, 3, body)
     healthy = codec.request_class(API_VERSIONS, 3)(client_software_name="raw", client_software_version="1")
-    response = _exchange(broker.bootstrap, API_VERSIONS, 3, b"".join(codec.encode(healthy)), False)
+    response = _exchange(broker.bootstrap, API_VERSIONS, 3, b"".join(codec.encode(healthy)))
     assert response.error_code == 0
 
 
@@ -221,26 +238,22 @@ def test_describe_configs_of_the_broker(broker: BrokerProcess) -> None:
     assert configs["num.io.threads"].source == ConfigSource.DEFAULT_CONFIG.value
 
     # Clients route a broker resource to that broker, so ask this one about another id directly.
-    from kio.schema.describe_configs.v4.request import DescribeConfigsResource
-
-    request = codec.request_class(DESCRIBE_CONFIGS, 4)(
-        resources=(DescribeConfigsResource(resource_type=4, resource_name="7", configuration_keys=None),),
-        include_synonyms=False, include_documentation=False,
+    response = _request(
+        broker.bootstrap, DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+        resources=(describe_configs_v4.DescribeConfigsResource(resource_type=4, resource_name="7",
+                                                               configuration_keys=None),),
     )
-    response = _exchange(broker.bootstrap, DESCRIBE_CONFIGS, 4, b"".join(codec.encode(request)), True)
     assert [(r.resource_name, r.error_code) for r in response.results] == [("7", KafkaError.INVALID_REQUEST)]
 
 
 def test_describe_configs_documentation_and_types(broker: BrokerProcess) -> None:
-    from kio.schema.describe_configs.v4.request import DescribeConfigsResource
-
     create(broker.bootstrap, "documented", 1)
-    request = codec.request_class(DESCRIBE_CONFIGS, 4)(
-        resources=(DescribeConfigsResource(resource_type=2, resource_name="documented",
-                                           configuration_keys=("retention.ms", "cleanup.policy")),),
-        include_synonyms=True, include_documentation=True,
+    response = _request(
+        broker.bootstrap, DESCRIBE_CONFIGS, 4, include_synonyms=True, include_documentation=True,
+        resources=(describe_configs_v4.DescribeConfigsResource(
+            resource_type=2, resource_name="documented", configuration_keys=("retention.ms", "cleanup.policy"),
+        ),),
     )
-    response = _exchange(broker.bootstrap, DESCRIBE_CONFIGS, 4, b"".join(codec.encode(request)), True)
     configs = {c.name: c for c in response.results[0].configs}
     assert set(configs) == {"retention.ms", "cleanup.policy"}
     assert (configs["retention.ms"].config_type, configs["cleanup.policy"].config_type) == (5, 7)  # LONG, LIST
@@ -318,10 +331,13 @@ def test_config_changes_reach_the_live_log(broker: BrokerProcess) -> None:
 
 
 def produce_to(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
+    """Records keyed by their value (compacted topics want keys) into one partition, all acknowledged."""
+    errors: list[KafkaError] = []
     producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
     for value in values:
-        producer.produce(topic, value, partition=partition)
+        producer.produce(topic, value, key=value, partition=partition, on_delivery=lambda e, _m: e and errors.append(e))
     assert producer.flush(10) == 0
+    assert not errors, errors
 
 
 def consume_offsets(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
@@ -445,3 +461,99 @@ def test_kafka_python_describe_cluster(broker: BrokerProcess, python_admin: Kafk
     assert set(cluster["authorized_operations"]) == {
         "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
     }
+
+
+# ---------------------------------------------------------------------------- restarts
+
+
+def test_configs_partitions_and_log_start_survive_restarts() -> None:
+    with running_broker(config={"num.partitions": "1"}) as own:
+        create(own.bootstrap, "durable", 1, **{"retention.ms": "3600000"})
+        incremental(own.bootstrap, "durable", ("cleanup.policy", "compact", AlterConfigOpType.SET)).result(
+            FUTURE_TIMEOUT_S
+        )
+        admin(own.bootstrap).create_partitions([NewPartitions("durable", 2)])["durable"].result(FUTURE_TIMEOUT_S)
+        produce_to(own.bootstrap, "durable", 1, [b"k%d" % i for i in range(5)])
+        trimmed = admin(own.bootstrap).delete_records([TopicPartition("durable", 1, 2)])
+        assert next(iter(trimmed.values())).result(FUTURE_TIMEOUT_S).low_watermark == 2
+        expected = {"retention.ms": "3600000", "cleanup.policy": "compact"}
+
+        assert own.stop() == 0
+        own.restart()
+        assert overrides(own.bootstrap, "durable") == expected
+        assert consume_offsets(own.bootstrap, "durable", 1) == (2, 5)
+        assert len(admin(own.bootstrap).list_topics("durable", timeout=10).topics["durable"].partitions) == 2
+
+        incremental(own.bootstrap, "durable", ("retention.ms", None, AlterConfigOpType.DELETE)).result(
+            FUTURE_TIMEOUT_S
+        )
+        own.kill()  # the metadata store writes (and fsyncs) every change before answering
+        own.restart()
+        assert overrides(own.bootstrap, "durable") == {"cleanup.policy": "compact"}
+
+
+# ---------------------------------------------------------------------------- APIs without a client call
+
+
+def test_offset_for_leader_epoch(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "epochs", 1)
+    produce_to(broker.bootstrap, "epochs", 0, [b"a", b"b", b"c"])
+
+    def ask(version: int, schema: Any, topic: str, current: int, epoch: int) -> tuple[int, int, int]:
+        extra = {"replica_id": -1} if version >= 3 else {}
+        response = _request(broker.bootstrap, OFFSET_FOR_LEADER_EPOCH, version, **extra, topics=(
+            schema.OffsetForLeaderTopic(topic=topic, partitions=(
+                schema.OffsetForLeaderPartition(partition=0, current_leader_epoch=current, leader_epoch=epoch),
+            )),
+        ))
+        answer = response.topics[0].partitions[0]
+        return answer.error_code, answer.leader_epoch, answer.end_offset
+
+    assert ask(4, leader_epoch_v4, "epochs", -1, 0) == (0, 0, 3)
+    assert ask(2, leader_epoch_v2, "epochs", 0, 0) == (0, 0, 3)
+    assert ask(4, leader_epoch_v4, "epochs", 3, 0)[0] == KafkaError.UNKNOWN_LEADER_EPOCH
+    assert ask(4, leader_epoch_v4, "no-epochs-here", -1, 0)[0] == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def _topic_id(bootstrap: str, name: str) -> uuid.UUID:
+    response = _request(
+        bootstrap, METADATA, 12, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+        topics=(metadata_v12.MetadataRequestTopic(topic_id=NO_ID, name=name),),
+    )
+    return response.topics[0].topic_id
+
+
+def test_delete_topics_by_id(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "by-id", 1)
+    topic_id = _topic_id(broker.bootstrap, "by-id")
+    unknown_id = uuid.uuid4()
+
+    def delete(*states: delete_topics_v6.DeleteTopicState) -> list[tuple[str | None, int]]:
+        response = _request(broker.bootstrap, DELETE_TOPICS, 6, topics=states, timeout=timedelta(seconds=5))
+        return [(r.name, r.error_code) for r in response.responses]
+
+    both = delete_topics_v6.DeleteTopicState(name="by-id", topic_id=topic_id)
+    assert delete(both) == [("by-id", KafkaError.INVALID_REQUEST)]
+    assert delete(delete_topics_v6.DeleteTopicState(name=None, topic_id=unknown_id)) == [
+        (None, KafkaError.UNKNOWN_TOPIC_ID)
+    ]
+    assert delete(delete_topics_v6.DeleteTopicState(name=None, topic_id=topic_id)) == [("by-id", 0)]
+    assert partition_dirs(broker, "by-id") == []
+    assert "by-id" not in admin(broker.bootstrap).list_topics(timeout=10).topics
+
+
+def test_admin_request_with_unknown_tags_is_applied(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "tagged-config", 1)
+    request = codec.request_class(INCREMENTAL_ALTER_CONFIGS, 1)(
+        validate_only=False,
+        resources=(incremental_v1.AlterConfigsResource(resource_type=2, resource_name="tagged-config", configs=(
+            incremental_v1.AlterableConfig(name="retention.ms", config_operation=0, value="123456"),
+        )),),
+    )
+    body = b"".join(codec.encode(request))
+    value_end = body.index(b"123456") + len(b"123456")
+    assert body[value_end] == 0  # the config entry's empty tag section
+    body = body[:value_end] + _unknown_tags((3, b"future"), (1000, b"")) + body[value_end + 1:]
+    response = _exchange(broker.bootstrap, INCREMENTAL_ALTER_CONFIGS, 1, body)
+    assert [r.error_code for r in response.responses] == [0]
+    assert overrides(broker.bootstrap, "tagged-config") == {"retention.ms": "123456"}
