@@ -239,3 +239,48 @@ def test_usage_errors_exit_2(broker: BrokerProcess) -> None:
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
     result = logbus(broker.bootstrap, "topics", "create", "t", "--config", "no-equals-sign")
     assert result.returncode == 2 and "--config expects KEY=VALUE" in result.stderr
+
+
+def test_topics_create_alter_and_describe_configs(broker: BrokerProcess) -> None:
+    created = logbus(
+        broker.bootstrap, "topics", "create", "cli-admin", "--partitions", "1", "--config", "retention.ms=60000"
+    )
+    assert ok(created).strip() == "Created topic cli-admin."
+    described = ok(logbus(broker.bootstrap, "topics", "describe", "cli-admin")).splitlines()
+    assert "PartitionCount: 1" in described[0] and described[0].endswith("Configs: retention.ms=60000")
+
+    altered = logbus(
+        broker.bootstrap, "topics", "alter", "cli-admin", "--partitions", "3", "--config", "segment.bytes=1048576",
+        "--delete-config", "retention.ms",
+    )
+    assert ok(altered).strip() == "Altered topic cli-admin."
+    described = ok(logbus(broker.bootstrap, "topics", "describe", "cli-admin")).splitlines()
+    assert "PartitionCount: 3" in described[0] and described[0].endswith("Configs: segment.bytes=1048576")
+    assert [line.split("\t")[2] for line in described[1:]] == ["Partition: 0", "Partition: 1", "Partition: 2"]
+
+
+def test_topics_alter_errors(broker: BrokerProcess) -> None:
+    ok(logbus(broker.bootstrap, "topics", "create", "cli-alter-errors", "--partitions", "2"))
+    failed(
+        logbus(broker.bootstrap, "topics", "alter", "cli-alter-errors", "--partitions", "1"),
+        "topic 'cli-alter-errors': Topic currently has 2 partitions, which is higher than the requested 1.",
+    )
+    failed(
+        logbus(broker.bootstrap, "topics", "alter", "cli-alter-errors", "--config", "retention.ms=soon"),
+        "Invalid value 'soon' for configuration retention.ms",
+    )
+    failed(
+        logbus(broker.bootstrap, "topics", "alter", "cli-missing", "--config", "retention.ms=1000"),
+        "topic 'cli-missing' does not exist",
+    )
+    described = ok(logbus(broker.bootstrap, "topics", "describe", "cli-alter-errors")).splitlines()
+    assert "PartitionCount: 2" in described[0] and described[0].endswith("Configs: ")
+
+
+def test_topics_delete(broker: BrokerProcess) -> None:
+    ok(logbus(broker.bootstrap, "topics", "create", "cli-deleted", "--partitions", "2"))
+    produce_all(broker.bootstrap, "cli-deleted", [(None, b"gone soon")])
+    assert ok(logbus(broker.bootstrap, "topics", "delete", "cli-deleted")).strip() == "Deleted topic cli-deleted."
+    assert "cli-deleted" not in ok(logbus(broker.bootstrap, "topics", "list")).splitlines()
+    assert not [d for d in os.listdir(broker.data_dir) if d.startswith("cli-deleted-")]
+    failed(logbus(broker.bootstrap, "topics", "delete", "cli-deleted"), "topic 'cli-deleted' does not exist")

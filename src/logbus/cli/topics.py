@@ -153,7 +153,7 @@ def _non_default_configs(admin: Any, args: argparse.Namespace, names: list[str])
         overrides[resource.name] = {
             entry.name: "<sensitive>" if entry.is_sensitive else entry.value
             for entry in entries.values()
-            if entry.source == kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG
+            if entry.source == kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # entries carry the int
         }
     return overrides
 
