@@ -302,6 +302,11 @@ def test_incremental_alter_configs_operations(broker: BrokerProcess) -> None:
     incremental(broker.bootstrap, "incremental", ("cleanup.policy", "delete", subtract)).result(FUTURE_TIMEOUT_S)
     assert overrides(broker.bootstrap, "incremental")["cleanup.policy"] == "compact"
 
+    dry = ConfigResource(ResourceType.TOPIC, "incremental",
+                         incremental_configs=[ConfigEntry("flush.messages", "99", incremental_operation=set_)])
+    admin(broker.bootstrap).incremental_alter_configs([dry], validate_only=True)[dry].result(FUTURE_TIMEOUT_S)
+    assert overrides(broker.bootstrap, "incremental")["flush.messages"] == "10"
+
     not_a_list = incremental(broker.bootstrap, "incremental", ("retention.ms", "5", append))
     assert kafka_error(not_a_list).code() == KafkaError.INVALID_CONFIG
     bad_value = incremental(broker.bootstrap, "incremental", ("cleanup.policy", "shred", set_))

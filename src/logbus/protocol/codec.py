@@ -17,6 +17,7 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from . import tolerant
 from .frames import MalformedRequestError
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -88,6 +89,11 @@ def _writer(cls: type) -> Any:
 
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+    """The request body at `offset`; MalformedRequestError when it does not decode.
+
+    kio's native reader refuses an unknown tagged field with a KeyError naming it; only then
+    is the frame decoded again, more slowly, by `tolerant.decode`, which skips such fields.
+    """
     cls = request_class(api_key, version)
     try:
         value, _size = _reader(cls)(frame, offset)
@@ -97,9 +103,7 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any
             raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from None
     except Exception as exc:
         raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from None
-    from .tolerant import decode
-
-    return decode(cls, frame, offset)
+    return tolerant.decode(cls, frame, offset)
 
 
 def encode(entity: Any) -> list[bytes]:
