@@ -1,0 +1,5 @@
+import sys
+
+from bench.suite.cli import main
+
+sys.exit(main())

@@ -1,0 +1,265 @@
+"""The workloads, each alternating between systems inside every repetition (logbus, peer, peer, ..., again).
+
+Produce and latency runs get a fresh server process each; consume and fan-out share one backlog per
+system (filled once, untimed) and alternate reads over it; the large-log runs alternate produce into
+a broker that holds the large log and into a fresh topic of the same broker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from functools import partial
+
+from bench.suite import kafka_load, limits
+from bench.suite.install import Tools
+from bench.suite.runner import Runner, WorkerProcess, run_worker
+from bench.suite.systems import KAFKA_SYSTEMS, Server, make_server
+
+SIZES = (100, 1000)
+PARTITIONS = (1, 8)
+ACKS = ("1", "all")
+LATENCY_RATES = (1000, 10_000, 50_000)
+FANOUT_GROUPS = 4
+PRODUCE_SYSTEMS = ("logbus", "tansu", "noida", "redis", "redis-benchmark", "nats")
+READ_SYSTEMS = ("logbus", "tansu", "noida", "redis", "nats")
+CLIENTS = {"kafka": "rdkafka_performance", "redis": "redis-py (pipeline 1000)",
+           "redis-benchmark": "redis-benchmark (-P 1000 -c 1)", "nats": "nats-py (async acks)"}
+
+
+def _family(system: str) -> str:
+    return "kafka" if system in KAFKA_SYSTEMS else ("redis" if system.startswith("redis") else "nats")
+
+
+def _client(system: str) -> str:
+    return CLIENTS.get(system, CLIENTS[_family(system)])
+
+
+def _names(partitions: int, prefix: str = "s") -> list[str]:
+    return [f"{prefix}{index}" for index in range(partitions)]
+
+
+def _server(system: str, tools: Tools, durable: bool = True) -> Server:
+    return make_server("redis" if system == "redis-benchmark" else system, tools, durable)
+
+
+def _produce_once(runner: Runner, tools: Tools, system: str, size: int, partitions: int, acks: str,
+                  count: int) -> dict:
+    """One fresh server, one produce run; returns the metrics (records/s, MB/s)."""
+    settings = runner.settings
+    family = _family(system)
+    labels = {"workload": "produce", "case": f"{size} B, {partitions} partition(s), acks={acks}",
+              "system": system, "client": _client(system), "clients": 1}
+    with _server(system, tools, durable=acks == "all") as server:
+        if family == "kafka":
+            kafka_load.create_topic(server.endpoint, "bench", partitions)
+            step = lambda: kafka_load.produce(tools.rdkafka_performance, server.endpoint, "bench", size,  # noqa: E731
+                                              count, acks, settings.run_timeout_s)
+        elif system == "redis-benchmark":
+            step = lambda: _redis_benchmark(server.port, size, partitions, count, settings.run_timeout_s)  # noqa: E731
+        elif family == "redis":
+            step = lambda: _rate(run_worker("redis_produce", settings.run_timeout_s, port=server.port,  # noqa: E731
+                                            streams=_names(partitions), size=size, count=count,
+                                            seconds=settings.worker_seconds), size)
+        else:
+            run_worker("nats_setup", 60, port=server.port, streams=_names(partitions))
+            step = lambda: _rate(run_worker("nats_produce", settings.run_timeout_s, port=server.port,  # noqa: E731
+                                            subjects=_names(partitions), size=size, count=count,
+                                            seconds=settings.worker_seconds), size)
+        return runner.measure(labels, server.pid, step)
+
+
+def _rate(result: dict, size: int) -> dict:
+    seconds = max(result["seconds"], 1e-9)
+    return {"records_s": result["records"] / seconds, "mb_s": result["records"] * size / seconds / 1e6,
+            "records": result["records"]}
+
+
+def _redis_benchmark(port: int, size: int, streams: int, count: int, timeout_s: float) -> dict:
+    """XADD with redis-benchmark: one connection, pipeline 1000, keys s:<n> for n < streams."""
+    done = subprocess.run(["redis-benchmark", "-p", str(port), "-n", str(count), "-c", "1", "-P", "1000",
+                           "-r", str(streams), "--csv", "XADD", "s:__rand_int__", "*", "d", "x" * size],
+                          capture_output=True, text=True, timeout=timeout_s, check=True)
+    rate = float(done.stdout.strip().splitlines()[-1].split(",")[1].strip('"'))
+    return {"records_s": rate, "mb_s": rate * size / 1e6, "records": count}
+
+
+def produce_matrix(runner: Runner, tools: Tools) -> None:
+    for size in SIZES:
+        for partitions in PARTITIONS:
+            for acks in ACKS:
+                for _rep in range(runner.settings.reps):
+                    for system in PRODUCE_SYSTEMS:
+                        _produce_once(runner, tools, system, size, partitions, acks,
+                                      runner.settings.produce_counts[size])
+
+
+def _fill(runner: Runner, tools: Tools, server: Server, system: str, size: int, count: int) -> None:
+    """Write the backlog (untimed for the tables, but bounded)."""
+    family, timeout = _family(system), max(runner.time_left(), 60)
+    if family == "kafka":
+        kafka_load.create_topic(server.endpoint, "backlog", 1)
+        kafka_load.produce(tools.rdkafka_performance, server.endpoint, "backlog", size, count, "1", timeout)
+    elif family == "redis":
+        result = run_worker("redis_produce", timeout, port=server.port, streams=["backlog"], size=size,
+                            count=count, seconds=timeout)
+        _require(result["records"], count, system)
+    else:
+        run_worker("nats_setup", 60, port=server.port, streams=["backlog"])
+        result = run_worker("nats_produce", timeout, port=server.port, subjects=["backlog"], size=size,
+                            count=count, seconds=timeout)
+        _require(result["records"], count, system)
+
+
+def _require(got: int, wanted: int, system: str) -> None:
+    if got < wanted:
+        raise RuntimeError(f"{system}: backlog has {got} of {wanted} records")
+
+
+def _read_backlog(runner: Runner, tools: Tools, server: Server, system: str, size: int, count: int,
+                  group: str | None) -> dict:
+    family, timeout, seconds = _family(system), runner.settings.run_timeout_s, runner.settings.run_timeout_s - 5
+    if family == "kafka":
+        return kafka_load.consume(tools.rdkafka_performance, server.endpoint, "backlog", count, size, timeout, group)
+    if family == "redis":
+        result = run_worker("redis_consume", timeout, port=server.port, stream="backlog", group=group or "reader",
+                            count=count, seconds=seconds)
+    else:
+        result = run_worker("nats_consume", timeout, port=server.port, subject="backlog", count=count,
+                            seconds=seconds)
+    _require(result["records"], count, system)
+    return _rate(result, size)
+
+
+def consume_and_fanout(runner: Runner, tools: Tools) -> None:
+    """Per record size: fill every system's backlog, then alternate timed reads; fan-out on the 100 B backlog."""
+    for size in SIZES:
+        count = max(runner.settings.backlog_mb * 1_000_000 // 1000, 1000)
+        with ExitStack() as stack:
+            servers: dict[str, Server] = {}
+            for system in READ_SYSTEMS:
+                try:
+                    server = stack.enter_context(_server(system, tools, durable=False))
+                    runner.say(f"filling {system} with {count:,} records of {size} B")
+                    _fill(runner, tools, server, system, size, count)
+                    servers[system] = server
+                except Exception as error:  # noqa: BLE001 - a peer that cannot fill is noted, not fatal
+                    runner.note(f"consume {size} B: {system} skipped, backlog fill failed: {str(error)[:160]}")
+            for rep in range(runner.settings.reps):
+                for system, server in servers.items():
+                    labels = {"workload": "consume", "case": f"{size} B backlog, {count:,} records, 1 partition",
+                              "system": system, "client": _client(system), "clients": 1}
+                    runner.measure(labels, server.pid, partial(_read_backlog, runner, tools, server, system, size,
+                                                               count, f"read-{rep}"))
+            if size == SIZES[0]:
+                _fanout(runner, tools, servers, size, count)
+
+
+def _fanout(runner: Runner, tools: Tools, servers: dict[str, Server], size: int, count: int) -> None:
+    for rep in range(runner.settings.reps):
+        for system, server in servers.items():
+            if _family(system) == "kafka" and not _has_groups(runner, server, system):
+                continue
+            labels = {"workload": "fan-out", "case": f"{FANOUT_GROUPS} groups x {count:,} records of {size} B",
+                      "system": system, "client": _client(system), "clients": FANOUT_GROUPS}
+
+            def step(s: Server = server, n: str = system, r: int = rep) -> dict:
+                with ThreadPoolExecutor(FANOUT_GROUPS) as pool:
+                    runs = list(pool.map(lambda g: _read_backlog(runner, tools, s, n, size, count, f"fan-{r}-{g}"),
+                                         range(FANOUT_GROUPS)))
+                slowest = max(run["seconds"] if "seconds" in run else count / run["records_s"] for run in runs)
+                total = FANOUT_GROUPS * count
+                return {"records_s": total / slowest, "mb_s": total * size / slowest / 1e6}
+
+            runner.measure(labels, server.pid, step)
+
+
+def _has_groups(runner: Runner, server: Server, system: str) -> bool:
+    try:
+        supported = kafka_load.JOIN_GROUP_API_KEY in kafka_load.supported_api_keys(server.endpoint)
+    except OSError as error:
+        supported = False
+        runner.note(f"fan-out: ApiVersions probe of {system} failed: {error}")
+    if not supported:
+        runner.note(f"fan-out: {system} does not advertise JoinGroup (consumer groups), skipped")
+    return supported
+
+
+def latency(runner: Runner, tools: Tools) -> None:
+    settings = runner.settings
+    for rate in LATENCY_RATES:
+        for _rep in range(settings.reps):
+            for system in READ_SYSTEMS:
+                labels = {"workload": "latency", "case": f"{rate:,} records/s of 100 B", "system": system,
+                          "client": _client(system).replace("rdkafka_performance", "confluent-kafka"),
+                          "clients": 2, "offered_rate": rate}
+                try:
+                    with _server(system, tools) as server:
+                        runner.measure(labels, server.pid, lambda s=server, n=system, r=rate: _latency_once(
+                            runner, s, n, r))
+                except Exception as error:  # noqa: BLE001
+                    runner.results.append({**labels, "error": str(error)[:200]})
+
+
+def _latency_once(runner: Runner, server: Server, system: str, rate: int) -> dict:
+    seconds = runner.settings.latency_seconds
+    family = _family(system)
+    if family == "kafka":
+        kafka_load.create_topic(server.endpoint, "latency", 1)
+        where = {"bootstrap": server.endpoint, "topic": "latency"}
+    elif family == "redis":
+        where = {"port": server.port, "stream": "latency"}
+    else:
+        run_worker("nats_setup", 60, port=server.port, streams=["latency"])
+        where = {"port": server.port, "subject": "latency"}
+    consumer = WorkerProcess(f"{family}_latency_consume", seconds=seconds + 3, **where)
+    consumer.ready(30)
+    sent = run_worker(f"{family}_latency_produce", seconds + 60, size=100, rate=rate, seconds=seconds, **where)
+    result = consumer.result(seconds + 60)
+    return {**result, "achieved_rate": sent["records"] / max(sent["seconds"], 1e-9)}
+
+
+def large_log(runner: Runner, tools: Tools) -> None:
+    """Produce 100 B acks=1 into a fresh topic and into the topic holding the large log, same broker, alternating."""
+    settings = runner.settings
+    fill_records = int(settings.large_log_gb * 1e9 / 1000)
+    count = settings.produce_counts[100]
+    for system in ("logbus", "noida"):
+        try:
+            with _server(system, tools) as server:
+                kafka_load.create_topic(server.endpoint, "big", 1)
+                runner.say(f"large log: writing {settings.large_log_gb:g} GB into {system}")
+                fill = runner.measure({"workload": "large-log fill", "case": f"{settings.large_log_gb:g} GB of 1 KB",
+                                       "system": system, "client": _client(system), "clients": 1}, server.pid,
+                                      lambda s=server: kafka_load.produce(tools.rdkafka_performance, s.endpoint,
+                                                                          "big", 1000, fill_records, "1",
+                                                                          max(runner.time_left(), 60)))
+                if fill is None:
+                    continue
+                for rep in range(settings.reps):
+                    for topic, state in ((f"empty-{rep}", "empty log"), ("big", f"{settings.large_log_gb:g} GB log")):
+                        if topic != "big":
+                            kafka_load.create_topic(server.endpoint, topic, 1)
+                        labels = {"workload": "large log", "case": f"produce 100 B into {state}", "system": system,
+                                  "client": _client(system), "clients": 1}
+                        runner.measure(labels, server.pid, lambda s=server, t=topic: kafka_load.produce(
+                            tools.rdkafka_performance, s.endpoint, t, 100, count, "1", settings.run_timeout_s))
+        except Exception as error:  # noqa: BLE001
+            runner.note(f"large log: {system} failed: {str(error)[:200]}")
+
+
+def machine_limits(runner: Runner) -> None:
+    settings = runner.settings
+    for _rep in range(settings.reps):
+        for name, step in (
+            ("disk write, page cache", lambda: {"mb_s": limits.disk_write_mb_s(settings.disk_mb, False)}),
+            ("disk write, fdatasync per 1 MiB", lambda: {"mb_s": limits.disk_write_mb_s(settings.disk_sync_mb, True)}),
+            ("loopback TCP, 1 stream", lambda: {"mb_s": limits.loopback_tcp_mb_s(settings.tcp_seconds)}),
+        ):
+            runner.measure({"workload": "machine", "case": name, "system": "fio" if "disk" in name else "iperf3",
+                            "client": "-", "clients": 1}, None, step)
+
+
+PHASES = {"limits": machine_limits, "produce": produce_matrix, "consume": consume_and_fanout,
+          "latency": latency, "large-log": large_log}
