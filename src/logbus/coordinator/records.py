@@ -1,0 +1,241 @@
+"""The records of `__consumer_offsets`, byte for byte as Kafka writes them (sans-I/O).
+
+Keys start with an int16 version that says what the record is:
+  0, 1  OffsetCommitKey     group, topic, partition            (Kafka writes v1)
+  2     GroupMetadataKey    group                              (Kafka writes v2)
+Values (null = tombstone: the offset or the group is deleted):
+  OffsetCommitValue v3: offset, leader epoch, metadata, commit timestamp; v1 (written when the
+      client asked for a retention time, OffsetCommit v2-v4) has an expire timestamp instead
+      of the leader epoch. v0 and v2 are read too.
+  GroupMetadataValue v3: protocol type, generation, protocol, leader, state timestamp and the
+      members (id, instance id, client id/host, timeouts, subscription, assignment). v0-v2 are
+      read too.
+These are Kafka's non-flexible encodings (int16-length strings, int32-length bytes). Records
+with other key versions (the new consumer protocol, share groups) are not ours and are skipped.
+
+The coordinating partition of a group is `Utils.abs(groupId.hashCode()) % partitions`, with
+Java's String.hashCode over UTF-16 code units and Kafka's abs mapping Integer.MIN_VALUE to 0.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_WITH_EXPIRY_VERSION = 1
+GROUP_VALUE_VERSION = 3
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_INT_MIN = -(1 << 31)
+
+
+class RecordFormatError(ValueError):
+    """A key or value of __consumer_offsets that does not parse."""
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (signed 32-bit, over UTF-16 code units)."""
+    encoded = text.encode("utf-16-be", "surrogatepass")
+    value = 0
+    for i in range(0, len(encoded), 2):
+        value = (31 * value + ((encoded[i] << 8) | encoded[i + 1])) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def partition_for_group(group_id: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode) % partitions` (abs(Integer.MIN_VALUE) is 0 there)."""
+    code = java_string_hash(group_id)
+    return (0 if code == _INT_MIN else abs(code)) % partitions
+
+
+# ---------------------------------------------------------------- record shapes
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int  # -1 when unknown
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1  # only in v1 values
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: tuple[MemberValue, ...]
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _string(text: str | None) -> bytes:
+    if text is None:
+        return _I16.pack(-1)
+    data = text.encode("utf-8")
+    return _I16.pack(len(data)) + data
+
+
+def _bytes(data: bytes) -> bytes:
+    return _I32.pack(len(data)) + data
+
+
+def encode_offset_key(key: OffsetKey) -> bytes:
+    return _I16.pack(OFFSET_KEY_VERSION) + _string(key.group) + _string(key.topic) + _I32.pack(key.partition)
+
+
+def encode_group_key(key: GroupKey) -> bytes:
+    return _I16.pack(GROUP_KEY_VERSION) + _string(key.group)
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    """v3, or v1 when the commit carried an expire timestamp (as Kafka chooses)."""
+    if value.expire_timestamp >= 0:
+        return (
+            _I16.pack(OFFSET_VALUE_WITH_EXPIRY_VERSION) + _I64.pack(value.offset) + _string(value.metadata)
+            + _I64.pack(value.commit_timestamp) + _I64.pack(value.expire_timestamp)
+        )
+    return (
+        _I16.pack(OFFSET_VALUE_VERSION) + _I64.pack(value.offset) + _I32.pack(value.leader_epoch)
+        + _string(value.metadata) + _I64.pack(value.commit_timestamp)
+    )
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    parts = [
+        _I16.pack(GROUP_VALUE_VERSION), _string(value.protocol_type), _I32.pack(value.generation),
+        _string(value.protocol), _string(value.leader), _I64.pack(value.state_timestamp),
+        _I32.pack(len(value.members)),
+    ]
+    for member in value.members:
+        parts += [
+            _string(member.member_id), _string(member.group_instance_id), _string(member.client_id),
+            _string(member.client_host), _I32.pack(member.rebalance_timeout_ms),
+            _I32.pack(member.session_timeout_ms), _bytes(member.subscription), _bytes(member.assignment),
+        ]
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.position = 0
+
+    def _unpack(self, fmt: struct.Struct) -> int:
+        if self.position + fmt.size > len(self.data):
+            raise RecordFormatError("record ends early")
+        (value,) = fmt.unpack_from(self.data, self.position)
+        self.position += fmt.size
+        return value
+
+    def i16(self) -> int:
+        return self._unpack(_I16)
+
+    def i32(self) -> int:
+        return self._unpack(_I32)
+
+    def i64(self) -> int:
+        return self._unpack(_I64)
+
+    def _take(self, length: int) -> bytes:
+        if self.position + length > len(self.data):
+            raise RecordFormatError("record ends early")
+        data = self.data[self.position : self.position + length]
+        self.position += length
+        return data
+
+    def nullable_string(self) -> str | None:
+        length = self.i16()
+        return None if length < 0 else self._take(length).decode("utf-8")
+
+    def string(self) -> str:
+        return self.nullable_string() or ""
+
+    def bytes(self) -> bytes:
+        length = self.i32()
+        return b"" if length < 0 else self._take(length)
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+    """The key of a record, or None for record kinds the classic coordinator does not own."""
+    reader = _Reader(data)
+    version = reader.i16()
+    if version in (0, 1):
+        return OffsetKey(reader.string(), reader.string(), reader.i32())
+    if version == GROUP_KEY_VERSION:
+        return GroupKey(reader.string())
+    return None
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    if version not in (0, 1, 2, 3):
+        raise RecordFormatError(f"OffsetCommitValue v{version} is not supported")
+    offset = reader.i64()
+    leader_epoch = reader.i32() if version >= 3 else -1
+    metadata = reader.string()
+    commit_timestamp = reader.i64()
+    expire_timestamp = reader.i64() if version == 1 else -1
+    return OffsetValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    if version not in (0, 1, 2, 3):
+        raise RecordFormatError(f"GroupMetadataValue v{version} is not supported")
+    protocol_type = reader.string()
+    generation = reader.i32()
+    protocol = reader.nullable_string()
+    leader = reader.nullable_string()
+    state_timestamp = reader.i64() if version >= 2 else -1
+    members = []
+    for _ in range(reader.i32()):
+        member_id = reader.string()
+        instance_id = reader.nullable_string() if version >= 3 else None
+        client_id = reader.string()
+        client_host = reader.string()
+        rebalance_timeout = reader.i32() if version >= 1 else -1
+        session_timeout = reader.i32()
+        members.append(MemberValue(
+            member_id, instance_id, client_id, client_host, rebalance_timeout
+            if rebalance_timeout >= 0 else session_timeout, session_timeout, reader.bytes(), reader.bytes(),
+        ))
+    return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))

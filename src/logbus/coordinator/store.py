@@ -1,0 +1,163 @@
+"""`__consumer_offsets` as the coordinator's durable store: append its records, read them back.
+
+Writes go the normal way data goes: a v2 batch (`records.build_batch`) appended by the
+partition as leader, then flushed if the topic's flush policy says so. The topic is created
+on first use, as Kafka does (compacted, `offsets.topic.num.partitions` partitions,
+`offsets.topic.segment.bytes` segments); the log cleaner keeps the latest record per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster.metadata import TopicExistsError
+from ..cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ..protocol.records import build_batch, iter_headers, iter_records, validate_batches
+from .records import (
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    RecordFormatError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+
+TOPIC = "__consumer_offsets"
+LOAD_CHUNK_BYTES = 1 << 20
+
+Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
+
+
+class StoreError(Exception):
+    """A write to __consumer_offsets failed; `code` is what the client gets."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class OffsetsTopic:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.num_partitions: int = broker.config["offsets.topic.num.partitions"]
+
+    def exists(self) -> bool:
+        return self.broker.metadata.topic(TOPIC) is not None
+
+    async def create(self) -> None:
+        """Create the topic (idempotent), as Kafka does on the first FindCoordinator."""
+        if self.exists():
+            return
+        config = self.broker.config
+        replication = min(config["offsets.topic.replication.factor"], len(self.broker.metadata.brokers()))
+        configs = {
+            "cleanup.policy": "compact", "compression.type": "producer",
+            "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+        }
+        # Shielded: a client hanging up must not cancel the creation between the metadata
+        # write and its announcement (the partitions would never open).
+        creation = self.broker.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
+                                                     internal=True)
+        with contextlib.suppress(TopicExistsError):
+            await asyncio.shield(creation)
+
+    def partition_count(self) -> int:
+        topic = self.broker.metadata.topic(TOPIC)
+        return len(topic.partitions) if topic is not None else self.num_partitions
+
+    def partition(self, index: int) -> Partition | None:
+        return self.broker.replicas.get(TOPIC, index)
+
+    def leader_of(self, index: int) -> int | None:
+        topic = self.broker.metadata.topic(TOPIC)
+        if topic is None or index >= len(topic.partitions):
+            return None
+        return topic.partitions[index].leader
+
+    # ------------------------------------------------------------ writes
+
+    async def append(self, index: int, entries: list[Entry]) -> None:
+        """Write `entries` as one batch to partition `index`; raises StoreError."""
+        partition = self.partition(index)
+        if partition is None:
+            raise StoreError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
+        data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], now_ms()))
+        try:
+            partition.append_as_leader(data, validate_batches(data), acks=-1)
+        except NotLeaderError as exc:
+            raise StoreError(ErrorCode.not_coordinator, str(exc)) from None
+        except NotEnoughReplicasError as exc:
+            raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from None
+        except OSError as exc:
+            raise StoreError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
+        await self.broker.replicas.flush_if_due(partition)
+
+    # ------------------------------------------------------------ reads
+
+    def read_all(self, index: int) -> Iterator[Entry]:
+        """Every record of partition `index` in offset order (unknown kinds skipped)."""
+        partition = self.partition(index)
+        if partition is None:
+            return
+        offset = partition.log.log_start_offset
+        end = partition.log.log_end_offset
+        while offset < end:
+            fetched = partition.read(offset, LOAD_CHUNK_BYTES, committed_only=False)
+            if fetched.slice is None:
+                return
+            data = fetched.slice.read()
+            start = offset
+            for header in iter_headers(data):
+                if not header.is_control:
+                    yield from _decode_batch(data, header)
+                offset = header.next_offset
+            if offset == start:  # nothing whole was read: a damaged tail; stop there
+                return
+
+
+def _decode_batch(data: bytes, header: object) -> Iterator[Entry]:
+    for record in iter_records(data, header):
+        if record.key is None:
+            continue
+        try:
+            entry = decode_entry(record.key, record.value)
+        except (RecordFormatError, UnicodeDecodeError):
+            continue
+        if entry is not None:
+            yield entry
+
+
+def encode_entry(key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None) -> tuple[bytes, bytes | None]:
+    if isinstance(key, OffsetKey):
+        return encode_offset_key(key), None if value is None else encode_offset_value(value)
+    return encode_group_key(key), None if value is None else encode_group_value(value)
+
+
+def decode_entry(key_bytes: bytes, value_bytes: bytes | None) -> Entry | None:
+    key = decode_key(key_bytes)
+    if key is None:
+        return None
+    if value_bytes is None:
+        return key, None
+    if isinstance(key, OffsetKey):
+        return key, decode_offset_value(value_bytes)
+    return key, decode_group_value(value_bytes)
