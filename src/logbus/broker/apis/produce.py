@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
 from ...protocol.codec import make, response_class, response_module
-from ...protocol.records import CorruptRecordError, validate_batches
+from ...protocol.records import BatchHeader, CorruptRecordError, iter_records, validate_batches
 from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..context import RequestContext
 
@@ -94,6 +94,8 @@ def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
                 ErrorCode.message_too_large,
                 f"batch of {header.size} bytes exceeds max.message.bytes={limit}",
             )
+    if partition.log.config.compact:
+        _require_keys(records, headers)
     try:
         return partition.append_as_leader(bytearray(records), headers, acks)
     except NotLeaderError as exc:
@@ -106,6 +108,13 @@ def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
         raise ProduceError(ErrorCode.invalid_producer_epoch, str(exc)) from None
     except OSError as exc:
         raise ProduceError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
+
+
+def _require_keys(records: bytes, headers: list[BatchHeader]) -> None:
+    """A compacted topic takes only keyed records (Kafka: INVALID_RECORD)."""
+    for header in headers:
+        if not header.is_control and any(record.key is None for record in iter_records(records, header)):
+            raise ProduceError(ErrorCode.invalid_record, "Compacted topic cannot accept message without key.")
 
 
 def _partition_response(

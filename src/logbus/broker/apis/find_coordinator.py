@@ -1,0 +1,54 @@
+"""FindCoordinator (key 10): serves v0–v6.
+
+Key type 0 (group) is answered with the leader of the group's `__consumer_offsets`
+partition; the topic is created on first use, as Kafka does. v4+ batches several keys
+(`coordinator_keys`) and answers each in a `Coordinator` entry. Transactions (key type 1)
+have no coordinator yet: COORDINATOR_NOT_AVAILABLE; other key types: INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import group_coordinator
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 10
+MIN_VERSION = 0
+MAX_VERSION = 6
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    cls = response_class(API_KEY, ctx.api_version)
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+    if ctx.api_version >= 4:
+        module = response_module(API_KEY, ctx.api_version)
+        answers = [await _find(ctx, key, key_type) for key in request.coordinator_keys]
+        return make(cls, coordinators=tuple(make(module.Coordinator, key=key, **answer)
+                                            for key, answer in zip(request.coordinator_keys, answers, strict=True)))
+    return make(cls, **await _find(ctx, request.key, key_type))
+
+
+async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    if key_type == TRANSACTION_KEY_TYPE:
+        return _error(ErrorCode.coordinator_not_available, "There is no transaction coordinator")
+    if key_type != GROUP_KEY_TYPE:
+        return _error(ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}")
+    coordinator = group_coordinator(ctx.broker)
+    await coordinator.store.create()
+    leader = coordinator.store.leader_of(coordinator.partition_for(key))
+    node = next((b for b in ctx.broker.metadata.brokers() if b.broker_id == leader), None)
+    if node is None:
+        return _error(ErrorCode.coordinator_not_available, "The coordinator is not available")
+    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
+            "host": node.host, "port": node.port}
+
+
+def _error(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}

@@ -1,0 +1,36 @@
+"""LeaveGroup (key 13): serves v0–v5.
+
+v0–v2 name one member (its error is the response's error); v3+ batch members, each with an
+optional `group.instance.id` (a static member may leave by instance id alone; a member id that
+is not the instance's current one gets FENCED_INSTANCE_ID), answered one by one. v5+ adds a
+reason. Leaving triggers a rebalance of the others at once (no session timeout wait).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import group_coordinator
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 13
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    cls = response_class(API_KEY, ctx.api_version)
+    if ctx.api_version < 3:
+        error, errors = group_coordinator(ctx.broker).leave(request.group_id, [(request.member_id, None)])
+        return make(cls, error_code=errors[0] if error is ErrorCode.none else error)
+    leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    error, errors = group_coordinator(ctx.broker).leave(request.group_id, leaving)
+    module = response_module(API_KEY, ctx.api_version)
+    members = tuple(
+        make(module.MemberResponse, member_id=member_id, group_instance_id=instance_id, error_code=member_error)
+        for (member_id, instance_id), member_error in zip(leaving, errors, strict=True)
+    )
+    return make(cls, error_code=error, members=members if error is ErrorCode.none else ())

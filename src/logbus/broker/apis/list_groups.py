@@ -1,0 +1,36 @@
+"""ListGroups (key 16): serves v0–v5.
+
+Every group this broker coordinates (Dead ones excluded). v4+ filters by state names
+(case-insensitive) and reports each group's state; v5+ filters by type and reports it
+("classic": the only type served here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import group_coordinator
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 16
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+GROUP_TYPE = "classic"
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    listed = []
+    if not types or GROUP_TYPE in types:
+        for group in group_coordinator(ctx.broker).list_groups():
+            if states and group.state.value.lower() not in states:
+                continue
+            listed.append(make(module.ListedGroup, group_id=group.group_id, protocol_type=group.protocol_type or "",
+                               group_state=group.state.value, group_type=GROUP_TYPE))
+    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, groups=tuple(listed))

@@ -1,0 +1,60 @@
+"""OffsetCommit (key 8): serves v2–v9.
+
+Offsets (with leader epoch from v6 and a metadata string, both returned byte for byte by
+OffsetFetch) are written to __consumer_offsets. v2–v4 carry a retention time: when it is not
+-1 the offset expires at commit time + retention (OffsetCommitValue v1, as Kafka writes it).
+v7+ carries `group.instance.id`. A generation of -1 commits outside group management (an Empty
+or new group: admin tools, `assign()`); otherwise the member and generation must be current.
+Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION; a metadata string over 4096 bytes
+OFFSET_METADATA_TOO_LARGE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import group_coordinator
+from ...coordinator.coordinator import OffsetCommit
+from ...coordinator.store import now_ms
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 8
+MIN_VERSION = 2
+MAX_VERSION = 9
+
+NO_RETENTION = -1
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    metadata = ctx.broker.metadata
+    commits: list[OffsetCommit] = []
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic in request.topics:
+        known = metadata.topic(topic.name)
+        for p in topic.partitions:
+            if known is None or not 0 <= p.partition_index < len(known.partitions):
+                errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            commits.append(OffsetCommit(topic.name, p.partition_index, p.committed_offset,
+                                        getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    retention = getattr(request, "retention_time", NO_RETENTION)
+    expire_at = now_ms() + retention if retention != NO_RETENTION else -1
+    results = await group_coordinator(ctx.broker).commit_offsets(
+        request.group_id, request.generation_id_or_member_epoch, request.member_id or "",
+        getattr(request, "group_instance_id", None), commits, expire_at,
+    ) if commits else []
+    for commit, error in zip(commits, results, strict=True):
+        errors[(commit.topic, commit.partition)] = error
+    module = response_module(API_KEY, ctx.api_version)
+    topics = tuple(
+        make(module.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
+            make(module.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                 error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions
+        ))
+        for topic in request.topics
+    )
+    return make(response_class(API_KEY, ctx.api_version), topics=topics)

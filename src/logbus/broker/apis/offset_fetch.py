@@ -1,0 +1,64 @@
+"""OffsetFetch (key 9): serves v1–v9.
+
+Committed offsets, leader epochs (v5+) and metadata exactly as committed; -1 (and empty
+metadata) for partitions without one. A null topic list (v2+) asks for everything the group
+committed. v1 reports group errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) per
+partition, v2–v7 in the top-level error code, v8+ per group: v8+ asks for several groups in
+one request. `require_stable` (v7+) needs nothing here: there are no pending transactional
+offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import group_coordinator
+from ...coordinator.coordinator import FetchedOffset
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 9
+MIN_VERSION = 1
+MAX_VERSION = 9
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    cls = response_class(API_KEY, ctx.api_version)
+    module = response_module(API_KEY, ctx.api_version)
+    coordinator = group_coordinator(ctx.broker)
+    if ctx.api_version >= 8:
+        groups = []
+        for group in request.groups:
+            error, offsets = coordinator.fetch_offsets(group.group_id, _wanted(group.topics))
+            groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, error_code=error,
+                               topics=_topics(module, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
+                                              offsets)))
+        return make(cls, groups=tuple(groups))
+    wanted = _wanted(request.topics)
+    error, offsets = coordinator.fetch_offsets(request.group_id, wanted)
+    if error is not ErrorCode.none and ctx.api_version == 1:
+        offsets = [FetchedOffset(t, p, -1, -1, "", error) for t, ps in wanted or [] for p in ps]
+    topics = _topics(module, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition", offsets)
+    return make(cls, error_code=error, topics=topics)
+
+
+def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
+    if topics is None:
+        return None
+    return [(t.name, list(t.partition_indexes)) for t in topics]
+
+
+def _topics(module: Any, topic_class: str, partition_class: str, offsets: list[FetchedOffset]) -> tuple:
+    by_topic: dict[str, list[FetchedOffset]] = {}
+    for offset in offsets:
+        by_topic.setdefault(offset.topic, []).append(offset)
+    return tuple(
+        make(getattr(module, topic_class), name=name, partitions=tuple(
+            make(getattr(module, partition_class), partition_index=o.partition, committed_offset=o.offset,
+                 committed_leader_epoch=o.leader_epoch, metadata=o.metadata, error_code=o.error)
+            for o in found
+        ))
+        for name, found in by_topic.items()
+    )

@@ -1,0 +1,35 @@
+"""SyncGroup (key 14): serves v0–v5.
+
+The leader sends every member's assignment; each member (the leader included) gets its own
+once the leader's is written to __consumer_offsets. v3+ carries `group.instance.id`; v5+
+the protocol type and name, checked against the group's (INCONSISTENT_GROUP_PROTOCOL) and
+returned in the response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import group_coordinator
+from ...protocol.codec import make, response_class
+from ..context import RequestContext
+
+API_KEY = 14
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    assignments = {a.member_id: a.assignment for a in request.assignments}
+    error, assignment, group = await group_coordinator(ctx.broker).sync(
+        request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
+        getattr(request, "protocol_type", None), getattr(request, "protocol_name", None), assignments,
+    )
+    succeeded = error is ErrorCode.none and group is not None
+    return make(
+        response_class(API_KEY, ctx.api_version), error_code=error, assignment=assignment,
+        protocol_type=group.protocol_type if succeeded else None,
+        protocol_name=group.protocol_name if succeeded else None,
+    )
