@@ -13,6 +13,7 @@ from bench.suite import install, report
 from bench.suite.runner import Runner, Settings
 from bench.suite.workloads import PHASES
 
+DEFAULT_PHASES = [phase for phase in PHASES if phase != "profile"]
 RESULTS_DIR = os.path.join(install.BENCH_DIR, "results")
 
 
@@ -20,7 +21,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
     quick = args.quick
     settings = Settings(
         reps=args.reps or (2 if quick else 3),
-        produce_counts={100: 500_000, 1000: 150_000} if quick else {100: 3_000_000, 1000: 1_000_000},
+        produce_counts={100: 1_000_000, 1000: 300_000} if quick else {100: 5_000_000, 1000: 2_000_000},
         worker_seconds=3 if quick else 5,
         backlog_mb=args.backlog_mb or (128 if quick else 1024),
         latency_seconds=3 if quick else 6,
@@ -29,6 +30,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
         disk_sync_mb=256 if quick else 1024,
         tcp_seconds=2 if quick else 5,
         budget_s=(args.budget_min or (12 if quick else 25)) * 60,
+        out_dir=args.out,
     )
     return settings
 
@@ -65,7 +67,8 @@ def header(args: argparse.Namespace, settings: Settings, tools: install.Tools, p
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 repetitions (a few minutes)")
-    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list out of {','.join(PHASES)}")
+    parser.add_argument("--phases", default=",".join(DEFAULT_PHASES),
+                        help=f"comma list out of {','.join(PHASES)} (default: all but profile)")
     parser.add_argument("--reps", type=int, help="repetitions (default 2 quick, 3 full)")
     parser.add_argument("--backlog-mb", type=int, help="consume backlog size (default 128 quick, 1024 full)")
     parser.add_argument("--large-log-gb", type=float, help="log size for the large-log run (default 1 quick, 10 full)")
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"[setup] {text}", file=sys.stderr, flush=True)
 
+    os.makedirs(args.out, exist_ok=True)
     tools = install.ensure_all(say)
     if args.install_only:
         return 0

@@ -109,7 +109,7 @@ def produce(tool: str, bootstrap: str, topic: str, size: int, count: int, acks: 
     if row.get("dr", 0) < count or row.get("dr_err", 0):
         raise LoadError(f"produce: {row or output[-500:]}")
     seconds = row["elapsed"] / 1000
-    return {"records_s": count / seconds, "mb_s": count * size / seconds / 1e6, "seconds": seconds}
+    return {"records_s": count / seconds, "mb_s": count * size / seconds / 1e6, "seconds": seconds, "records": count}
 
 
 def consume(tool: str, bootstrap: str, topic: str, count: int, size: int, timeout_s: float,
@@ -122,4 +122,4 @@ def consume(tool: str, bootstrap: str, topic: str, count: int, size: int, timeou
     if row.get("msgs", 0) < count:
         raise LoadError(f"consume: {row or output[-500:]}")
     seconds = row["elapsed"] / 1000 if row.get("elapsed") else wall
-    return {"records_s": count / seconds, "mb_s": count * size / seconds / 1e6, "seconds": seconds}
+    return {"records_s": count / seconds, "mb_s": count * size / seconds / 1e6, "seconds": seconds, "records": count}

@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.suite.profile import summarise  # noqa: E402
+
 KAFKA_PEERS = ("tansu", "noida")
 
 
@@ -29,6 +31,10 @@ def aggregate(results: list[dict]) -> dict[tuple[str, str, str], dict]:
             values = [row[metric] for row in good if row.get(metric) is not None]
             if values:
                 stats[metric] = (statistics.median(values), min(values), max(values))
+        per_cpu = [row["records"] / row["server_cpu_s"] for row in good
+                   if row.get("records") and row.get("server_cpu_s")]
+        if per_cpu:
+            stats["records_per_server_cpu_s"] = statistics.median(per_cpu)
         for cpu in ("server_cpu_s", "client_cpu_s"):
             shares = [row[cpu] / row["wall_s"] for row in good if row.get(cpu) is not None and row.get("wall_s")]
             if shares:
@@ -45,7 +51,7 @@ def _fmt(triple: tuple[float, float, float] | None, digits: int = 0) -> str:
 
 
 def _cpu(stats: dict, key: str) -> str:
-    return f"{stats[key]:.0f}" if key in stats else "–"
+    return f"{stats[key]:,.0f}" if key in stats else "–"
 
 
 def _err(stats: dict) -> str:
@@ -54,15 +60,16 @@ def _err(stats: dict) -> str:
 
 def throughput_table(table: dict, workloads: tuple[str, ...]) -> list[str]:
     lines = ["| workload | case | system | client (processes) | records/s median (min–max) | MB/s median (min–max) "
-             "| server CPU % | client CPU % | server peak RSS MiB | runs | notes |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| server CPU % | client CPU % | records per server CPU-second | server peak RSS MiB | runs | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (workload, case, system), stats in table.items():
         if workload not in workloads:
             continue
         rss = f"{stats['server_rss_mib'][2]:.0f}" if "server_rss_mib" in stats else "–"
         lines.append(f"| {workload} | {case} | {system} | {stats['client']} ({stats['clients']}) "
                      f"| {_fmt(stats.get('records_s'))} | {_fmt(stats.get('mb_s'), 1)} "
-                     f"| {_cpu(stats, 'server_cpu_pct')} | {_cpu(stats, 'client_cpu_pct')} | {rss} "
+                     f"| {_cpu(stats, 'server_cpu_pct')} | {_cpu(stats, 'client_cpu_pct')} "
+                     f"| {_cpu(stats, 'records_per_server_cpu_s')} | {rss} "
                      f"| {stats['runs']} | {_err(stats)} |")
     return lines
 
@@ -181,9 +188,14 @@ def write(results: list[dict], notes: list[str], header: list[str], out_dir: str
                    os.path.join(out_dir, f"{workload.replace(' ', '-')}.png"), log)
     lines = [*header, "", "## Targets (ratios from this run)", "", *targets(table), "",
              "## Throughput", "", *throughput_table(table, ("produce", "consume", "fan-out", "large-log fill",
-                                                              "large log", "machine")),
+                                                              "large log", "machine",
+                                                              "profiled (py-spy)")),
              "", "## End-to-end latency (100 B records, consumer and producer in separate processes)", "",
              *latency_table(table), ""]
+    profiles = sorted(name for name in os.listdir(out_dir) if name.startswith("profile-") and name.endswith(".txt"))
+    for name in profiles:
+        lines += [f"## Where the logbus broker's time goes: {name[len('profile-'):-4]} (py-spy, 200 Hz)", "",
+                  *summarise(os.path.join(out_dir, name)), ""]
     if notes:
         lines += ["## Notes from the run", "", *[f"- {note}" for note in notes], ""]
     lines += ["Charts: " + ", ".join(f"`{w.replace(' ', '-')}.png`" for w, *_ in charts), ""]

@@ -28,6 +28,7 @@ class Settings:
     disk_sync_mb: int
     tcp_seconds: int
     budget_s: float
+    out_dir: str
     run_timeout_s: float = 120.0
 
 

@@ -7,6 +7,7 @@ a broker that holds the large log and into a fresh topic of the same broker.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -14,6 +15,7 @@ from functools import partial
 
 from bench.suite import kafka_load, limits
 from bench.suite.install import Tools
+from bench.suite.profile import Profiler
 from bench.suite.runner import Runner, WorkerProcess, run_worker
 from bench.suite.systems import KAFKA_SYSTEMS, Server, make_server
 
@@ -118,12 +120,14 @@ def _require(got: int, wanted: int, system: str) -> None:
 
 
 def _read_backlog(runner: Runner, tools: Tools, server: Server, system: str, size: int, count: int,
-                  group: str | None) -> dict:
+                  group: str, as_group_member: bool) -> dict:
+    """Read the whole backlog once: Kafka clients by partition assignment, or as a consumer group member."""
     family, timeout, seconds = _family(system), runner.settings.run_timeout_s, runner.settings.run_timeout_s - 5
     if family == "kafka":
-        return kafka_load.consume(tools.rdkafka_performance, server.endpoint, "backlog", count, size, timeout, group)
+        return kafka_load.consume(tools.rdkafka_performance, server.endpoint, "backlog", count, size, timeout,
+                                  group if as_group_member else None)
     if family == "redis":
-        result = run_worker("redis_consume", timeout, port=server.port, stream="backlog", group=group or "reader",
+        result = run_worker("redis_consume", timeout, port=server.port, stream="backlog", group=group,
                             count=count, seconds=seconds)
     else:
         result = run_worker("nats_consume", timeout, port=server.port, subject="backlog", count=count,
@@ -151,7 +155,7 @@ def consume_and_fanout(runner: Runner, tools: Tools) -> None:
                     labels = {"workload": "consume", "case": f"{size} B backlog, {count:,} records, 1 partition",
                               "system": system, "client": _client(system), "clients": 1}
                     runner.measure(labels, server.pid, partial(_read_backlog, runner, tools, server, system, size,
-                                                               count, f"read-{rep}"))
+                                                               count, f"read-{rep}", False))
             if size == SIZES[0]:
                 _fanout(runner, tools, servers, size, count)
 
@@ -165,9 +169,12 @@ def _fanout(runner: Runner, tools: Tools, servers: dict[str, Server], size: int,
                       "system": system, "client": _client(system), "clients": FANOUT_GROUPS}
 
             def step(s: Server = server, n: str = system, r: int = rep) -> dict:
+                """All groups read at once; rate from the first record (group join excluded) to the slowest end."""
+                def member(g: int) -> dict:
+                    return _read_backlog(runner, tools, s, n, size, count, f"fan-{r}-{g}", True)
+
                 with ThreadPoolExecutor(FANOUT_GROUPS) as pool:
-                    runs = list(pool.map(lambda g: _read_backlog(runner, tools, s, n, size, count, f"fan-{r}-{g}"),
-                                         range(FANOUT_GROUPS)))
+                    runs = list(pool.map(member, range(FANOUT_GROUPS)))
                 slowest = max(run["seconds"] if "seconds" in run else count / run["records_s"] for run in runs)
                 total = FANOUT_GROUPS * count
                 return {"records_s": total / slowest, "mb_s": total * size / slowest / 1e6}
@@ -261,5 +268,25 @@ def machine_limits(runner: Runner) -> None:
                             "client": "-", "clients": 1}, None, step)
 
 
+def profile_logbus(runner: Runner, tools: Tools) -> None:
+    """py-spy on the logbus broker: produce 100 B and 1 KB, then read the 100 B log back (extra runs, own rows)."""
+    out_dir = runner.settings.out_dir
+    counts = {100: 5_000_000, 1000: 2_000_000}
+    timeout = runner.settings.run_timeout_s
+    with _server("logbus", tools) as server:
+        for size, count in counts.items():
+            topic = f"profile-{size}"
+            kafka_load.create_topic(server.endpoint, topic, 1)
+            labels = {"workload": "profiled (py-spy)", "case": f"produce {size} B, 1 partition, acks=1",
+                      "system": "logbus", "client": _client("logbus"), "clients": 1}
+            with Profiler(server.pid, os.path.join(out_dir, f"profile-produce-{size}.txt")):
+                runner.measure(labels, server.pid, partial(kafka_load.produce, tools.rdkafka_performance,
+                                                           server.endpoint, topic, size, count, "1", timeout))
+            labels = {**labels, "case": f"consume {size} B from the start, 1 partition"}
+            with Profiler(server.pid, os.path.join(out_dir, f"profile-consume-{size}.txt")):
+                runner.measure(labels, server.pid, partial(kafka_load.consume, tools.rdkafka_performance,
+                                                           server.endpoint, topic, count, size, timeout))
+
+
 PHASES = {"limits": machine_limits, "produce": produce_matrix, "consume": consume_and_fanout,
-          "latency": latency, "large-log": large_log}
+          "large-log": large_log, "latency": latency, "profile": profile_logbus}
