@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import os
 import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -29,6 +27,14 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, produce_all, wait_until
 from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v0.request import JoinGroupRequestProtocol as JoinGroupProtocolV0
+from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
+from kio.schema.leave_group.v5.request import MemberIdentity
+from kio.schema.offset_commit.v9.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
+from kio.schema.offset_delete.v0.request import OffsetDeleteRequestPartition, OffsetDeleteRequestTopic
+from kio.schema.offset_fetch.v1.request import OffsetFetchRequestTopic
+from kio.schema.offset_fetch.v9.request import OffsetFetchRequestGroup, OffsetFetchRequestTopics
+from kio.schema.sync_group.v5.request import SyncGroupRequestAssignment
 from kio.serial import entity_reader
 
 from logbus.coordinator.records import (
@@ -86,13 +92,14 @@ def consumer(bootstrap: str, group: str, **config: Any) -> Consumer:
 
 
 def poll_until_assigned(consumers: list[Consumer], partitions: int, timeout: float = 30.0) -> list[set[int]]:
-    """Poll every consumer until their assignments together cover `partitions` partitions, disjointly."""
+    """Poll every consumer until each has partitions and together they cover all, disjointly."""
     def settled() -> list[set[int]] | None:
         for c in consumers:
             c.poll(0.05)
         owned = [{tp.partition for tp in c.assignment()} for c in consumers]
         covered = set().union(*owned)
-        if sum(len(o) for o in owned) == partitions and covered == set(range(partitions)):
+        everyone_busy = all(owned) or len(consumers) > partitions
+        if everyone_busy and sum(len(o) for o in owned) == partitions and covered == set(range(partitions)):
             return owned
         return None
 
@@ -140,6 +147,78 @@ def test_group_records_are_kafkas_bytes() -> None:
 # ---------------------------------------------------------------- confluent-kafka groups
 
 
+def test_kafka_python_group(broker: BrokerProcess) -> None:
+    """Each member polls in its own thread: kafka-python's poll blocks while its JoinGroup waits."""
+    from kafka import KafkaConsumer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    topic = create_topic(broker.bootstrap)
+    group = unique("kafka-python")
+    members = [KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group, session_timeout_ms=SESSION_MS,
+                             heartbeat_interval_ms=500, enable_auto_commit=False, auto_offset_reset="earliest")
+               for _ in range(3)]
+    stop = threading.Event()
+
+    def poll_forever(member: Any) -> None:
+        while not stop.is_set():
+            member.poll(timeout_ms=50)
+
+    threads = [threading.Thread(target=poll_forever, args=(m,), daemon=True) for m in members]
+    for thread in threads:
+        thread.start()
+    try:
+        def settled() -> list[set[int]] | None:
+            owned = [{tp.partition for tp in m.assignment()} for m in members]
+            return owned if sorted(p for o in owned for p in o) == list(range(6)) and all(owned) else None
+
+        owned = wait_until(settled, 40, message="kafka-python members assigned")
+        assert [len(o) for o in owned] == [2, 2, 2]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    try:
+        mine = KafkaTopicPartition(topic, min(owned[0]))
+        members[0].commit({mine: OffsetAndMetadata(0, "from kafka-python", 0)})
+        assert members[0].committed(mine, metadata=True) == OffsetAndMetadata(0, "from kafka-python", 0)
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_aiokafka_group(broker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    topic = create_topic(broker.bootstrap)
+    values = fill(broker.bootstrap, topic, 60)
+    group = unique("aiokafka")
+
+    async def run() -> tuple[list[set[int]], list[bytes]]:
+        members = [AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                                    auto_offset_reset="earliest", enable_auto_commit=False) for _ in range(3)]
+        await asyncio.gather(*(m.start() for m in members))
+        try:
+            received: list[bytes] = []
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                batches = await asyncio.gather(*(m.getmany(timeout_ms=100) for m in members))
+                received += [r.value for batch in batches for records in batch.values() for r in records]
+                owned = [{tp.partition for tp in m.assignment()} for m in members]
+                if len(received) >= 60 and sorted(p for o in owned for p in o) == list(range(6)) and all(owned):
+                    await asyncio.gather(*(m.commit() for m in members))
+                    return owned, received
+            raise AssertionError(f"aiokafka group did not settle: {len(received)} records")
+        finally:
+            await asyncio.gather(*(m.stop() for m in members))
+
+    owned, received = asyncio.run(run())
+    assert [len(o) for o in owned] == [2, 2, 2]
+    assert sorted(set(received)) == sorted(values)
+    assert committed_total(broker.bootstrap, group, topic, 6) == 60
+
+
 def test_three_members_share_six_partitions(broker: BrokerProcess) -> None:
     topic = create_topic(broker.bootstrap)
     group = unique("three")
@@ -153,3 +232,455 @@ def test_three_members_share_six_partitions(broker: BrokerProcess) -> None:
     finally:
         for member in members:
             member.close()
+
+
+MEMBER_SCRIPT = r"""
+import sys, json
+from confluent_kafka import Consumer
+bootstrap, group, topic = sys.argv[1:4]
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": 6000,
+                     "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False, "log_level": 0})
+def report(_consumer, partitions):
+    print(json.dumps({"assigned": sorted(p.partition for p in partitions)}), flush=True)
+consumer.subscribe([topic], on_assign=report, on_revoke=lambda c, p: None)
+while True:
+    message = consumer.poll(0.1)
+    if message is None or message.error():
+        continue
+    print(json.dumps({"processed": message.value().decode()}), flush=True)
+    consumer.commit(message, asynchronous=False)
+"""
+
+
+class MemberProcess:
+    """A group member in its own process (so that it can be killed with SIGKILL)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", MEMBER_SCRIPT, bootstrap, group, topic],
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )
+        self.processed: list[str] = []
+        self.assigned: set[int] = set()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            event = json.loads(line)
+            if "processed" in event:
+                self.processed.append(event["processed"])
+            else:
+                self.assigned = set(event["assigned"])
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+def test_killed_member_partitions_move_and_nothing_is_lost(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap)
+    group = unique("kill")
+    first = fill(broker.bootstrap, topic, 300)
+    members = [MemberProcess(broker.bootstrap, group, topic) for _ in range(3)]
+    try:
+        wait_until(lambda: sorted(p for m in members for p in m.assigned) == list(range(6))
+                   and all(m.assigned for m in members), 30, message="3 members assigned")
+        wait_until(lambda: {v for m in members for v in m.processed} >= {v.decode() for v in first}, 30,
+                   message="first batch processed")
+        victim, survivors = members[0], members[1:]
+        orphaned = set(victim.assigned)
+        victim.kill()
+        killed_at = time.monotonic()
+        second = fill(broker.bootstrap, topic, 300)
+        wait_until(lambda: set().union(*(m.assigned for m in survivors)) == set(range(6)), 30,
+                   message="survivors own every partition")
+        moved_after = time.monotonic() - killed_at
+        assert moved_after >= SESSION_MS / 1000 - 1.0, f"moved after {moved_after:.1f}s, before the session timeout"
+        assert orphaned <= set().union(*(m.assigned for m in survivors))
+        everything = {v.decode() for v in first + second}
+        wait_until(lambda: {v for m in members for v in m.processed} >= everything, 30,
+                   message="every record processed")
+    finally:
+        for member in members:
+            member.stop()
+
+
+def test_broker_restart_keeps_committed_offsets() -> None:
+    with running_broker(config=GROUP_CONFIG) as broker:
+        topic = create_topic(broker.bootstrap, 3)
+        fill(broker.bootstrap, topic, 30)
+        group = unique("restart")
+        member = consumer(broker.bootstrap, group)
+        member.subscribe([topic])
+        poll_until_assigned([member], 3)
+        commits = [TopicPartition(topic, p, 4 + p, f"meta-{p}") for p in range(3)]
+        member.commit(offsets=commits, asynchronous=False)
+        member.close()
+        broker.stop()
+        broker.restart()
+        again = consumer(broker.bootstrap, group)
+        try:
+            committed = again.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+            assert [(c.partition, c.offset, c.metadata) for c in committed] == [
+                (p, 4 + p, f"meta-{p}") for p in range(3)]
+            again.subscribe([topic])
+            first: dict[int, int] = {}
+            deadline = time.monotonic() + 20
+            while len(first) < 3 and time.monotonic() < deadline:
+                message = again.poll(0.2)
+                if message is not None and message.error() is None:
+                    first.setdefault(message.partition(), message.offset())
+            assert first == {p: 4 + p for p in range(3)}
+        finally:
+            again.close()
+
+
+def test_two_groups_read_the_same_topic_independently(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 2)
+    values = fill(broker.bootstrap, topic, 40)
+    seen: dict[str, list[bytes]] = {}
+    for group in (unique("a"), unique("b")):
+        member = consumer(broker.bootstrap, group)
+        member.subscribe([topic])
+        seen[group] = []
+        deadline = time.monotonic() + 30
+        try:
+            while len(seen[group]) < 40 and time.monotonic() < deadline:
+                message = member.poll(0.2)
+                if message is not None and message.error() is None:
+                    seen[group].append(message.value())
+            member.commit(asynchronous=False)
+        finally:
+            member.close()
+    assert all(sorted(v) == sorted(values) for v in seen.values())
+
+
+def test_cooperative_sticky_rebalance_keeps_owned_partitions(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap)
+    group = unique("coop")
+    settings = {"partition.assignment.strategy": "cooperative-sticky"}
+    first = consumer(broker.bootstrap, group, **settings)
+    first.subscribe([topic])
+    second = None
+    try:
+        poll_until_assigned([first], 6)
+        second = consumer(broker.bootstrap, group, **settings)
+        second.subscribe([topic])
+        owned = poll_until_assigned([first, second], 6)
+        assert [len(o) for o in owned] == [3, 3]
+        assert group_description(broker.bootstrap, group).partition_assignor == "cooperative-sticky"
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+def group_description(bootstrap: str, group: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    return admin.describe_consumer_groups([group])[group].result(10)
+
+
+def test_static_member_rejoins_without_rebalance(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap)
+    group = unique("static")
+    members = [consumer(broker.bootstrap, group, **{"group.instance.id": f"instance-{i}"}) for i in range(2)]
+    for member in members:
+        member.subscribe([topic])
+    owned = poll_until_assigned(members, 6)
+    generation = group_generation(broker.bootstrap, group)
+    members[0].close()  # a static member leaves no LeaveGroup behind: nobody rebalances
+    again = consumer(broker.bootstrap, group, **{"group.instance.id": "instance-0"})
+    again.subscribe([topic])
+    try:
+        rejoined = poll_until_assigned([again, members[1]], 6)
+        assert rejoined == owned
+        assert group_generation(broker.bootstrap, group) == generation
+    finally:
+        again.close()
+        members[1].close()
+
+
+def group_generation(bootstrap: str, group: str) -> int:
+    """The generation of a Stable group. No API reports it, but a Heartbeat of the first member
+    answers ILLEGAL_GENERATION for every generation but the current one."""
+    described = raw_request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False)
+    assert described.groups[0].group_state == "Stable", described.groups[0].group_state
+    return generation_from_members(bootstrap, group)
+
+
+def generation_from_members(bootstrap: str, group: str) -> int:
+    member = raw_request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False).groups[0].members[0]
+    reply = raw_request(bootstrap, 12, 4, group_id=group, generation_id=-1, member_id=member.member_id,
+                        group_instance_id=member.group_instance_id)
+    assert reply.error_code == ErrorCode.illegal_generation
+    for generation in range(1, 50):
+        reply = raw_request(bootstrap, 12, 4, group_id=group, generation_id=generation,
+                            member_id=member.member_id, group_instance_id=member.group_instance_id)
+        if reply.error_code == ErrorCode.none:
+            return generation
+    raise AssertionError("no generation found")
+
+
+def test_seven_members_over_six_partitions_leave_one_idle(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap)
+    group = unique("seven")
+    members = [consumer(broker.bootstrap, group) for _ in range(7)]
+    try:
+        for member in members:
+            member.subscribe([topic])
+
+        def one_idle() -> list[set[int]] | None:
+            for member in members:
+                member.poll(0.02)
+            owned = [{tp.partition for tp in m.assignment()} for m in members]
+            described = group_description(broker.bootstrap, group)
+            stable = str(described.state).endswith("STABLE") and len(described.members) == 7
+            return owned if stable and sorted(len(o) for o in owned) == [0, 1, 1, 1, 1, 1, 1] else None
+
+        owned = wait_until(one_idle, 40, interval=0.01, message="six busy members and one idle")
+        assert set().union(*owned) == set(range(6))
+    finally:
+        for member in members:
+            member.close()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_balanced_consumer(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 3)
+    values = fill(broker.bootstrap, topic, 30)
+    group = unique("kcat")
+    result = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-G", group, "-o", "beginning", "-e", "-q",
+         "-X", "session.timeout.ms=6000", "-f", "%s\n", topic],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert sorted(result.stdout.split()) == sorted(v.decode() for v in values), result.stderr
+    wait_until(lambda: committed_total(broker.bootstrap, group, topic, 3) == 30, 20,
+               message="kcat's committed offsets")
+
+
+def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    probe = consumer(bootstrap, group)
+    try:
+        committed = probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return sum(max(c.offset, 0) for c in committed)
+    finally:
+        probe.close()
+
+
+# ---------------------------------------------------------------- raw protocol: error codes
+
+
+class RawConnection:
+    """One socket speaking kio-encoded requests, for the exchanges real clients never make."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.correlation = 0
+
+    def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        self.correlation += 1
+        flexible = codec.is_flexible(api_key, version)
+        client_id = b"raw-groups"
+        header = struct.pack(">hhih", api_key, version, self.correlation, len(client_id)) + client_id
+        body = b"".join(codec.encode(codec.make(codec.request_class(api_key, version), **fields)))
+        frame = header + (b"\x00" if flexible else b"") + body
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        response = self._exactly(struct.unpack(">i", self._exactly(4))[0])
+        assert struct.unpack_from(">i", response)[0] == self.correlation
+        value, _ = entity_reader(codec.response_class(api_key, version))(response, 5 if flexible else 4)
+        return value
+
+    def _exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            assert chunk, "broker closed the connection"
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def raw_request(bootstrap: str, api_key: int, version: int, **fields: Any) -> Any:
+    connection = RawConnection(bootstrap)
+    try:
+        return connection.call(api_key, version, **fields)
+    finally:
+        connection.close()
+
+
+def join_fields(group: str, member_id: str = "", instance_id: str | None = None, session_ms: int = SESSION_MS,
+                protocol: str = "range") -> dict[str, Any]:
+    return dict(
+        group_id=group, session_timeout=datetime.timedelta(milliseconds=session_ms),
+        rebalance_timeout=datetime.timedelta(milliseconds=10000), member_id=member_id,
+        group_instance_id=instance_id, protocol_type="consumer", reason=None,
+        protocols=(_protocol(protocol, b"\x00\x01subscription"),),
+    )
+
+
+def _protocol(name: str, metadata: bytes) -> Any:
+    return JoinGroupRequestProtocol(name=name, metadata=metadata)
+
+
+def find_coordinator(bootstrap: str, group: str) -> None:
+    reply = raw_request(bootstrap, 10, 3, key=group, key_type=0)
+    assert reply.error_code == ErrorCode.none
+
+
+def test_find_coordinator_batched_keys(broker: BrokerProcess) -> None:
+    reply = raw_request(broker.bootstrap, 10, 4, key_type=0, coordinator_keys=("g1", "g2", ""))
+    assert [c.key for c in reply.coordinators] == ["g1", "g2", ""]
+    assert all(c.error_code == ErrorCode.none and c.port == broker.port for c in reply.coordinators)
+    bad = raw_request(broker.bootstrap, 10, 4, key_type=5, coordinator_keys=("g1",))
+    assert bad.coordinators[0].error_code == ErrorCode.invalid_request
+
+
+def test_join_group_errors_and_member_id_required(broker: BrokerProcess) -> None:
+    group = unique("raw")
+    find_coordinator(broker.bootstrap, group)
+    connection = RawConnection(broker.bootstrap)
+    try:
+        too_short = connection.call(11, 9, **join_fields(group, session_ms=1000))
+        assert too_short.error_code == ErrorCode.invalid_session_timeout
+        unknown = connection.call(11, 9, **join_fields(group, member_id="nobody"))
+        assert unknown.error_code == ErrorCode.unknown_member_id
+        first = connection.call(11, 9, **join_fields(group))
+        assert first.error_code == ErrorCode.member_id_required and first.member_id.startswith("raw-groups-")
+        joined = connection.call(11, 9, **join_fields(group, member_id=first.member_id))
+        assert joined.error_code == ErrorCode.none
+        assert (joined.generation_id, joined.leader, joined.protocol_name) == (1, first.member_id, "range")
+        assert [(m.member_id, m.metadata) for m in joined.members] == [(first.member_id, b"\x00\x01subscription")]
+        other = connection.call(11, 9, **join_fields(group, member_id="", protocol="roundrobin"))
+        assert other.error_code == ErrorCode.inconsistent_group_protocol
+        wrong_generation = connection.call(12, 4, group_id=group, generation_id=7, member_id=first.member_id,
+                                           group_instance_id=None)
+        assert wrong_generation.error_code == ErrorCode.illegal_generation
+        synced = connection.call(14, 5, group_id=group, generation_id=1, member_id=first.member_id,
+                                 group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                                 assignments=(SyncGroupRequestAssignment(member_id=first.member_id,
+                                                                         assignment=b"\x00\x01mine"),))
+        assert (synced.error_code, synced.assignment, synced.protocol_name) == (ErrorCode.none, b"\x00\x01mine",
+                                                                                 "range")
+        beat = connection.call(12, 4, group_id=group, generation_id=1, member_id=first.member_id,
+                               group_instance_id=None)
+        assert beat.error_code == ErrorCode.none
+        left = connection.call(13, 5, group_id=group, members=(
+            MemberIdentity(member_id=first.member_id, group_instance_id=None, reason="bye"),
+            MemberIdentity(member_id="ghost", group_instance_id=None, reason=None),
+        ))
+        assert [m.error_code for m in left.members] == [ErrorCode.none, ErrorCode.unknown_member_id]
+        after = connection.call(12, 4, group_id=group, generation_id=1, member_id=first.member_id,
+                                group_instance_id=None)
+        assert after.error_code == ErrorCode.unknown_member_id
+    finally:
+        connection.close()
+
+
+def test_join_group_v0_needs_no_member_id_round_trip(broker: BrokerProcess) -> None:
+    group = unique("v0")
+    find_coordinator(broker.bootstrap, group)
+    reply = raw_request(broker.bootstrap, 11, 0, group_id=group, session_timeout=datetime.timedelta(seconds=6),
+                        member_id="", protocol_type="consumer",
+                        protocols=(JoinGroupProtocolV0(name="range", metadata=b"x"),))
+    assert reply.error_code == ErrorCode.none and reply.member_id and reply.generation_id == 1
+
+
+def test_static_member_with_stale_member_id_is_fenced(broker: BrokerProcess) -> None:
+    group = unique("fence")
+    find_coordinator(broker.bootstrap, group)
+    connection = RawConnection(broker.bootstrap)
+    try:
+        first = connection.call(11, 9, **join_fields(group, instance_id="box-1"))
+        assert first.error_code == ErrorCode.none  # static members skip MEMBER_ID_REQUIRED
+        second = connection.call(11, 9, **join_fields(group, instance_id="box-1"))
+        assert second.error_code == ErrorCode.none and second.member_id != first.member_id
+        stale = connection.call(12, 4, group_id=group, generation_id=first.generation_id,
+                                member_id=first.member_id, group_instance_id="box-1")
+        assert stale.error_code == ErrorCode.fenced_instance_id
+    finally:
+        connection.close()
+
+
+def test_offset_commit_and_fetch_return_metadata_byte_for_byte(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 2)
+    group, other = unique("meta"), unique("meta-other")
+    find_coordinator(broker.bootstrap, group)
+    find_coordinator(broker.bootstrap, other)
+    metadata = "ünïcode \x00 nul and emoji 😀 " + "x" * 100
+    partitions = (OffsetCommitRequestPartition(partition_index=0, committed_offset=17, committed_leader_epoch=3,
+                                               committed_metadata=metadata),
+                  OffsetCommitRequestPartition(partition_index=1, committed_offset=5, committed_leader_epoch=-1,
+                                               committed_metadata=""),
+                  OffsetCommitRequestPartition(partition_index=9, committed_offset=1, committed_leader_epoch=-1,
+                                               committed_metadata=None))
+    committed = raw_request(broker.bootstrap, 8, 9, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                            group_instance_id=None,
+                            topics=(OffsetCommitRequestTopic(name=topic, partitions=partitions),))
+    assert [p.error_code for p in committed.topics[0].partitions] == [
+        ErrorCode.none, ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    too_large = raw_request(broker.bootstrap, 8, 9, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                            group_instance_id=None, topics=(OffsetCommitRequestTopic(name=topic, partitions=(
+                                OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                             committed_leader_epoch=-1,
+                                                             committed_metadata="m" * 5000),)),))
+    assert too_large.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+    fetched = raw_request(broker.bootstrap, 9, 9, require_stable=False, groups=(
+        OffsetFetchRequestGroup(group_id=group, member_id=None, member_epoch=-1, topics=None),
+        OffsetFetchRequestGroup(group_id=other, member_id=None, member_epoch=-1, topics=(
+            OffsetFetchRequestTopics(name=topic, partition_indexes=(0,)),)),
+    ))
+    mine, theirs = fetched.groups
+    assert [(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata)
+            for p in mine.topics[0].partitions] == [(0, 17, 3, metadata), (1, 5, -1, "")]
+    assert [(p.committed_offset, p.metadata) for p in theirs.topics[0].partitions] == [(-1, "")]
+    old = raw_request(broker.bootstrap, 9, 1, group_id=group, topics=(_fetch_topic_v1(topic, (0,)),))
+    assert [(p.committed_offset, p.metadata) for p in old.topics[0].partitions] == [(17, metadata)]
+
+
+def _fetch_topic_v1(topic: str, partitions: tuple[int, ...]) -> Any:
+    return OffsetFetchRequestTopic(name=topic, partition_indexes=partitions)
+
+
+def test_list_describe_delete_and_offset_delete(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 2)
+    group = unique("admin")
+    member = consumer(broker.bootstrap, group)
+    member.subscribe([topic])
+    poll_until_assigned([member], 2)
+    member.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 4)], asynchronous=False)
+    try:
+        stable = raw_request(broker.bootstrap, 16, 5, states_filter=("stable",), types_filter=())
+        assert (group, "Stable", "classic") in {(g.group_id, g.group_state, g.group_type) for g in stable.groups}
+        empty_only = raw_request(broker.bootstrap, 16, 4, states_filter=("Empty",))
+        assert group not in {g.group_id for g in empty_only.groups}
+        described = raw_request(broker.bootstrap, 15, 5, groups=(group,), include_authorized_operations=False)
+        assert described.groups[0].protocol_data == "range" and len(described.groups[0].members) == 1
+        unknown = raw_request(broker.bootstrap, 15, 6, groups=("no-such-group",), include_authorized_operations=False)
+        assert unknown.groups[0].error_code == ErrorCode.group_id_not_found
+        busy = raw_request(broker.bootstrap, 42, 2, groups_names=(group,))
+        assert busy.results[0].error_code == ErrorCode.non_empty_group
+        subscribed = raw_request(broker.bootstrap, 47, 0, group_id=group, topics=(OffsetDeleteRequestTopic(
+            name=topic, partitions=(OffsetDeleteRequestPartition(partition_index=0),)),))
+        assert subscribed.topics[0].partitions[0].error_code == ErrorCode.group_subscribed_to_topic
+    finally:
+        member.close()
+    wait_until(lambda: raw_request(broker.bootstrap, 15, 5, groups=(group,), include_authorized_operations=False)
+               .groups[0].group_state == "Empty", 10, message="group empty after close")
+    dropped = raw_request(broker.bootstrap, 47, 0, group_id=group, topics=(OffsetDeleteRequestTopic(
+        name=topic, partitions=(OffsetDeleteRequestPartition(partition_index=0),)),))
+    assert dropped.error_code == ErrorCode.none and dropped.topics[0].partitions[0].error_code == ErrorCode.none
+    deleted = raw_request(broker.bootstrap, 42, 2, groups_names=(group, "no-such-group"))
+    assert [r.error_code for r in deleted.results] == [ErrorCode.none, ErrorCode.group_id_not_found]
+    listed = raw_request(broker.bootstrap, 16, 0)
+    assert group not in {g.group_id for g in listed.groups}

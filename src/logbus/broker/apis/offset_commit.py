@@ -40,8 +40,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 continue
             commits.append(OffsetCommit(topic.name, p.partition_index, p.committed_offset,
                                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
-    retention = getattr(request, "retention_time", NO_RETENTION)
-    expire_at = now_ms() + retention if retention != NO_RETENTION else -1
+    retention = getattr(request, "retention_time", None)  # a timedelta in kio; -1 ms: the broker's
+    retention_ms = NO_RETENTION if retention is None else round(retention.total_seconds() * 1000)
+    expire_at = now_ms() + retention_ms if retention_ms != NO_RETENTION else -1
     results = await group_coordinator(ctx.broker).commit_offsets(
         request.group_id, request.generation_id_or_member_epoch, request.member_id or "",
         getattr(request, "group_instance_id", None), commits, expire_at,
