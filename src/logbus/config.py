@@ -374,6 +374,11 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, capped by max.compaction.lag.ms on a compacted topic (Kafka's roll rule)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
+
 
 def log_config(broker: BrokerConfig, overrides: Mapping[str, str] | None = None) -> LogConfig:
     values = {c.name: c.value for c in describe_topic_configs(broker, overrides or {})}

@@ -55,6 +55,7 @@ class Broker:
             self.config["log.retention.check.interval.ms"],
             self.config["log.flush.offset.checkpoint.interval.ms"],
             min(self.config["log.flush.scheduler.interval.ms"], 1000),
+            self.config["log.cleaner.backoff.ms"] if self.config["log.cleaner.enable"] else None,
         )
         await self._server.start_serving()
         return self.host, self.port

@@ -328,3 +328,106 @@ def build_batch(
     )
     _CRC.pack_into(batch, 17, crc32c.crc32c(memoryview(batch)[CRC_START:]))
     return bytes(batch)
+
+
+# ---------------------------------------------------------------- compaction: rebuilding batches
+
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024  # what the Java client's SnappyOutputStream writes
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """The counterpart of `decompress`: frames every client reads (Java included).
+
+    Snappy is xerial-framed as the Java client writes it; LZ4 is the LZ4 frame format with
+    independent blocks, which Kafka's own LZ4 stream reader requires.
+    """
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_GZIP:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_compress(data)
+    if codec == COMPRESSION_LZ4:
+        return _lz4_compress(data)
+    if codec == COMPRESSION_ZSTD:
+        return bytes(cramjam.zstd.compress(data))
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+def _lz4_compress(data: bytes) -> bytes:
+    # cramjam.lz4.compress links blocks, which the Java client refuses ("Dependent block stream is unsupported")
+    compressor = cramjam.lz4.Compressor(block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    out = bytearray(_XERIAL_HEADER)
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK]))
+        out += struct.pack(">i", len(block)) + block
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One record of a decompressed batch body, with its encoded bytes kept as they are.
+
+    The cleaner decides per record from the key, offset delta and tombstone flag, and writes
+    retained records back byte for byte, so timestamps, headers and deltas never change.
+    """
+
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    is_tombstone: bool
+    encoded: bytes
+
+
+def batch_body(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bytes:
+    """The records section of the batch at header.position, decompressed."""
+    start = header.position + HEADER_SIZE
+    return decompress(header.compression, bytes(buf[start : header.position + header.size]))
+
+
+def iter_raw_records(body: bytes, count: int) -> Iterator[RawRecord]:
+    """Split a decompressed batch body into its `count` records."""
+    record_start = 0
+    for _ in range(count):
+        length, position = _varint(body, record_start)
+        end = position + length
+        timestamp_delta, position = _varint(body, position + 1)  # skip the attributes byte
+        offset_delta, position = _varint(body, position)
+        key, position = _varbytes(body, position)
+        value_length, position = _varint(body, position)
+        yield RawRecord(offset_delta, timestamp_delta, key, value_length < 0, body[record_start:end])
+        record_start = end
+
+
+def rebuild_batch(header: BatchHeader, retained: list[RawRecord]) -> bytes:
+    """The batch at header.position with only `retained` records, recompressed with its codec.
+
+    Everything else stays: base offset and last offset delta (so the batch still ends at the
+    same offset and producer state stays right), base timestamp, attributes, leader epoch,
+    producer id, epoch and base sequence. The max timestamp is that of the retained records
+    (CreateTime) or the original one (LogAppendTime, and empty batches kept for producers).
+    An empty batch has no records section and says it is uncompressed, as Kafka writes it.
+    """
+    attributes = header.attributes
+    max_timestamp = header.max_timestamp
+    if retained:
+        body = compress(header.compression, b"".join(r.encoded for r in retained))
+        if not attributes & TIMESTAMP_TYPE_BIT:
+            max_timestamp = header.base_timestamp + max(r.timestamp_delta for r in retained)
+    else:
+        body = b""
+        attributes &= ~COMPRESSION_MASK
+    out = bytearray(HEADER_SIZE) + body
+    _HEADER.pack_into(
+        out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
+        attributes, header.last_offset_delta, header.base_timestamp, max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, len(retained),
+    )
+    _CRC.pack_into(out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import dataclasses
 import glob
 import os
@@ -30,7 +31,7 @@ from ..protocol.records import (
 )
 from . import checkpoints
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
-from .segment import LogSegment, ReadSlice
+from .segment import LogSegment, ReadSlice, segment_name
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
@@ -90,10 +91,10 @@ class PartitionLog:
         Returns how many bytes recovery cut from torn or corrupt tails.
         """
         os.makedirs(self.directory, exist_ok=True)
-        for leftover in glob.glob(os.path.join(self.directory, "*.tmp")) + glob.glob(
-            os.path.join(self.directory, "*.deleted")
-        ):
-            os.unlink(leftover)
+        for suffix in (".tmp", ".deleted", ".cleaned"):
+            for leftover in glob.glob(os.path.join(self.directory, "*" + suffix)):
+                os.unlink(leftover)
+        self._complete_swaps()
         bases = sorted(
             int(os.path.basename(p)[:-4]) for p in glob.glob(os.path.join(self.directory, "*.log"))
         )
@@ -119,6 +120,51 @@ class PartitionLog:
         self.epochs = [(e, s) for e, s in self.epochs if s <= self.log_end_offset]
         self._rebuild_producer_state()
         return cut
+
+    def _complete_swaps(self) -> None:
+        """Finish a cleaner swap that a crash cut short (Kafka's `.swap` recovery).
+
+        A `.swap` segment is complete (it was fsynced as `.cleaned` before the rename), so it
+        replaces every segment whose base offset falls in its offset range. Its indexes are
+        rebuilt, as a crash may have left them half renamed.
+        """
+        for path in sorted(glob.glob(os.path.join(self.directory, "*.log.swap"))):
+            base = int(os.path.basename(path).split(".")[0])
+            swap = LogSegment(self.directory, base, self.config.index_interval_bytes, suffix=".swap")
+            swap.recover()
+            for old in glob.glob(os.path.join(self.directory, "*.log")):
+                old_base = int(os.path.basename(old)[:-4])
+                if base <= old_base < max(swap.next_offset, base + 1):
+                    _unlink_segment_files(self.directory, old_base)
+            swap.rename_suffix("")
+            swap.close()
+
+    def replace_segments(self, replacements: list[tuple[LogSegment, list[LogSegment]]]) -> bool:
+        """Swap cleaned segments in for the ones they were cleaned from; the caller holds io_lock.
+
+        Kafka's protocol: every new segment goes `.cleaned` -> `.swap`, then the old segments
+        are deleted, then `.swap` -> final name; `load` finishes the job after a crash. An empty
+        cleaned segment is dropped unless it is the log's first, so the log start stays put.
+        Returns False, changing nothing, when a source segment is gone (retention, deletion).
+        """
+        if self.deleted or any(old not in self.segments for _, olds in replacements for old in olds):
+            return False
+        for new, _ in replacements:
+            new.rename_suffix(".swap")
+        segments = list(self.segments)
+        for new, olds in replacements:
+            at = segments.index(olds[0])
+            for old in olds:
+                old.delete()
+            new.rename_suffix("")
+            if new.size == 0 and at > 0:
+                new.delete()
+                segments[at : at + len(olds)] = []
+            else:
+                segments[at : at + len(olds)] = [new]
+        self.segments = segments
+        self._base_offsets = [segment.base_offset for segment in segments]
+        return True
 
     def _drop_empty_tail_segments(self) -> None:
         while len(self.segments) > 1 and self.segments[-1].size == 0:
@@ -210,7 +256,7 @@ class PartitionLog:
         segment = self.active_segment
         index_full = len(segment.offset_index) * 8 >= self.config.segment_index_bytes
         if index_full or segment.roll_due(
-            self.config.segment_bytes, self.config.segment_ms, incoming_bytes, incoming_max_ts
+            self.config.segment_bytes, self.config.max_segment_ms, incoming_bytes, incoming_max_ts
         ):
             self.roll()
 
@@ -317,14 +363,16 @@ class PartitionLog:
         for i, segment in enumerate(self.segments):
             next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
             below_start = next_base is not None and next_base <= self.log_start_offset
+            empty = segment.size == 0  # only the active segment, or the first after compaction
             expired = self.config.delete and self.config.retention_ms >= 0 and (
-                segment.size > 0 and now - segment.max_timestamp > self.config.retention_ms
+                (empty and next_base is not None)
+                or (not empty and now - segment.max_timestamp > self.config.retention_ms)
             )
             oversized = (
                 self.config.delete and retention_bytes >= 0
                 and remaining - segment.size >= retention_bytes
             )
-            if not (below_start or expired or oversized) or segment.size == 0:
+            if not (below_start or expired or oversized) or (empty and next_base is None):
                 break
             doomed.append(segment)
             remaining -= segment.size
@@ -389,6 +437,13 @@ class PartitionLog:
             for leftover in glob.glob(os.path.join(self.directory, "*")):
                 os.unlink(leftover)
             os.rmdir(self.directory)
+
+
+def _unlink_segment_files(directory: str, base_offset: int) -> None:
+    stem = os.path.join(directory, segment_name(base_offset))
+    for extension in (".log", ".index", ".timeindex"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stem + extension)
 
 
 def _fsync_all(segments: list[LogSegment]) -> None:

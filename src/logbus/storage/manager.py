@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..config import LogConfig
 from . import checkpoints
+from .cleaner import LogCleaner
 from .log import PartitionLog, now_ms
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class LogManager:
         self.clean_shutdown = False
         self._recovery_points: dict[tuple[str, int], int] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
+        self.cleaner: LogCleaner | None = None
 
     async def run_blocking(self, fn: Callable, *args: object) -> object:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -71,6 +73,7 @@ class LogManager:
         self._recovery_points = checkpoints.read_offsets(self._path(RECOVERY_POINT_FILE))
         self._log_starts = checkpoints.read_offsets(self._path(LOG_START_FILE))
         self.high_watermarks = checkpoints.read_offsets(self._path(HIGH_WATERMARK_FILE))
+        self.cleaner = LogCleaner(self.data_dir, self.logs)
 
     def _write_meta_properties(self, broker_id: int, cluster_id: str) -> None:
         path = self._path(META_PROPERTIES)
@@ -111,17 +114,23 @@ class LogManager:
     async def delete_log(self, topic: str, partition: int) -> None:
         log_ = self.logs.pop((topic, partition), None)
         self.high_watermarks.pop((topic, partition), None)
+        if self.cleaner is not None:
+            self.cleaner.forget((topic, partition))
         if log_ is not None:
             await log_.delete()
 
     # ------------------------------------------------------------------ background
 
-    def start(self, retention_check_ms: int, checkpoint_ms: int, flush_check_ms: int) -> None:
+    def start(self, retention_check_ms: int, checkpoint_ms: int, flush_check_ms: int,
+              cleaner_backoff_ms: int | None = None) -> None:
+        """Start upkeep; the log cleaner runs every `cleaner_backoff_ms` unless that is None."""
         self._tasks = [
             asyncio.create_task(self._every(retention_check_ms, self.apply_retention)),
             asyncio.create_task(self._every(checkpoint_ms, self.write_checkpoints)),
             asyncio.create_task(self._every(flush_check_ms, self.flush_due_logs)),
         ]
+        if cleaner_backoff_ms is not None and self.cleaner is not None:
+            self._tasks.append(asyncio.create_task(self._every(cleaner_backoff_ms, self.cleaner.clean_due_logs)))
 
     async def _every(self, interval_ms: int, job: Callable) -> None:
         interval = max(interval_ms, 10) / 1000
@@ -162,6 +171,8 @@ class LogManager:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.cleaner is not None:
+            self.cleaner.stop()
         await asyncio.gather(*(log_.close(self.run_blocking, True) for log_ in self.logs.values()))
         await self.write_checkpoints()
         with open(self._path(CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):

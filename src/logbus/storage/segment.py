@@ -43,16 +43,18 @@ class ReadSlice:
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, suffix: str = "") -> None:
+        """`suffix` (".cleaned", ".swap") names the files of a segment the log cleaner is writing."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
+        self.suffix = suffix
         stem = os.path.join(directory, segment_name(base_offset))
-        self.path = stem + ".log"
+        self.path = stem + ".log" + suffix
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(stem + ".index", base_offset)
-        self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset)
+        self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms = int(time.time() * 1000)
@@ -252,6 +254,17 @@ class LogSegment:
         if self.first_batch_timestamp >= 0:
             return incoming_max_ts - self.first_batch_timestamp > segment_ms
         return int(time.time() * 1000) - self.created_ms > segment_ms
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the three files to carry `suffix` instead (indexes first, the log last)."""
+        stem = os.path.join(self.directory, segment_name(self.base_offset))
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.offset_index.rename(stem + ".index" + suffix)
+        self.time_index.rename(stem + ".timeindex" + suffix)
+        os.rename(self.path, stem + ".log" + suffix)
+        self.path = stem + ".log" + suffix
+        self.suffix = suffix
 
     def close(self) -> None:
         self.offset_index.close()
