@@ -30,6 +30,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v0.request import JoinGroupRequestProtocol as JoinGroupProtocolV0
 from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 from kio.schema.leave_group.v5.request import MemberIdentity
+from kio.schema.offset_commit.v2.request import OffsetCommitRequestPartition as OffsetCommitV2Partition
+from kio.schema.offset_commit.v2.request import OffsetCommitRequestTopic as OffsetCommitV2Topic
 from kio.schema.offset_commit.v9.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
 from kio.schema.offset_delete.v0.request import OffsetDeleteRequestPartition, OffsetDeleteRequestTopic
 from kio.schema.offset_fetch.v1.request import OffsetFetchRequestTopic
@@ -684,3 +686,122 @@ def test_list_describe_delete_and_offset_delete(broker: BrokerProcess) -> None:
     assert [r.error_code for r in deleted.results] == [ErrorCode.none, ErrorCode.group_id_not_found]
     listed = raw_request(broker.bootstrap, 16, 0)
     assert group not in {g.group_id for g in listed.groups}
+
+
+def test_offsets_with_retention_time_expire_and_the_empty_group_goes(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 1)
+    group = unique("expire")
+    find_coordinator(broker.bootstrap, group)
+    partition = OffsetCommitV2Partition(partition_index=0, committed_offset=9, committed_metadata="soon gone")
+    committed = raw_request(broker.bootstrap, 8, 2, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                            retention_time=datetime.timedelta(milliseconds=500),
+                            topics=(OffsetCommitV2Topic(name=topic, partitions=(partition,)),))
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+
+    def fetched_offset() -> int:
+        reply = raw_request(broker.bootstrap, 9, 1, group_id=group, topics=(_fetch_topic_v1(topic, (0,)),))
+        return reply.topics[0].partitions[0].committed_offset
+
+    assert fetched_offset() == 9
+    wait_until(lambda: fetched_offset() == -1, 10, message="offset expired")
+    listed = raw_request(broker.bootstrap, 16, 0)
+    assert group not in {g.group_id for g in listed.groups}
+
+
+def test_restart_restores_group_metadata_and_deletions() -> None:
+    with running_broker(config=GROUP_CONFIG) as broker:
+        topic = create_topic(broker.bootstrap, 2)
+        kept, deleted = unique("kept"), unique("deleted")
+        member = consumer(broker.bootstrap, kept, **{"group.instance.id": "restart-1"})
+        member.subscribe([topic])
+        poll_until_assigned([member], 2)
+        member.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        before = raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False).groups[0]
+        other = consumer(broker.bootstrap, deleted)
+        other.commit(offsets=[TopicPartition(topic, 1, 2)], asynchronous=False)
+        other.close()
+        assert raw_request(broker.bootstrap, 42, 2, groups_names=(deleted,)).results[0].error_code == ErrorCode.none
+        member.close()  # static: no LeaveGroup, the member stays until its session expires
+        broker.stop()
+        broker.restart()
+        after = raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False).groups[0]
+        assert (after.group_state, after.protocol_data) == ("Stable", "range")
+        assert [(m.member_id, m.group_instance_id, m.member_assignment) for m in after.members] == [
+            (m.member_id, m.group_instance_id, m.member_assignment) for m in before.members]
+        gone = raw_request(broker.bootstrap, 15, 6, groups=(deleted,), include_authorized_operations=False)
+        assert gone.groups[0].error_code == ErrorCode.group_id_not_found
+        wait_until(lambda: raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False)
+                   .groups[0].group_state == "Empty", 15, message="restored member expired")
+
+
+# ---------------------------------------------------------------- the `logbus groups` CLI
+
+
+def logbus_groups(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logbus", "groups", *args, "--bootstrap-server", broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+
+
+def describe_rows(output: str) -> dict[int, list[str]]:
+    """`groups describe` rows by partition: [topic, partition, current, log end, lag, consumer, host, client]."""
+    rows = [line.split() for line in output.splitlines()[2:]]
+    return {int(row[1]): row for row in rows if row[1] != "-"}
+
+
+def test_groups_cli_list_describe_and_reset(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 3)
+    fill(broker.bootstrap, topic, 30)
+    log_end = high_watermarks(broker.bootstrap, topic, 3)
+    group = unique("cli")
+    member = consumer(broker.bootstrap, group, **{"client.id": "cli-test-client"})
+    member.subscribe([topic])
+    poll_until_assigned([member], 3)
+    member.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    try:
+        listed = logbus_groups(broker, "list")
+        assert listed.returncode == 0 and group in listed.stdout.split(), listed.stderr
+        described = logbus_groups(broker, "describe", group)
+        assert described.returncode == 0, described.stderr
+        assert described.stdout.splitlines()[0].startswith(f"Group: {group}\tState: STABLE\tAssignor: range")
+        rows = describe_rows(described.stdout)
+        assert rows[0][2:5] == ["2", str(log_end[0]), str(log_end[0] - 2)]
+        assert rows[1][2:5] == ["-", str(log_end[1]), "-"]
+        assert all(row[7] == "cli-test-client" for row in rows.values())
+        refused = logbus_groups(broker, "reset-offsets", group, "--topic", topic, "--to-earliest")
+        assert refused.returncode == 2 and "active member" in refused.stderr
+    finally:
+        member.close()
+    to_offset = logbus_groups(broker, "reset-offsets", group, "--topic", topic, "--to-offset", "5")
+    assert to_offset.returncode == 0, to_offset.stderr
+    assert [c.offset for c in committed_offsets(broker.bootstrap, group, topic, 3)] == [5, 5, 5]
+    latest = logbus_groups(broker, "reset-offsets", group, "--topic", topic, "--to-latest")
+    assert latest.returncode == 0, latest.stderr
+    assert [c.offset for c in committed_offsets(broker.bootstrap, group, topic, 3)] == [log_end[p] for p in range(3)]
+    rows = describe_rows(logbus_groups(broker, "describe", group).stdout)
+    assert [rows[p][4] for p in range(3)] == ["0", "0", "0"]
+    past = logbus_groups(broker, "reset-offsets", group, "--topic", topic, "--to-datetime", "2000-01-01T00:00:00Z")
+    assert past.returncode == 0, past.stderr
+    assert [c.offset for c in committed_offsets(broker.bootstrap, group, topic, 3)] == [0, 0, 0]
+    future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+    logbus_groups(broker, "reset-offsets", group, "--topic", topic, "--to-earliest")
+    later = logbus_groups(broker, "reset-offsets", group, "--topic", topic, "--to-datetime", future.isoformat())
+    assert later.returncode == 0, later.stderr
+    assert [c.offset for c in committed_offsets(broker.bootstrap, group, topic, 3)] == [log_end[p] for p in range(3)]
+    missing = logbus_groups(broker, "describe", "no-such-group")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    probe = consumer(bootstrap, unique("probe"))
+    try:
+        return {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        probe.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[TopicPartition]:
+    probe = consumer(bootstrap, group)
+    try:
+        return probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        probe.close()
