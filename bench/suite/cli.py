@@ -21,15 +21,15 @@ def settings_for(args: argparse.Namespace) -> Settings:
     quick = args.quick
     settings = Settings(
         reps=args.reps or (2 if quick else 3),
-        produce_counts={100: 1_000_000, 1000: 300_000} if quick else {100: 5_000_000, 1000: 2_000_000},
-        worker_seconds=3 if quick else 5,
+        produce_counts={100: 1_000_000, 1000: 300_000} if quick else {100: 3_000_000, 1000: 1_000_000},
+        worker_seconds=3 if quick else 4,
         backlog_mb=args.backlog_mb or (128 if quick else 1024),
-        latency_seconds=3 if quick else 6,
+        latency_seconds=3 if quick else 5,
         large_log_gb=args.large_log_gb or (1 if quick else 10),
         disk_mb=512 if quick else 2048,
         disk_sync_mb=256 if quick else 1024,
         tcp_seconds=2 if quick else 5,
-        budget_s=(args.budget_min or (12 if quick else 25)) * 60,
+        budget_s=(args.budget_min or (15 if quick else 25)) * 60,
         out_dir=args.out,
     )
     return settings
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="repetitions (default 2 quick, 3 full)")
     parser.add_argument("--backlog-mb", type=int, help="consume backlog size (default 128 quick, 1024 full)")
     parser.add_argument("--large-log-gb", type=float, help="log size for the large-log run (default 1 quick, 10 full)")
-    parser.add_argument("--budget-min", type=float, help="stop starting new runs after this (12 quick, 25 full)")
+    parser.add_argument("--budget-min", type=float, help="stop starting new runs after this (15 quick, 25 full)")
     parser.add_argument("--out", default=RESULTS_DIR, help="where results.md, results.json and PNGs go")
     parser.add_argument("--install-only", action="store_true", help="set up the peers and tools, then exit")
     args = parser.parse_args(argv)

@@ -15,8 +15,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 PRODUCER_CONFIG = {"linger.ms": "5", "batch.size": "1000000", "queue.buffering.max.messages": "1000000",
                    "queue.buffering.max.kbytes": "1048576", "compression.codec": "none"}
+# receive.message.max.bytes at its maximum: noida-db 0.2.3 ignores the fetch size limits and answers with
+# the whole backlog in one response (129 MB for 128k records of 1 KB), which librdkafka's 100 MB default rejects.
 CONSUMER_CONFIG = {"fetch.max.bytes": "52428800", "max.partition.fetch.bytes": "10485760",
-                   "queued.max.messages.kbytes": "1048576"}
+                   "queued.max.messages.kbytes": "1048576", "receive.message.max.bytes": "2147483647"}
 JOIN_GROUP_API_KEY = 11
 
 
