@@ -14,6 +14,7 @@ import socket
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..config import BrokerConfig
+from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import KafkaConnection
@@ -33,6 +34,7 @@ class Broker:
         self.metadata = metadata or EmbeddedMetadataStore(data_dir, broker_id)
         self.logs = LogManager(data_dir, config["num.io.threads"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
+        self.group_coordinator = GroupCoordinator(self)
         self.metadata_cache: dict[int, RawResponse] = {}
         self.connections: set[KafkaConnection] = set()
         self.stopping = False
@@ -57,6 +59,7 @@ class Broker:
             min(self.config["log.flush.scheduler.interval.ms"], 1000),
             self.config["log.cleaner.backoff.ms"] if self.config["log.cleaner.enable"] else None,
         )
+        self.group_coordinator.start()
         await self._server.start_serving()
         return self.host, self.port
 
@@ -77,6 +80,7 @@ class Broker:
             self._server.close()
         for connection in list(self.connections):
             connection.close()
+        self.group_coordinator.stop()
         await self.logs.shutdown()
         await self.metadata.close()
         log.info("broker %d stopped cleanly", self.broker_id)

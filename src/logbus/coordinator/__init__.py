@@ -1,8 +1,8 @@
 """Coordinators: consumer groups (classic protocol) and, later, transactions.
 
-`group_coordinator(broker)` is how API handlers reach the broker's group coordinator. It is
-created and started (its __consumer_offsets partitions loaded, offset expiry scheduled) by the
-broker at start-up, or on the first group request when the broker did not.
+The broker creates its `GroupCoordinator` and starts it (loading the groups of its
+__consumer_offsets partitions, scheduling offset expiry) before it listens; API handlers reach
+it through `group_coordinator(broker)`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,4 @@ __all__ = ["GroupCoordinator", "group_coordinator"]
 
 
 def group_coordinator(broker: Broker) -> GroupCoordinator:
-    coordinator: GroupCoordinator | None = getattr(broker, "group_coordinator", None)
-    if coordinator is None:
-        coordinator = GroupCoordinator(broker)
-        broker.group_coordinator = coordinator
-        coordinator.start()
-    return coordinator
+    return broker.group_coordinator

@@ -180,7 +180,8 @@ class GroupCoordinator:
         )
         waiter = member.join_waiter = asyncio.get_running_loop().create_future()
         group.add(member)
-        group.new_member_added = True
+        if group.generation == 0:  # only a brand-new group's initial delay is extended (as Kafka does)
+            group.new_member_added = True
         self._rebalance_or_complete(group)
         return await asyncio.shield(waiter)
 
