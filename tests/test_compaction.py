@@ -12,16 +12,20 @@ import asyncio
 import glob
 import os
 import shutil
+import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, wait_until
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 
+from logbus.protocol.records import BatchHeader, build_batch, iter_headers, whole_batches_length
 from logbus.testing import BrokerProcess, running_broker
 
 BROKER_CONFIG = {
@@ -122,6 +126,15 @@ def read_with_aiokafka(bootstrap: str, topic: str, count: int) -> list[Entry]:
     return asyncio.run(run())
 
 
+def read_with_kcat(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
+    """(offset, key) of everything in partition 0, as kcat (librdkafka's C consumer) reads it."""
+    result = subprocess.run(
+        ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q", "-f", "%o %k\\n"],
+        capture_output=True, timeout=30, check=True,
+    )
+    return [(int(offset), key) for offset, key in (line.split(b" ", 1) for line in result.stdout.splitlines())]
+
+
 def updates_then_deletes() -> list[tuple[bytes | None, bytes | None]]:
     """ROUNDS values for each of KEYS keys, tombstones for the first DELETED, then TAIL unique keys."""
     records: list[tuple[bytes | None, bytes | None]] = [
@@ -170,6 +183,9 @@ def test_compressed_batches_round_trip_through_the_cleaner(broker: BrokerProcess
         broker.bootstrap, topic, **{"compression.type": codec, "linger.ms": 5, "batch.num.messages": 7}
     )
     assert read_with_aiokafka(broker.bootstrap, topic, len(expected)) == expected
+    assert read_with_kcat(broker.bootstrap, topic) == [(offset, key) for offset, key, _ in expected]
+    if codec == "gzip":  # kafka-python finds no snappy, lz4 or zstd library in this environment
+        assert read_with_kafka_python(broker.bootstrap, topic, len(expected)) == expected
 
 
 def test_every_client_reads_the_compacted_log(broker: BrokerProcess) -> None:
@@ -284,3 +300,151 @@ def simulate_crash_mid_swap(partition_dir: str) -> None:
     os.unlink(stem + ".timeindex")
     with open(stem + ".log.cleaned", "wb") as abandoned:
         abandoned.write(b"junk")
+
+
+# ---------------------------------------------------------------- topic configs and cleaner rounds
+
+
+def create_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(15)
+
+
+def first_dirty_offset(broker: BrokerProcess, topic: str, partition: int = 0) -> int | None:
+    """Where the cleaner's last cleaning of the partition ended (its checkpoint), None before any."""
+    try:
+        with open(os.path.join(broker.data_dir, "cleaner-offset-checkpoint"), encoding="utf-8") as handle:
+            lines = handle.read().splitlines()[2:]
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        name, index, offset = line.split()
+        if (name, int(index)) == (topic, partition):
+            return int(offset)
+    return None
+
+
+def await_cleaner_rounds(broker: BrokerProcess, rounds: int = 2) -> None:
+    """Wait until the cleaner has planned, and finished, a round that began after this call.
+
+    Each round cleans a fresh topic (two segments of unique keys) and records it in the checkpoint;
+    the second fresh topic is cleaned in a round that began after the first one's round had ended.
+    """
+    for _ in range(rounds):
+        topic = f"round-{uuid.uuid4().hex[:8]}"
+        produce(broker.bootstrap, topic, [(b"r%d" % i, b"v" * 400) for i in range(8)])
+        wait_until(lambda topic=topic: first_dirty_offset(broker, topic) is not None, timeout=20,
+                   message=f"a cleaner round to clean {topic}")
+
+
+def stored_batches(broker: BrokerProcess, topic: str) -> list[BatchHeader]:
+    """The headers of every batch in the partition's segment files, in order."""
+    headers = []
+    for path in sorted(glob.glob(os.path.join(broker.data_dir, f"{topic}-0", "*.log"))):
+        with open(path, "rb") as handle:
+            data = handle.read()
+        headers += list(iter_headers(memoryview(data)[: whole_batches_length(data)]))
+    return headers
+
+
+def test_min_cleanable_dirty_ratio_decides_when_a_log_is_cleaned(broker: BrokerProcess) -> None:
+    """Unique keys in single-record batches of one size: the ratio is a count of batches."""
+    value = b"v" * 50
+    batch = len(build_batch([(b"k000", value)], 0))
+    create_topic(broker.bootstrap, "ratio", {"min.cleanable.dirty.ratio": "0.5", "segment.bytes": str(10 * batch)})
+
+    def add(start: int, count: int) -> None:
+        produce(broker.bootstrap, "ratio", [(b"k%03d" % i, value) for i in range(start, start + count)])
+
+    add(0, 21)  # segments [0, 10) and [10, 20), all dirty; offset 20 in the active segment
+    wait_until(lambda: first_dirty_offset(broker, "ratio") == 20, timeout=20, message="the first cleaning")
+    add(21, 20)  # segments [20, 30) and [30, 40): 20 dirty batches of 40, a ratio of 0.5, not above it
+    await_cleaner_rounds(broker)
+    assert first_dirty_offset(broker, "ratio") == 20
+    add(41, 10)  # [40, 50): 30 dirty of 50
+    wait_until(lambda: first_dirty_offset(broker, "ratio") == 50, timeout=20, message="a cleaning at ratio 0.6")
+    assert [entry[0] for entry in read_all(broker.bootstrap, "ratio")] == list(range(51))
+
+
+def test_min_compaction_lag_keeps_young_records(broker: BrokerProcess) -> None:
+    lag_ms = 6000
+    create_topic(broker.bootstrap, "min-lag", {"min.compaction.lag.ms": str(lag_ms)})
+    before = time.time()
+    produced = produce(broker.bootstrap, "min-lag", updates_then_deletes())
+    wait_until(lambda: first_dirty_offset(broker, "min-lag") is not None, timeout=30, interval=0.02,
+               message="a cleaning once the records are old enough")
+    assert time.time() - before >= lag_ms / 1000
+    expected = latest_per_key(produced)
+    wait_until(lambda: read_all(broker.bootstrap, "min-lag") in (expected, live(expected)), timeout=20,
+               message="one record per key")
+
+
+def test_max_compaction_lag_rolls_the_active_segment_and_cleans_below_the_dirty_ratio(broker: BrokerProcess) -> None:
+    """A ratio of 1.0 is never exceeded and the segment is far from full: only the lag rolls and cleans."""
+    lag_ms = 2000
+    create_topic(broker.bootstrap, "max-lag", {
+        "min.cleanable.dirty.ratio": "1.0", "max.compaction.lag.ms": str(lag_ms), "segment.bytes": str(1 << 20),
+    })
+    before = time.time()
+    produced = produce(broker.bootstrap, "max-lag", updates_then_deletes())
+    probes: list[Entry] = []
+
+    def rolled() -> bool:  # a segment rolls on an append only
+        probes.extend(produce(broker.bootstrap, "max-lag", [(b"probe-%d" % len(probes), b"p")]))
+        return len(glob.glob(os.path.join(broker.data_dir, "max-lag-0", "*.log"))) > 1
+
+    wait_until(rolled, timeout=20, interval=0.5, message="the active segment to roll")
+    assert time.time() - before >= lag_ms / 1000
+    wait_until(lambda: first_dirty_offset(broker, "max-lag") == probes[-1][0], timeout=20,
+               message="the rolled segment to be cleaned")
+    expected = latest_per_key(produced + probes)
+    assert read_all(broker.bootstrap, "max-lag") in (expected, live(expected))
+
+
+def test_the_active_segment_is_never_cleaned(broker: BrokerProcess) -> None:
+    produced = produce(broker.bootstrap, "active", updates_then_deletes() + [(b"dup", b"first"), (b"dup", b"second")])
+    expected = latest_per_key(produced[:-2]) + produced[-2:]
+    wait_until(lambda: read_all(broker.bootstrap, "active") == expected, timeout=20, message="the cleaning")
+    await_cleaner_rounds(broker)
+    assert read_all(broker.bootstrap, "active") in (expected, live(produced[:-2]) + produced[-2:])
+
+
+def test_a_producer_whose_records_all_went_keeps_an_empty_batch(broker: BrokerProcess) -> None:
+    """Kafka keeps the last batch of each producer, emptied, so sequence numbers survive a reload;
+    every client reads past it."""
+    topic = "compacted-producers"
+    idempotent = produce(broker.bootstrap, topic, [(b"key-%d" % key, b"early") for key in range(KEYS)],
+                         **{"enable.idempotence": True})
+    produced = idempotent + produce(broker.bootstrap, topic, updates_then_deletes())
+    expected = latest_per_key(produced)
+    wait_until(lambda: read_all(broker.bootstrap, topic) == expected, timeout=20, message="one record per key")
+    last = idempotent[-1][0]
+    kept = [header for header in stored_batches(broker, topic) if header.base_offset <= last]
+    assert len(kept) == 1
+    assert (kept[0].last_offset, kept[0].record_count, kept[0].compression) == (last, 0, 0)
+    assert kept[0].producer_id >= 0 and kept[0].base_sequence == KEYS - 1
+    assert read_with_kafka_python(broker.bootstrap, topic, len(expected)) == expected
+    assert read_with_aiokafka(broker.bootstrap, topic, len(expected)) == expected
+    assert read_with_kcat(broker.bootstrap, topic) == [(offset, key) for offset, key, _ in expected]
+
+
+def test_consumer_offsets_are_compacted_and_load_after_a_restart() -> None:
+    config = {**BROKER_CONFIG, "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "4096"}
+    with running_broker(config=config) as broker:
+        produce(broker.bootstrap, "source", [(b"k", b"v")])
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "compacted", **QUIET})
+        try:
+            for offset in range(300):
+                consumer.commit(offsets=[TopicPartition("source", 0, offset)], asynchronous=False)
+        finally:
+            consumer.close()
+        wait_until(lambda: first_dirty_offset(broker, "__consumer_offsets") is not None, timeout=20,
+                   message="a cleaning of __consumer_offsets")
+        assert len(read_all(broker.bootstrap, "__consumer_offsets")) < 100
+        broker.kill()  # recovery reads the cleaned segments
+        broker.restart()
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "compacted", **QUIET})
+        try:
+            assert consumer.committed([TopicPartition("source", 0)], timeout=15)[0].offset == 299
+        finally:
+            consumer.close()
