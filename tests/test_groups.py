@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import os
 import shutil
 import signal
 import socket
@@ -365,23 +366,24 @@ def test_two_groups_read_the_same_topic_independently(broker: BrokerProcess) -> 
 
 
 def test_cooperative_sticky_rebalance_keeps_owned_partitions(broker: BrokerProcess) -> None:
+    """A third member joins: the first two give up one partition each and keep the rest."""
     topic = create_topic(broker.bootstrap)
     group = unique("coop")
     settings = {"partition.assignment.strategy": "cooperative-sticky"}
-    first = consumer(broker.bootstrap, group, **settings)
-    first.subscribe([topic])
-    second = None
+    members = [consumer(broker.bootstrap, group, **settings) for _ in range(3)]
     try:
-        poll_until_assigned([first], 6)
-        second = consumer(broker.bootstrap, group, **settings)
-        second.subscribe([topic])
-        owned = poll_until_assigned([first, second], 6)
-        assert [len(o) for o in owned] == [3, 3]
+        for member in members[:2]:
+            member.subscribe([topic])
+        before = poll_until_assigned(members[:2], 6)
+        assert [len(o) for o in before] == [3, 3]
+        members[2].subscribe([topic])
+        after = poll_until_assigned(members, 6)
+        assert [len(o) for o in after] == [2, 2, 2]
+        assert after[0] <= before[0] and after[1] <= before[1], (before, after)
         assert group_description(broker.bootstrap, group).partition_assignor == "cooperative-sticky"
     finally:
-        first.close()
-        if second is not None:
-            second.close()
+        for member in members:
+            member.close()
 
 
 def group_description(bootstrap: str, group: str) -> Any:
@@ -805,3 +807,28 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
         return probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
     finally:
         probe.close()
+
+
+def test_compacted_consumer_offsets_keep_the_latest_commit_across_restart() -> None:
+    config = {**GROUP_CONFIG, "offsets.topic.segment.bytes": "4096", "log.cleaner.backoff.ms": "100"}
+    with running_broker(config=config) as broker:
+        topic = create_topic(broker.bootstrap, 1)
+        group = unique("compacted")
+        member = consumer(broker.bootstrap, group)
+        try:
+            for offset in range(400):
+                member.commit(offsets=[TopicPartition(topic, 0, offset, f"commit {offset}")], asynchronous=False)
+        finally:
+            member.close()
+        directory = os.path.join(broker.data_dir, f"__consumer_offsets-{partition_for_group(group, 50)}")
+
+        def log_bytes() -> int:
+            return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
+                       if name.endswith(".log"))
+
+        written = log_bytes()
+        wait_until(lambda: log_bytes() < written / 4, 30, message="__consumer_offsets compacted")
+        broker.stop()
+        broker.restart()
+        committed = committed_offsets(broker.bootstrap, group, topic, 1)
+        assert [(c.offset, c.metadata) for c in committed] == [(399, "commit 399")]

@@ -59,26 +59,33 @@ class OffsetsTopic:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.num_partitions: int = broker.config["offsets.topic.num.partitions"]
+        self._creation: asyncio.Task | None = None
 
     def exists(self) -> bool:
         return self.broker.metadata.topic(TOPIC) is not None
 
     async def create(self) -> None:
-        """Create the topic (idempotent), as Kafka does on the first FindCoordinator."""
+        """Create the topic (idempotent), as Kafka does on the first FindCoordinator.
+
+        One creation task serves every caller, shielded: a client hanging up must not cancel
+        it between the metadata write and its announcement (the partitions would never open).
+        """
         if self.exists():
             return
+        if self._creation is None or self._creation.done():
+            self._creation = asyncio.get_running_loop().create_task(self._create())
+        await asyncio.shield(self._creation)
+
+    async def _create(self) -> None:
         config = self.broker.config
         replication = min(config["offsets.topic.replication.factor"], len(self.broker.metadata.brokers()))
         configs = {
             "cleanup.policy": "compact", "compression.type": "producer",
             "segment.bytes": str(config["offsets.topic.segment.bytes"]),
         }
-        # Shielded: a client hanging up must not cancel the creation between the metadata
-        # write and its announcement (the partitions would never open).
-        creation = self.broker.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
-                                                     internal=True)
         with contextlib.suppress(TopicExistsError):
-            await asyncio.shield(creation)
+            await self.broker.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
+                                                    internal=True)
 
     def partition_count(self) -> int:
         topic = self.broker.metadata.topic(TOPIC)
