@@ -491,7 +491,6 @@ def test_torn_tail_is_truncated_and_indexes_rebuilt(broker: BrokerProcess, damag
     assert "truncated" in broker.read_log()
 
 
-@pytest.mark.xfail(strict=True, reason="load trusts index files (segment.py locked)")
 def test_missing_and_corrupt_index_files_are_rebuilt(broker: BrokerProcess) -> None:
     create_topic(broker, "indexes", **{"segment.bytes": "700", "index.interval.bytes": "1"})
     values = [b"index-%03d" % i + b"z" * 40 for i in range(60)]
@@ -520,7 +519,6 @@ def test_missing_and_corrupt_index_files_are_rebuilt(broker: BrokerProcess) -> N
     assert_indexes_valid(directory)
 
 
-@pytest.mark.xfail(strict=True, reason="recovery keeps segments after a corrupt one (log.py locked)")
 def test_corruption_in_an_unflushed_middle_segment_truncates_the_log_there(broker: BrokerProcess) -> None:
     create_topic(broker, "middle", **{"segment.bytes": "700"})
     values = [b"middle-%03d" % i + b"m" * 40 for i in range(40)]
@@ -668,7 +666,6 @@ def test_retention_ms_never_leaves_a_log_without_active_segment(broker: BrokerPr
     assert read_confluent(broker, "all-old", 31, start=30) == {30: b"fresh"}
 
 
-@pytest.mark.xfail(strict=True, reason="retention treats no timestamp as -1 (log.py locked)")
 def test_retention_ms_measures_segments_without_timestamps_by_file_time(broker: BrokerProcess) -> None:
     create_topic(broker, "untimed", **{"retention.ms": "600000", "segment.bytes": "700"})
     create_topic(broker, "timed", **{"retention.ms": "600000", "segment.bytes": "700"})

@@ -16,6 +16,7 @@ import bisect
 import contextlib
 import dataclasses
 import glob
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
 from .segment import LogSegment, ReadSlice, segment_name
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+log = logging.getLogger(__name__)
 
 
 class OffsetOutOfRangeError(Exception):
@@ -100,16 +103,7 @@ class PartitionLog:
         )
         for base in bases or [max(log_start_offset, 0)]:
             self._add_segment(base)
-        cut = 0
-        for i, segment in enumerate(self.segments):
-            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-            needs_recovery = not clean_shutdown and (
-                next_base is None or next_base > recovery_point
-            )
-            if needs_recovery:
-                cut += segment.recover()
-            else:
-                segment.load_state()
+        cut = self._load_segments(recovery_point, clean_shutdown)
         if cut and len(self.segments) > 1:
             self._drop_empty_tail_segments()
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
@@ -120,6 +114,33 @@ class PartitionLog:
         self.epochs = [(e, s) for e, s in self.epochs if s <= self.log_end_offset]
         self._rebuild_producer_state()
         return cut
+
+    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
+        """Load each segment, recovering those past the recovery point and those with bad indexes.
+
+        As in Kafka, corruption found in one segment ends the log there: the segments after
+        it are deleted. Returns how many bytes were cut.
+        """
+        for i, segment in enumerate(self.segments):
+            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+            needs_recovery = not clean_shutdown and (next_base is None or next_base > recovery_point)
+            if not needs_recovery and segment.load_state():
+                continue
+            if not needs_recovery:
+                log.warning("%s: rebuilding the indexes of segment %d", self.directory, segment.base_offset)
+            cut = segment.recover()
+            if cut:
+                later = self.segments[i + 1 :]
+                cut += sum(later_segment.size for later_segment in later)
+                self._delete_segments(later)
+                return cut
+        return 0
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> None:
+        for segment in doomed:
+            self.segments.remove(segment)
+            self._base_offsets.remove(segment.base_offset)
+            segment.delete()
 
     def _complete_swaps(self) -> None:
         """Finish a cleaner swap that a crash cut short (Kafka's `.swap` recovery).
@@ -366,7 +387,7 @@ class PartitionLog:
             empty = segment.size == 0  # only the active segment, or the first after compaction
             expired = self.config.delete and self.config.retention_ms >= 0 and (
                 (empty and next_base is not None)
-                or (not empty and now - segment.max_timestamp > self.config.retention_ms)
+                or (not empty and now - segment.largest_timestamp > self.config.retention_ms)
             )
             oversized = (
                 self.config.delete and retention_bytes >= 0
@@ -386,10 +407,7 @@ class PartitionLog:
         if doomed[-1] is self.active_segment:
             self.roll()
         async with self.io_lock:
-            for segment in doomed:
-                self.segments.remove(segment)
-                self._base_offsets.remove(segment.base_offset)
-                segment.delete()
+            self._delete_segments(doomed)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         return len(doomed)
 

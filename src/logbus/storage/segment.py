@@ -164,8 +164,15 @@ class LogSegment:
 
     # ------------------------------------------------------------------ recovery
 
-    def load_state(self) -> None:
-        """Set next offset and timestamps from the log tail, trusting the file (clean start)."""
+    def load_state(self) -> bool:
+        """Set next offset and timestamps from the log tail, trusting the file (clean start).
+
+        Returns False when the indexes cannot be trusted (a file missing, a torn entry, entries
+        out of order or pointing outside the log or at no batch): the caller then rebuilds them
+        with `recover`, as Kafka does after its index sanity check fails.
+        """
+        if self.size and not self._offset_index_usable():
+            return False
         start = self.offset_index.lookup(self.offset_index.last_offset)
         if self.offset_index.last_offset < 0:
             start = 0
@@ -178,6 +185,15 @@ class LogSegment:
                 self.max_timestamp = header.max_timestamp
                 self._offset_of_max_timestamp = header.last_offset
         self.first_batch_timestamp = self._first_timestamp()
+        return self.time_index.is_consistent(self.next_offset)
+
+    def _offset_index_usable(self) -> bool:
+        """Both index files were there, and the offset index is ordered and ends on a real batch."""
+        index = self.offset_index
+        if not (index.existed and self.time_index.existed and len(index) and index.is_consistent(self.size)):
+            return False
+        last = next(self.headers_from(index.lookup(index.last_offset)), None)
+        return last is not None and last.base_offset <= index.last_offset <= last.last_offset
 
     def _first_timestamp(self) -> int:
         first = next(self.headers_from(0), None)
@@ -197,7 +213,7 @@ class LogSegment:
         valid_end = 0
         for chunk_start, chunk, headers in self._scan_chunks():
             for header in headers:
-                if not batch_is_intact(chunk, header):
+                if header.base_offset < self.next_offset or not batch_is_intact(chunk, header):
                     break
                 self._index_batch(header, chunk_start + header.position)
                 valid_end = chunk_start + header.position + header.size
@@ -236,6 +252,13 @@ class LogSegment:
             return 0
         length = int.from_bytes(raw[8:12], "big", signed=True)
         return max(0, min(length + LOG_OVERHEAD, self.size - position))
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What retention.ms measures: the largest record timestamp, else the file's mtime (as Kafka)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self._fd).st_mtime * 1000)
 
     # ------------------------------------------------------------------ lifecycle
 
