@@ -1,0 +1,267 @@
+"""A small blocking Kafka client for the Spark connector: Metadata, ListOffsets and Fetch.
+
+It speaks the wire protocol through `logbus.protocol` (framing) and kio (typed bodies), one
+request at a time per connection, at fixed versions every Kafka broker since 3.0 serves
+(Metadata v12, ListOffsets v7, Fetch v12: topics by name, flexible encoding). Fetch answers are
+returned as the raw record-set bytes so that `logbus.spark.decode` can turn them into Arrow
+columns without a Python object per record. Partition leaders come from Metadata; requests go
+to the leader's connection, opened on first use.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from ..protocol.codec import ChunkSink, make
+
+METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
+VERSIONS = {METADATA: 12, LIST_OFFSETS: 7, FETCH: 12}
+EARLIEST, LATEST = -2, -1
+CLIENT_ID = "logbus-spark"
+_SIZE = struct.Struct(">i")
+
+
+class KafkaError(RuntimeError):
+    """A request failed: connection trouble or an error code the caller cannot handle."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    """One partition's part of a Fetch answer."""
+
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """'host:port,host:port' -> [(host, port), ...]."""
+    result = []
+    for item in servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        result.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not result:
+        raise ValueError("no bootstrap servers given")
+    return result
+
+
+class _Module:
+    """The kio classes of one API at the version this client speaks."""
+
+    def __init__(self, api_key: int) -> None:
+        self.api_key = api_key
+        self.version = VERSIONS[api_key]
+        self.request = load_payload_module(api_key, self.version, EntityType.request)
+        self.response = load_payload_module(api_key, self.version, EntityType.response)
+        self.request_cls = _entity(self.request, EntityType.request)
+        self.response_cls = _entity(self.response, EntityType.response)
+        self.write_header = entity_writer(self.request.RequestHeader)
+        self.write_body = entity_writer(self.request_cls)
+        self.read_header = entity_reader(self.response.ResponseHeader)
+        self.read_body = entity_reader(self.response_cls)
+
+
+def _entity(module: Any, entity_type: EntityType) -> type:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is entity_type:
+            return value
+    raise LookupError(f"no {entity_type.name} in {module.__name__}")
+
+
+_MODULES: dict[int, _Module] = {}
+
+
+def _module(api_key: int) -> _Module:
+    if api_key not in _MODULES:
+        _MODULES[api_key] = _Module(api_key)
+    return _MODULES[api_key]
+
+
+class Connection:
+    """One blocking socket to one broker; requests are strictly one after the other."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.address = (host, port)
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.correlation = 0
+
+    def call(self, api_key: int, body: Any) -> Any:
+        module = _module(api_key)
+        self.correlation += 1
+        sink = ChunkSink()
+        module.write_header(sink, module.request.RequestHeader(
+            request_api_key=api_key, request_api_version=module.version,
+            correlation_id=self.correlation, client_id=CLIENT_ID,
+        ))
+        module.write_body(sink, body)
+        payload = b"".join(sink)
+        self.sock.sendall(_SIZE.pack(len(payload)) + payload)
+        frame = self._receive_frame()
+        header, used = module.read_header(frame, 0)
+        if header.correlation_id != self.correlation:
+            raise KafkaError(f"correlation id {header.correlation_id}, expected {self.correlation}")
+        response, _ = module.read_body(frame, used)
+        return response
+
+    def _receive_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._receive_exactly(4))
+        return bytes(self._receive_exactly(size))
+
+    def _receive_exactly(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        received = 0
+        while received < size:
+            count = self.sock.recv_into(view[received:])
+            if count == 0:
+                raise KafkaError(f"connection to {self.address[0]}:{self.address[1]} closed")
+            received += count
+        return buffer
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Client:
+    """Metadata, offsets and fetches against a cluster, routed to partition leaders."""
+
+    def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.timeout = timeout
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+        self._connections: dict[tuple[str, int], Connection] = {}
+
+    # ---------------------------------------------------------------- connections
+
+    def _connection(self, address: tuple[str, int]) -> Connection:
+        if address not in self._connections:
+            self._connections[address] = Connection(*address, self.timeout)
+        return self._connections[address]
+
+    def _any_connection(self) -> Connection:
+        errors = []
+        for address in [*self._connections, *self.brokers.values(), *self.bootstrap]:
+            try:
+                return self._connection(address)
+            except OSError as exc:
+                errors.append(f"{address[0]}:{address[1]}: {exc}")
+        raise KafkaError("no broker reachable: " + "; ".join(errors))
+
+    def _call(self, connection: Connection, api_key: int, body: Any) -> Any:
+        try:
+            return connection.call(api_key, body)
+        except (OSError, KafkaError):
+            self._drop(connection)
+            raise
+
+    def _drop(self, connection: Connection) -> None:
+        self._connections.pop(connection.address, None)
+        connection.close()
+
+    def _leader_connection(self, topic: str, partition: int) -> Connection:
+        leader = self.leaders.get((topic, partition))
+        if leader is None or leader not in self.brokers:
+            self.partitions([topic])
+            leader = self.leaders.get((topic, partition))
+        if leader is None or leader not in self.brokers:
+            raise KafkaError(f"no leader for {topic}-{partition}")
+        return self._connection(self.brokers[leader])
+
+    def close(self) -> None:
+        for connection in list(self._connections.values()):
+            connection.close()
+        self._connections.clear()
+
+    # ---------------------------------------------------------------- metadata
+
+    def partitions(self, topics: Iterable[str] | None = None) -> dict[str, list[int]]:
+        """Partition ids per existing topic (all non-internal topics when `topics` is None).
+
+        Topics that do not exist are left out; they are not auto-created.
+        """
+        module = _module(METADATA)
+        wanted = None if topics is None else tuple(
+            make(module.request.MetadataRequestTopic, topic_id=None, name=name) for name in topics
+        )
+        request = make(module.request_cls, topics=wanted, allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False)
+        response = self._call(self._any_connection(), METADATA, request)
+        self.brokers = {broker.node_id: (broker.host, broker.port) for broker in response.brokers}
+        result: dict[str, list[int]] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none or topic.is_internal:
+                continue
+            result[topic.name] = sorted(p.partition_index for p in topic.partitions)
+            for p in topic.partitions:
+                self.leaders[(topic.name, p.partition_index)] = p.leader_id
+        return result
+
+    # ---------------------------------------------------------------- offsets
+
+    def list_offsets(self, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Offset per partition for a timestamp (or EARLIEST / LATEST); -1 when none.
+
+        For a timestamp that is the first offset whose record timestamp is at or after it.
+        """
+        module = _module(LIST_OFFSETS)
+        by_leader: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        for (topic, partition), timestamp in wanted.items():
+            address = self._leader_connection(topic, partition).address
+            by_leader.setdefault(address, {}).setdefault(topic, []).append(make(
+                module.request.ListOffsetsPartition, partition_index=partition,
+                current_leader_epoch=-1, timestamp=timestamp,
+            ))
+        result: dict[tuple[str, int], int] = {}
+        for address, topics in by_leader.items():
+            request = make(module.request_cls, replica_id=-1, isolation_level=0, topics=tuple(
+                make(module.request.ListOffsetsTopic, name=name, partitions=tuple(parts))
+                for name, parts in topics.items()
+            ))
+            response = self._call(self._connection(address), LIST_OFFSETS, request)
+            for topic in response.topics:
+                for answer in topic.partitions:
+                    if answer.error_code != ErrorCode.none:
+                        self.leaders.pop((topic.name, answer.partition_index), None)
+                        raise KafkaError(
+                            f"ListOffsets {topic.name}-{answer.partition_index}: {answer.error_code.name}"
+                        )
+                    result[(topic.name, answer.partition_index)] = answer.offset
+        return result
+
+    # ---------------------------------------------------------------- fetch
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+              max_wait_ms: int = 500) -> PartitionFetch:
+        """Fetch one partition from `offset`: the raw record set and the partition's bounds."""
+        module = _module(FETCH)
+        request = make(
+            module.request_cls, cluster_id=None, replica_id=-1,
+            max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=max_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+            topics=(make(module.request.FetchTopic, topic=topic, partitions=(make(
+                module.request.FetchPartition, partition=partition, current_leader_epoch=-1,
+                fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=max_bytes,
+            ),)),),
+        )
+        response = self._call(self._leader_connection(topic, partition), FETCH, request)
+        if response.error_code != ErrorCode.none:
+            raise KafkaError(f"Fetch {topic}-{partition}: {response.error_code.name}")
+        answer = response.responses[0].partitions[0]
+        if answer.error_code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
+            self.leaders.pop((topic, partition), None)
+        return PartitionFetch(answer.error_code, answer.high_watermark, answer.log_start_offset,
+                              bytes(answer.records or b""))

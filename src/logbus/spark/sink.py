@@ -1,0 +1,156 @@
+"""Writing DataFrames to logbus topics (`df.write` / `df.writeStream` `.format("logbus")`).
+
+Input columns, as Spark's Kafka sink takes them: `value` (binary or string, required), `key`
+(binary or string, optional), `topic` (string; the `topic` option, when set, wins over it),
+`partition` (int, optional: null or absent lets the partitioner choose) and `headers`
+(array<struct<key string, value binary>>, optional).
+
+Each Spark task produces its rows with confluent-kafka (`partitioner=murmur2_random`: a keyed
+row lands where Java's default partitioner would put it; unkeyed rows spread randomly),
+waits for every acknowledgement and fails the task on any delivery error. Options prefixed
+`kafka.` (or `logbus.`) go to the producer (e.g. `kafka.linger.ms`, `kafka.enable.idempotence`).
+
+Delivery is at least once, as with Spark's Kafka sink. Nothing is staged: what a task sent is
+visible to consumers at once, and `commit`/`abort` have nothing to undo. So duplicates appear
+when (1) a task fails after some of its rows were acknowledged and Spark retries it (the retry
+sends all of the task's rows again), (2) a streaming query dies after its tasks wrote a
+micro-batch but before Spark recorded that batch in the checkpoint's commit log (on restart the
+whole micro-batch is written again), (3) the producer retries a request whose
+acknowledgement was lost (unless `kafka.enable.idempotence=true`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from . import options as opts
+
+FLUSH_TIMEOUT_S = 120.0
+
+
+class WriteError(RuntimeError):
+    """Records were not acknowledged by the broker."""
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    rows: int
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What every task needs, checked once on the driver."""
+
+    config: dict[str, str]
+    topic: str | None
+    has_key: bool
+    has_partition: bool
+    has_headers: bool
+
+
+def _target(options: Mapping[str, str], schema: StructType) -> _Target:
+    names = {field.name.lower(): field for field in schema.fields}
+    if "value" not in names:
+        raise opts.OptionError('the DataFrame to write needs a "value" column')
+    for name in ("key", "value"):
+        if name in names and not isinstance(names[name].dataType, BinaryType | StringType):
+            raise opts.OptionError(f'column "{name}" must be binary or string')
+    if "partition" in names and not isinstance(names["partition"].dataType, IntegerType):
+        raise opts.OptionError('column "partition" must be int')
+    topic = options.get("topic")
+    if not topic and "topic" not in names:
+        raise opts.OptionError('set the "topic" option or give the DataFrame a "topic" column')
+    config = {"partitioner": "murmur2_random", "acks": "all", "linger.ms": "5", "log_level": "0",
+              **opts.client_config(options)}
+    return _Target(config, topic, "key" in names, "partition" in names, "headers" in names)
+
+
+def produce_batches(target: _Target, batches: Iterator[pa.RecordBatch]) -> Written:
+    """Send every row, wait for all acknowledgements, fail on any delivery error."""
+    from confluent_kafka import Producer
+
+    producer = Producer(target.config)
+    errors: list[str] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            errors.append(str(error))
+
+    rows = 0
+    for batch in batches:
+        rows += _produce_batch(producer, target, batch, delivered)
+        if errors:
+            break
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    if errors or left:
+        raise WriteError(f"{len(errors)} records failed ({errors[:3]}), {left} unacknowledged")
+    return Written(rows)
+
+
+def _produce_batch(producer: object, target: _Target, batch: pa.RecordBatch, delivered: object) -> int:
+    count = batch.num_rows
+    values = _binary_column(batch, "value")
+    keys = _binary_column(batch, "key") if target.has_key else [None] * count
+    topics = [target.topic] * count if target.topic else batch.column("topic").to_pylist()
+    partitions = batch.column("partition").to_pylist() if target.has_partition else [None] * count
+    headers = batch.column("headers").to_pylist() if target.has_headers else [None] * count
+    produce = producer.produce  # type: ignore[attr-defined]
+    for key, value, topic, partition, header in zip(keys, values, topics, partitions, headers, strict=True):
+        if topic is None:
+            raise WriteError("a row has a null topic and no topic option is set")
+        extra = {} if partition is None else {"partition": partition}
+        if header:
+            extra["headers"] = [(h["key"], h["value"]) for h in header]
+        while True:
+            try:
+                produce(topic, value=value, key=key, on_delivery=delivered, **extra)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)  # type: ignore[attr-defined]
+    producer.poll(0)  # type: ignore[attr-defined]
+    return count
+
+
+def _binary_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:
+    column = batch.column(name)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = pc.cast(column, pa.binary())
+    return column.to_pylist()
+
+
+class LogbusBatchWriter(DataSourceArrowWriter):
+    """`df.write.format("logbus")`: each task produces its rows; see the module notes."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.target = _target(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return produce_batches(self.target, iterator)
+
+    def commit(self, messages: list) -> None:
+        """Rows are visible as soon as they are acknowledged: nothing left to publish."""
+
+    def abort(self, messages: list) -> None:
+        """Acknowledged rows cannot be taken back (at-least-once); nothing to undo."""
+
+
+class LogbusStreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream.format("logbus")`: each micro-batch as a batch write; at least once."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.target = _target(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return produce_batches(self.target, iterator)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        """Rows are visible as soon as they are acknowledged: nothing left to publish."""
+
+    def abort(self, messages: list, batchId: int) -> None:
+        """Acknowledged rows cannot be taken back (at-least-once); nothing to undo."""

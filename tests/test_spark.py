@@ -1,0 +1,329 @@
+"""The `logbus` PySpark data source against a real broker and real local Spark (`local[2]`).
+
+One SparkSession and one broker serve the whole module (a session takes 6-20 s to start);
+every test uses its own topics and checkpoint directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from helpers import QUIET, wait_until
+
+from logbus.testing import BrokerProcess, running_broker
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.utils import StreamingQueryException  # noqa: E402
+
+import logbus.spark  # noqa: E402
+
+pytestmark = pytest.mark.spark
+HEADERS = "headers"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]").appName("logbus-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.pollingDelay", "10ms")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    logbus.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    with running_broker(config={"num.partitions": "1"}) as process:
+        yield process
+
+
+def create_topic(broker: BrokerProcess, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic(name, partitions, 1, config=config or {})]).values():
+        future.result(10)
+
+
+def produce(broker: BrokerProcess, topic: str, records: list[dict]) -> None:
+    """Produce records given as Producer.produce keyword arguments; wait for every ack."""
+    errors: list[object] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **QUIET})
+    for record in records:
+        producer.produce(topic, on_delivery=lambda err, _m: err and errors.append(err), **record)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+
+
+def reader(spark: SparkSession, broker: BrokerProcess, stream: bool = False, **options: str):
+    source = spark.readStream if stream else spark.read
+    return source.format("logbus").option("logbus.bootstrap.servers", broker.bootstrap).options(**options)
+
+
+def murmur2(key: bytes) -> int:
+    """Kafka's Utils.murmur2 (Java), as an unsigned 32-bit number."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(key)) & mask
+    whole = len(key) & ~3
+    for i in range(0, whole, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        h = ((h * m) & mask) ^ ((k * m) & mask)
+    tail = key[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h = ((h ^ tail[0]) * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """Java's DefaultPartitioner for keyed records: toPositive(murmur2(key)) % partitions."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def test_reference_murmur2_matches_kafka_vectors() -> None:
+    # Expected values from Kafka's UtilsTest.testMurmur2 (signed 32-bit).
+    for key, signed in [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
+                        (b"a-little-bit-longer-string", -1486304829), (b"abc", 479470107)]:
+        assert murmur2(key) == signed & 0xFFFFFFFF
+
+
+def test_batch_read_returns_every_record_once_with_spark_kafka_columns(spark, broker) -> None:
+    create_topic(broker, "batch3", 3)
+    records = [{"key": f"k{i}".encode(), "value": f"value-{i}".encode(), "partition": i % 3,
+                "timestamp": 1_700_000_000_000 + i, "headers": [("n", str(i).encode())] if i % 2 else None}
+               for i in range(3000)]
+    produce(broker, "batch3", records)
+    df = reader(spark, broker, subscribe="batch3", includeHeaders="true").load()
+    assert [f.name for f in df.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", HEADERS]
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>>")
+    rows = df.collect()
+    assert len(rows) == 3000
+    by_value = {bytes(row.value): row for row in rows}
+    assert len(by_value) == 3000
+    for i, record in enumerate(records):
+        row = by_value[record["value"]]
+        assert (bytes(row.key), row.topic, row.partition, row.offset) == (record["key"], "batch3", i % 3, i // 3)
+        assert int(row.timestamp.timestamp() * 1000) == record["timestamp"]
+        assert row.timestampType == 0
+        expected_headers = [("n", str(i).encode())] if i % 2 else []
+        assert [(h.key, bytes(h.value)) for h in row.headers] == expected_headers
+    plain = reader(spark, broker, subscribe="batch3", minPartitions="7").load()
+    assert HEADERS not in plain.columns
+    assert plain.rdd.getNumPartitions() >= 7
+    assert plain.select("partition", "offset").distinct().count() == 3000
+
+
+def test_batch_read_by_offsets_json_and_by_timestamp(spark, broker) -> None:
+    create_topic(broker, "ranges", 2)
+    base = 1_800_000_000_000
+    produce(broker, "ranges", [{"value": b"%d" % i, "partition": p, "timestamp": base + i * 1000}
+                               for p in range(2) for i in range(100)])
+
+    def offsets(**options: str) -> dict[int, list[int]]:
+        rows = reader(spark, broker, subscribe="ranges", **options).load().select("partition", "offset").collect()
+        result: dict[int, list[int]] = {0: [], 1: []}
+        for row in rows:
+            result[row.partition].append(row.offset)
+        return {p: sorted(found) for p, found in result.items()}
+
+    assert offsets(startingOffsets='{"ranges": {"0": 10, "1": -2}}',
+                   endingOffsets='{"ranges": {"0": 20, "1": 5}}') == {0: list(range(10, 20)), 1: list(range(5))}
+    assert offsets(startingOffsets='{"ranges": {"0": 95}}', endingOffsets="latest") == {
+        0: list(range(95, 100)), 1: list(range(100))}
+    assert offsets(startingOffsetsByTimestamp=f'{{"ranges": {{"0": {base + 40_000}, "1": {base + 90_500}}}}}') == {
+        0: list(range(40, 100)), 1: list(range(91, 100))}
+    assert offsets(startingTimestamp=str(base + 98_000), endingOffsetsByTimestamp=(
+        f'{{"ranges": {{"0": {base + 99_000}, "1": {base + 99_999_000}}}}}')) == {0: [98], 1: [98, 99]}
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        offsets(startingTimestamp=str(base + 10**9))
+
+
+def test_streaming_max_offsets_per_trigger_bounds_micro_batches(spark, broker, tmp_path) -> None:
+    create_topic(broker, "bounded", 2)
+    produce(broker, "bounded", [{"value": b"x" * 10, "partition": i % 2} for i in range(1000)])
+    stream = reader(spark, broker, stream=True, subscribe="bounded", startingOffsets="earliest",
+                    maxOffsetsPerTrigger="250").load()
+    query = (stream.writeStream.format("memory").queryName("bounded").outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 1000
+    assert len(sizes) >= 4 and max(sizes) <= 250, sizes
+    assert spark.table("bounded").select("partition", "offset").distinct().count() == 1000
+
+
+def test_streaming_restart_from_checkpoint_misses_and_repeats_nothing(spark, broker, tmp_path) -> None:
+    create_topic(broker, "restart", 3)
+    batches: dict[int, list[tuple[int, int]]] = {}
+
+    def remember(df, batch_id: int) -> None:
+        rows = sorted((row.partition, row.offset) for row in df.select("partition", "offset").collect())
+        assert batches.setdefault(batch_id, rows) == rows, "a replayed micro-batch read different records"
+
+    def start():
+        stream = reader(spark, broker, stream=True, subscribe="restart", startingOffsets="earliest",
+                        maxOffsetsPerTrigger="150").load()
+        return (stream.writeStream.foreachBatch(remember).option("checkpointLocation", str(tmp_path / "cp"))
+                .trigger(processingTime="0 seconds").start())
+
+    def seen() -> int:
+        return sum(len(rows) for rows in list(batches.values()))
+
+    producer = threading.Thread(target=produce, args=(broker, "restart", [
+        {"value": b"%d" % i, "key": b"%d" % i} for i in range(3000)]))
+    producer.start()
+    query = start()
+    wait_until(lambda: seen() >= 300, timeout=60, message="first micro-batches")
+    query.stop()
+    producer.join()
+    query = start()
+    try:
+        wait_until(lambda: seen() >= 3000, timeout=90, message="every record after the restart")
+    finally:
+        query.stop()
+    offsets = sorted(pair for rows in batches.values() for pair in rows)
+    expected = sorted((p, o) for p, count in _end_offsets(broker, "restart", 3).items() for o in range(count))
+    assert offsets == expected
+    assert len(expected) == 3000
+
+
+def _end_offsets(broker: BrokerProcess, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ends", **QUIET})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def test_fail_on_data_loss_after_delete_records(spark, broker, tmp_path) -> None:
+    create_topic(broker, "lossy", 1)
+    produce(broker, "lossy", [{"value": b"%d" % i} for i in range(100)])
+    checkpoint = str(tmp_path / "cp")
+
+    offsets: dict[str, list[int]] = {"true": [], "false": []}
+
+    def run(fail_on_data_loss: str):
+        def remember(df, _batch_id: int) -> None:
+            offsets[fail_on_data_loss] += [row.offset for row in df.select("offset").collect()]
+
+        stream = reader(spark, broker, stream=True, subscribe="lossy", startingOffsets="earliest",
+                        failOnDataLoss=fail_on_data_loss).load()
+        query = (stream.writeStream.foreachBatch(remember).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        with contextlib.suppress(StreamingQueryException):
+            query.awaitTermination(120)
+        return query
+
+    assert run("true").exception() is None
+    assert sorted(offsets["true"]) == list(range(100))
+    produce(broker, "lossy", [{"value": b"%d" % i} for i in range(100, 200)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    for future in admin.delete_records([TopicPartition("lossy", 0, 150)]).values():
+        future.result(10)
+
+    failed = run("true")
+    assert isinstance(failed.exception(), StreamingQueryException)
+    message = str(failed.exception())
+    assert "Some data may have been lost" in message and "lossy-0" in message and "failOnDataLoss" in message
+
+    skipped = run("false")
+    assert skipped.exception() is None
+    assert sorted(offsets["false"]) == list(range(150, 200))
+    with pytest.raises(Exception, match="Some data may have been lost"):
+        reader(spark, broker, subscribe="lossy", startingOffsets='{"lossy": {"0": 10}}').load().collect()
+    assert reader(spark, broker, subscribe="lossy", startingOffsets='{"lossy": {"0": 10}}',
+                  failOnDataLoss="false").load().count() == 50
+
+
+def test_pattern_subscription_picks_up_new_topics_and_partitions(spark, broker) -> None:
+    create_topic(broker, "pat-a", 1)
+    produce(broker, "pat-a", [{"value": b"a%d" % i} for i in range(10)])
+    stream = reader(spark, broker, stream=True, subscribePattern="pat-.*", startingOffsets="earliest").load()
+    query = (stream.writeStream.format("memory").queryName("patterned")
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        count = lambda: spark.table("patterned").count()  # noqa: E731
+        wait_until(lambda: count() == 10, timeout=60, message="the first topic's records")
+        create_topic(broker, "pat-b", 2)
+        produce(broker, "pat-b", [{"value": b"b%d" % i, "partition": i % 2} for i in range(20)])
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+        for future in admin.create_partitions([NewPartitions("pat-a", 2)]).values():
+            future.result(10)
+        produce(broker, "pat-a", [{"value": b"a-new%d" % i, "partition": 1} for i in range(5)])
+        wait_until(lambda: count() >= 35, timeout=60, message="records of the new topic and partition")
+    finally:
+        query.stop()
+    rows = spark.table("patterned").select("topic", "partition", "offset").collect()
+    assert len({(r.topic, r.partition, r.offset) for r in rows}) == len(rows) == 35
+    assert {(r.topic, r.partition) for r in rows} == {("pat-a", 0), ("pat-a", 1), ("pat-b", 0), ("pat-b", 1)}
+
+
+def test_batch_write_round_trip_with_keys_headers_and_partitions(spark, broker) -> None:
+    create_topic(broker, "written", 4)
+    data = [(f"key-{i}" if i % 5 else None, f"value-{i}".encode(), [("h", f"{i}".encode())] if i % 3 else [],
+             (i % 4) if i % 7 == 0 else None) for i in range(400)]
+    df = spark.createDataFrame(data, "key string, value binary, headers array<struct<key:string,value:binary>>, "
+                                     "partition int")
+    (df.write.format("logbus").mode("append").option("logbus.bootstrap.servers", broker.bootstrap)
+     .option("topic", "written")
+     .save())
+    rows = reader(spark, broker, subscribe="written", includeHeaders="true").load().collect()
+    assert len(rows) == 400
+    by_value = {bytes(row.value): row for row in rows}
+    for i, (key, value, headers, partition) in enumerate(data):
+        row = by_value[value]
+        assert (bytes(row.key).decode() if row.key is not None else None) == key
+        assert [(h.key, bytes(h.value)) for h in row.headers] == headers
+        if partition is not None:
+            assert row.partition == partition, i
+        elif key is not None:
+            assert row.partition == murmur2_partition(key.encode(), 4), i
+
+
+def test_streaming_write_round_trip(spark, broker, tmp_path) -> None:
+    create_topic(broker, "copy-in", 2)
+    create_topic(broker, "copy-out", 3)
+    produce(broker, "copy-in", [{"key": b"k%d" % i, "value": b"v%d" % i, "headers": [("i", b"%d" % i)]}
+                                for i in range(500)])
+    stream = reader(spark, broker, stream=True, subscribe="copy-in", startingOffsets="earliest",
+                    includeHeaders="true", maxOffsetsPerTrigger="200").load()
+    query = (stream.select("key", "value", "headers").writeStream.format("logbus")
+             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", "copy-out")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    rows = reader(spark, broker, subscribe="copy-out", includeHeaders="true").load().collect()
+    assert sorted((bytes(r.key), bytes(r.value), bytes(r.headers[0].value)) for r in rows) == sorted(
+        (b"k%d" % i, b"v%d" % i, b"%d" % i) for i in range(500))
+    assert all(r.partition == murmur2_partition(bytes(r.key), 3) for r in rows)
+
+
+def test_bad_options_fail_with_clear_messages(spark, broker) -> None:
+    with pytest.raises(Exception, match="exactly one of"):
+        reader(spark, broker).load().collect()
+    with pytest.raises(Exception, match="not JSON"):
+        reader(spark, broker, subscribe="batch3", startingOffsets="{nope").load().collect()
