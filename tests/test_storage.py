@@ -641,6 +641,16 @@ def test_retention_ms_deletes_old_segments_by_largest_timestamp(broker: BrokerPr
     _assert_out_of_range_from_zero(broker, "expiring")
 
 
+def test_broker_level_retention_and_segment_defaults_apply_to_auto_created_topics() -> None:
+    config = {**FAST_UPKEEP, "log.retention.minutes": "10", "log.segment.bytes": "1000"}
+    with running_broker(config=config) as broker:
+        old = int(time.time() * 1000) - HOUR_MS
+        produce(broker, "auto-expiring", [b"old-%02d" % i + b"o" * 60 for i in range(30)], timestamp=old)
+        directory = partition_dir(broker, "auto-expiring")
+        wait_until(lambda: segment_bases(directory) == [30], timeout=10, message="old segments deleted")
+        assert watermarks(broker, "auto-expiring") == (30, 30)
+
+
 def _assert_out_of_range_from_zero(broker: BrokerProcess, topic: str) -> None:
     consumer = Consumer({
         "bootstrap.servers": broker.bootstrap, "group.id": "storage-oor", "auto.offset.reset": "error", **QUIET,

@@ -169,6 +169,11 @@ class TimeIndex(_IndexFile):
     def last_timestamp(self) -> int:
         return self._timestamps[-1] if self._timestamps else -1
 
+    @property
+    def last_offset(self) -> int:
+        """The offset of the record with the largest timestamp indexed (-1 when empty)."""
+        return self._offsets[-1] if self._offsets else -1
+
     def append(self, timestamp: int, offset: int) -> None:
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return

@@ -176,7 +176,7 @@ class LogSegment:
         start = self.offset_index.lookup(self.offset_index.last_offset)
         if self.offset_index.last_offset < 0:
             start = 0
-        max_ts_offset = self.time_index._offsets[-1] if len(self.time_index) else -1
+        max_ts_offset = self.time_index.last_offset
         self.max_timestamp = self.time_index.last_timestamp
         self._offset_of_max_timestamp = max_ts_offset
         for header in self.headers_from(start):
