@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import consume, groups, produce, serve, topics
+from . import consume, groups, pipeline, produce, serve, topics
 from .common import CliError
 
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(subparsers)
     produce.add_parser(subparsers)
     consume.add_parser(subparsers)
+    pipeline.add_parser(subparsers)
     groups.add_parser(subparsers)
     return parser
 
