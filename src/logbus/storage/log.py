@@ -400,13 +400,16 @@ class PartitionLog:
         return doomed
 
     async def delete_old_segments(self, now: int | None = None) -> int:
-        """Apply retention; the active segment is rolled first when it must go too."""
-        doomed = self.segments_to_delete(now_ms() if now is None else now)
-        if not doomed:
-            return 0
-        if doomed[-1] is self.active_segment:
-            self.roll()
+        """Apply retention; the active segment is rolled first when it must go too.
+
+        Planned under io_lock, as the log cleaner swaps segments under it.
+        """
         async with self.io_lock:
+            doomed = self.segments_to_delete(now_ms() if now is None else now)
+            if not doomed:
+                return 0
+            if doomed[-1] is self.active_segment:
+                self.roll()
             self._delete_segments(doomed)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         return len(doomed)
