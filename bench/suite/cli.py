@@ -14,6 +14,7 @@ from bench.suite.runner import Runner, Settings
 from bench.suite.workloads import PHASES
 
 DEFAULT_PHASES = [phase for phase in PHASES if phase != "profile"]
+PHASE_SHARES = {"limits": 0.04, "produce": 0.36, "consume": 0.2, "large-log": 0.12, "latency": 0.24, "profile": 0.04}
 RESULTS_DIR = os.path.join(install.BENCH_DIR, "results")
 
 
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_for(args)
     runner = Runner(settings)
     top = header(args, settings, tools, phases)
-    for phase in phases:
-        runner.say(f"phase {phase}")
+    for index, phase in enumerate(phases):
+        runner.begin_phase(phase, PHASE_SHARES[phase], sum(PHASE_SHARES[p] for p in phases[index:]))
         if phase == "limits":
             PHASES[phase](runner)
         else:

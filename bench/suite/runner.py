@@ -41,9 +41,18 @@ class Runner:
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     steps: int = 0
+    phase_deadline: float = float("inf")
+
+    def begin_phase(self, name: str, share: float, shares_left: float) -> None:
+        """Give the phase its share of the time still left, so a slow phase cannot starve the ones after it."""
+        remaining = self.settings.budget_s - (time.monotonic() - self.started)
+        allowance = max(remaining, 0) * share / shares_left
+        self.phase_deadline = time.monotonic() + allowance
+        self.say(f"phase {name} (up to {allowance / 60:.1f} min)")
 
     def time_left(self) -> float:
-        return self.settings.budget_s - (time.monotonic() - self.started)
+        overall = self.settings.budget_s - (time.monotonic() - self.started)
+        return min(overall, self.phase_deadline - time.monotonic())
 
     def say(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
@@ -59,7 +68,8 @@ class Runner:
         self.steps += 1
         title = " ".join(f"{value}" for value in labels.values())
         if self.time_left() <= 0:
-            self.note("time budget used up: later steps skipped (see rows marked 'skipped')")
+            self.note("a phase used up its share of the time budget: its later runs were skipped "
+                      "(rows with fewer runs than repetitions)")
             self.results.append({**labels, "error": "skipped: time budget"})
             return None
         rss = RssSampler(server_pid)

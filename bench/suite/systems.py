@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from bench.suite.install import CACHE_DIR, Tools
 from bench.suite.procmon import free_port, wait_for_port
@@ -75,18 +76,21 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL if it lingers, then delete the data."""
+        """SIGTERM the process group, SIGKILL whatever of it lingers, then delete the data.
+
+        The whole group, not just our child, must be gone: noida-db's wrapper exits at once while its
+        server child keeps running (and holding gigabytes) unless the group is checked.
+        """
         if self.process is not None:
-            for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+            group = self.process.pid
+            for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
-                    os.killpg(self.process.pid, sig)
+                    os.killpg(group, sig)
                 except ProcessLookupError:
                     break
-                try:
-                    self.process.wait(wait_s)
+                if _group_gone(group, self.process, STOP_TIMEOUT_S):
                     break
-                except subprocess.TimeoutExpired:
-                    continue
+            self.process.wait()
             self.process = None
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -96,6 +100,19 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _group_gone(group: int, leader: subprocess.Popen, timeout_s: float) -> bool:
+    """Poll until no process of `group` is left (reaping our own child on the way)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leader.poll()
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 class Logbus(Server):

@@ -148,6 +148,9 @@ def consume_and_fanout(runner: Runner, tools: Tools) -> None:
         with ExitStack() as stack:
             servers: dict[str, Server] = {}
             for system in READ_SYSTEMS:
+                if runner.time_left() <= 0:
+                    runner.note(f"consume {size} B: no time left to fill {system}'s backlog")
+                    continue
                 try:
                     server = stack.enter_context(_server(system, tools, durable=False))
                     runner.say(f"filling {system} with {count:,} records of {size} B")
