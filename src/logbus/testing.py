@@ -11,9 +11,11 @@ broker as the `logbus_broker` fixture. Nothing is mocked: it is `logbus serve` i
 from __future__ import annotations
 
 import os
+import random
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,22 @@ import pytest
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
+# Below Linux's ephemeral range (32768-60999): a port there is never handed to a client socket,
+# so nothing takes a test broker's port while it is down for a restart.
+TEST_PORTS = (20000, 32767)
+
+
+def free_test_port() -> int:
+    """A loopback port in TEST_PORTS that nothing is bound to right now."""
+    for _ in range(200):
+        port = random.randint(*TEST_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {TEST_PORTS}")
 
 
 class BrokerProcess:
@@ -55,6 +73,21 @@ class BrokerProcess:
         return args
 
     def start(self) -> BrokerProcess:
+        """Start and wait until it listens; a port is chosen on the first start (retried if taken)."""
+        if self.port:
+            return self._start()
+        attempts_left = 3
+        while True:
+            self.port = free_test_port()
+            attempts_left -= 1
+            try:
+                return self._start()
+            except RuntimeError as exc:
+                if not attempts_left or "cannot listen" not in str(exc):
+                    self.port = 0
+                    raise
+
+    def _start(self) -> BrokerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
         began = time.monotonic()
         self.process = subprocess.Popen(
