@@ -524,10 +524,10 @@ def raw_request(bootstrap: str, api_key: int, version: int, **fields: Any) -> An
 
 
 def join_fields(group: str, member_id: str = "", instance_id: str | None = None, session_ms: int = SESSION_MS,
-                protocol: str = "range") -> dict[str, Any]:
+                protocol: str = "range", rebalance_ms: int = 10000) -> dict[str, Any]:
     return dict(
         group_id=group, session_timeout=datetime.timedelta(milliseconds=session_ms),
-        rebalance_timeout=datetime.timedelta(milliseconds=10000), member_id=member_id,
+        rebalance_timeout=datetime.timedelta(milliseconds=rebalance_ms), member_id=member_id,
         group_instance_id=instance_id, protocol_type="consumer", reason=None,
         protocols=(_protocol(protocol, b"\x00\x01subscription"),),
     )
@@ -832,3 +832,39 @@ def test_compacted_consumer_offsets_keep_the_latest_commit_across_restart() -> N
         broker.restart()
         committed = committed_offsets(broker.bootstrap, group, topic, 1)
         assert [(c.offset, c.metadata) for c in committed] == [(399, "commit 399")]
+
+
+def test_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout(broker: BrokerProcess) -> None:
+    group = unique("slow")
+    find_coordinator(broker.bootstrap, group)
+    slow, fresh = RawConnection(broker.bootstrap), RawConnection(broker.bootstrap)
+    try:
+        slow_id = slow.call(11, 9, **join_fields(group, rebalance_ms=2000)).member_id
+        joined = slow.call(11, 9, **join_fields(group, member_id=slow_id, rebalance_ms=2000))
+        assert (joined.error_code, joined.generation_id) == (ErrorCode.none, 1)
+        fresh_id = fresh.call(11, 9, **join_fields(group, rebalance_ms=2000)).member_id
+        result: list[Any] = []
+        joiner = threading.Thread(target=lambda: result.append(
+            fresh.call(11, 9, **join_fields(group, member_id=fresh_id, rebalance_ms=2000))))
+        started = time.monotonic()
+        joiner.start()
+
+        def told_to_rejoin() -> bool:
+            beat = slow.call(12, 4, group_id=group, generation_id=1, member_id=slow_id, group_instance_id=None)
+            return beat.error_code == ErrorCode.rebalance_in_progress
+
+        wait_until(told_to_rejoin, 5, message="REBALANCE_IN_PROGRESS for the slow member")
+        while joiner.is_alive():  # the slow member stays alive by heartbeats but never rejoins
+            assert time.monotonic() - started < 10, "the rebalance never completed"
+            slow.call(12, 4, group_id=group, generation_id=1, member_id=slow_id, group_instance_id=None)
+            joiner.join(0.2)
+        waited = time.monotonic() - started
+        (answer,) = result
+        assert (answer.error_code, answer.generation_id, answer.leader) == (ErrorCode.none, 2, fresh_id)
+        assert [m.member_id for m in answer.members] == [fresh_id]
+        assert 1.5 <= waited < 5, waited
+        dropped = slow.call(12, 4, group_id=group, generation_id=1, member_id=slow_id, group_instance_id=None)
+        assert dropped.error_code == ErrorCode.unknown_member_id
+    finally:
+        slow.close()
+        fresh.close()

@@ -632,14 +632,16 @@ class GroupCoordinator:
         if not group.is_in(GroupState.EMPTY) or group.pending_members:
             return
         expired = [key for key, value in group.offsets.items() if self._is_expired(group, value, now)]
-        entries: list[Entry] = [(OffsetKey(group.group_id, *key), None) for key in expired]
-        if len(expired) == len(group.offsets):
-            await self._delete_group(group)
+        if not expired and group.offsets:
             return
         try:
-            await self.store.append(self.partition_for(group.group_id), entries)
-        except StoreError:
-            log.warning("could not expire offsets of group %s", group.group_id)
+            if len(expired) == len(group.offsets):  # nothing left: the group goes too, as in Kafka
+                await self._delete_group(group)
+                return
+            await self.store.append(self.partition_for(group.group_id),
+                                    [(OffsetKey(group.group_id, *key), None) for key in expired])
+        except StoreError as exc:
+            log.warning("could not expire offsets of group %s: %s", group.group_id, exc)
             return
         for key in expired:
             group.offsets.pop(key, None)
