@@ -374,6 +374,18 @@ def test_clean_restart_keeps_offsets_records_configs_and_producer_state(broker: 
         assert min(got) == segment_start + 1, "a fetch from the middle of a segment starts at its offset"
 
 
+def test_idle_idempotent_producers_expire() -> None:
+    config = {**FAST_UPKEEP, "producer.id.expiration.ms": "60000"}
+    with running_broker(config=config) as broker:
+        create_topic(broker, "expiry")
+        an_hour_ago = int(time.time() * 1000) - HOUR_MS
+        assert produce_raw(broker, "expiry", record_batch(b"idle", 31, 0, timestamp=an_hour_ago)) == (0, 0)
+        assert produce_raw(broker, "expiry", record_batch(b"active", 32, 0)) == (0, 1)
+        wait_until(lambda: produce_raw(broker, "expiry", record_batch(b"idle", 31, 0))[1] == 2, timeout=10,
+                   message="the idle producer forgotten: its batch is new again")
+        assert produce_raw(broker, "expiry", record_batch(b"active", 32, 0)) == (0, 1), "still deduplicated"
+
+
 # ---------------------------------------------------------------------- crash during a produce stream
 
 

@@ -45,8 +45,9 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 
 
 class LogManager:
-    def __init__(self, data_dir: str, io_threads: int = 8) -> None:
+    def __init__(self, data_dir: str, io_threads: int = 8, producer_expiration_ms: int = 86_400_000) -> None:
         self.data_dir = data_dir
+        self.producer_expiration_ms = producer_expiration_ms
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="logbus-io")
         self._tasks: list[asyncio.Task] = []
@@ -142,10 +143,12 @@ class LogManager:
                 log.exception("background job %s failed", job.__name__)
 
     async def apply_retention(self) -> int:
+        """Delete old segments, and forget idempotent producers idle past producer.id.expiration.ms."""
         now = now_ms()
         deleted = 0
         for log_ in list(self.logs.values()):
             deleted += await log_.delete_old_segments(now)
+            log_.producer_state.expire(now, self.producer_expiration_ms)
         return deleted
 
     async def flush_due_logs(self) -> None:

@@ -100,7 +100,8 @@ class ProducerStateManager:
                 del self.producers[pid]
 
     def expire(self, now_ms: int, expiration_ms: int) -> None:
-        for pid in [p for p, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]:
+        """Forget producers whose last batch is older than `expiration_ms` (by its timestamp, as Kafka)."""
+        for pid in [p for p, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]:
             del self.producers[pid]
 
     # ------------------------------------------------------------------ snapshots
