@@ -327,7 +327,7 @@ def test_on_disk_layout_uses_kafka_formats(broker: BrokerProcess) -> None:
     assert read_checkpoint(os.path.join(directory, "leader-epoch-checkpoint")) == [[str(batches[0].leader_epoch), "0"]]
     with open(os.path.join(broker.data_dir, "meta.properties"), encoding="utf-8") as handle:
         properties = dict(line.split("=", 1) for line in handle.read().splitlines() if "=" in line)
-    assert properties["broker.id"] == "0" and properties["cluster.id"]
+    assert properties["version"] == "0" and properties["broker.id"] == "0" and properties["cluster.id"]
     assert os.path.exists(os.path.join(broker.data_dir, ".kafka_cleanshutdown"))
 
     broker.restart()
@@ -558,6 +558,15 @@ def test_corruption_in_an_unflushed_middle_segment_truncates_the_log_there(broke
     assert found == {i: values[i] for i in range(victim.base_offset)}
     assert produce(broker, "middle", [b"continues"]) == [victim.base_offset]
     assert_indexes_valid(directory)
+
+
+def test_a_lost_metadata_file_stops_the_broker_instead_of_deleting_the_logs(broker: BrokerProcess) -> None:
+    produce(broker, "precious", [b"keep-me"])
+    assert broker.stop() == 0
+    os.unlink(os.path.join(broker.data_dir, "logbus-metadata.json"))
+    with pytest.raises(RuntimeError, match="cluster.id"):
+        broker.restart()
+    assert read_segment(os.path.join(partition_dir(broker, "precious"), FIRST_SEGMENT + ".log"))[0].base_offset == 0
 
 
 def test_damaged_checkpoint_files_are_ignored(broker: BrokerProcess) -> None:

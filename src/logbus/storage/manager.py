@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ..config import LogConfig
+from ..config import LogConfig, load_properties
 from . import checkpoints
 from .cleaner import LogCleaner
 from .log import PartitionLog, now_ms
@@ -31,6 +31,10 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
+
+
+class InconsistentDataDirError(Exception):
+    """meta.properties names another cluster or broker."""
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -66,7 +70,7 @@ class LogManager:
     def open(self, broker_id: int, cluster_id: str) -> None:
         """Prepare the data dir and read checkpoints; logs are loaded by `load_log`."""
         os.makedirs(self.data_dir, exist_ok=True)
-        self._write_meta_properties(broker_id, cluster_id)
+        self._check_meta_properties(broker_id, cluster_id)
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.clean_shutdown = os.path.exists(marker)
         if self.clean_shutdown:
@@ -76,12 +80,25 @@ class LogManager:
         self.high_watermarks = checkpoints.read_offsets(self._path(HIGH_WATERMARK_FILE))
         self.cleaner = LogCleaner(self.data_dir, self.logs)
 
-    def _write_meta_properties(self, broker_id: int, cluster_id: str) -> None:
+    def _check_meta_properties(self, broker_id: int, cluster_id: str) -> None:
+        """Write meta.properties (Kafka's ZooKeeper-mode version 0) or check that it is ours.
+
+        A data dir of another cluster or broker is refused, as Kafka refuses it: above all when
+        the metadata store was lost and a new cluster id made, since starting would delete every
+        partition dir the new, empty metadata does not know.
+        """
         path = self._path(META_PROPERTIES)
-        if os.path.exists(path):
+        if not os.path.exists(path):
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
             return
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(f"version=1\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+        found = load_properties(path)
+        for key, expected in (("cluster.id", cluster_id), ("broker.id", str(broker_id))):
+            if found.get(key, expected) != expected:
+                raise InconsistentDataDirError(
+                    f"{path} has {key}={found[key]}, but this broker's is {expected}: refusing to start "
+                    f"on another broker's data dir (was the metadata store lost?)"
+                )
 
     def partition_dirs_on_disk(self) -> list[tuple[str, int]]:
         found = []
