@@ -91,10 +91,11 @@ def _redis_benchmark(port: int, size: int, streams: int, count: int, timeout_s: 
 
 
 def produce_matrix(runner: Runner, tools: Tools) -> None:
-    for size in SIZES:
-        for partitions in PARTITIONS:
-            for acks in ACKS:
-                for _rep in range(runner.settings.reps):
+    """Repetition-major: if the phase runs out of time, every case still has its earlier repetitions."""
+    for _rep in range(runner.settings.reps):
+        for size in SIZES:
+            for partitions in PARTITIONS:
+                for acks in ACKS:
                     for system in PRODUCE_SYSTEMS:
                         _produce_once(runner, tools, system, size, partitions, acks,
                                       runner.settings.produce_counts[size])
@@ -203,8 +204,8 @@ def _has_groups(runner: Runner, server: Server, system: str) -> bool:
 
 def latency(runner: Runner, tools: Tools) -> None:
     settings = runner.settings
-    for rate in LATENCY_RATES:
-        for _rep in range(settings.reps):
+    for _rep in range(settings.reps):  # repetition-major, as produce_matrix
+        for rate in LATENCY_RATES:
             for system in READ_SYSTEMS:
                 labels = {"workload": "latency", "case": f"{rate:,} records/s of 100 B", "system": system,
                           "client": _client(system).replace("rdkafka_performance", "confluent-kafka"),
