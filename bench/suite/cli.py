@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -32,6 +33,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
         tcp_seconds=2 if quick else 5,
         budget_s=(args.budget_min or (15 if quick else 25)) * 60,
         out_dir=args.out,
+        raw_dir=args.raw,
     )
     return settings
 
@@ -75,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-log-gb", type=float, help="log size for the large-log run (default 1 quick, 10 full)")
     parser.add_argument("--budget-min", type=float, help="stop starting new runs after this (15 quick, 25 full)")
     parser.add_argument("--out", default=RESULTS_DIR, help="where results.md, results.json and PNGs go")
+    parser.add_argument("--raw", default=os.path.join(install.CACHE_DIR, "raw"),
+                        help="where results.json (every run) and py-spy profiles go")
+    parser.add_argument("--report-from", metavar="RESULTS_JSON",
+                        help="only rewrite results.md and charts from an earlier run's results.json")
     parser.add_argument("--install-only", action="store_true", help="set up the peers and tools, then exit")
     args = parser.parse_args(argv)
     phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
@@ -86,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[setup] {text}", file=sys.stderr, flush=True)
 
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.raw, exist_ok=True)
+    if args.report_from:
+        with open(args.report_from, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        print(report.write(saved["results"], saved["notes"], saved.get("header", []), args.out, args.raw))
+        return 0
     tools = install.ensure_all(say)
     if args.install_only:
         return 0
@@ -101,6 +113,6 @@ def main(argv: list[str] | None = None) -> int:
             PHASES[phase](runner)
         else:
             PHASES[phase](runner, tools)
-    path = report.write(runner.results, runner.notes, top, args.out)
+    path = report.write(runner.results, runner.notes, top, args.out, args.raw)
     runner.say(f"done; results in {path}")
     return 0

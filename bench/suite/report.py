@@ -173,8 +173,8 @@ def _bar_chart(table: dict, workload: str, metric: str, title: str, ylabel: str,
     plt.close(fig)
 
 
-def write(results: list[dict], notes: list[str], header: list[str], out_dir: str) -> str:
-    """Write results.md, raw results.json and the charts; returns the markdown path."""
+def write(results: list[dict], notes: list[str], header: list[str], out_dir: str, raw_dir: str) -> str:
+    """Write results.md and the charts to `out_dir`, every single run to `raw_dir`/results.json."""
     os.makedirs(out_dir, exist_ok=True)
     table = aggregate(results)
     charts = [("produce", "records_s", "Produce throughput (median, min–max)", "records/s", True),
@@ -192,16 +192,16 @@ def write(results: list[dict], notes: list[str], header: list[str], out_dir: str
                                                               "profiled (py-spy)")),
              "", "## End-to-end latency (100 B records, consumer and producer in separate processes)", "",
              *latency_table(table), ""]
-    profiles = sorted(name for name in os.listdir(out_dir) if name.startswith("profile-") and name.endswith(".txt"))
+    profiles = sorted(name for name in os.listdir(raw_dir) if name.startswith("profile-") and name.endswith(".txt"))
     for name in profiles:
         lines += [f"## Where the logbus broker's time goes: {name[len('profile-'):-4]} (py-spy, 200 Hz)", "",
-                  *summarise(os.path.join(out_dir, name)), ""]
+                  *summarise(os.path.join(raw_dir, name)), ""]
     if notes:
         lines += ["## Notes from the run", "", *[f"- {note}" for note in notes], ""]
     lines += ["Charts: " + ", ".join(f"`{w.replace(' ', '-')}.png`" for w, *_ in charts), ""]
     path = os.path.join(out_dir, "results.md")
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("\n".join(lines))
-    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as handle:
-        json.dump({"results": results, "notes": notes}, handle, indent=1)
+    with open(os.path.join(raw_dir, "results.json"), "w", encoding="utf-8") as handle:
+        json.dump({"header": header, "results": results, "notes": notes}, handle, indent=1)
     return path

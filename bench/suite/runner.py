@@ -28,7 +28,8 @@ class Settings:
     disk_sync_mb: int
     tcp_seconds: int
     budget_s: float
-    out_dir: str
+    out_dir: str  # results.md and the PNG charts (committed)
+    raw_dir: str  # results.json and py-spy profiles (not committed)
     run_timeout_s: float = 120.0
 
 

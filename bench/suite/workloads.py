@@ -282,7 +282,7 @@ def machine_limits(runner: Runner) -> None:
 
 def profile_logbus(runner: Runner, tools: Tools) -> None:
     """py-spy on the logbus broker: produce 100 B and 1 KB, then read the 100 B log back (extra runs, own rows)."""
-    out_dir = runner.settings.out_dir
+    raw_dir = runner.settings.raw_dir
     counts = {100: 5_000_000, 1000: 2_000_000}
     timeout = runner.settings.run_timeout_s
     with _server("logbus", tools) as server:
@@ -291,11 +291,11 @@ def profile_logbus(runner: Runner, tools: Tools) -> None:
             kafka_load.create_topic(server.endpoint, topic, 1)
             labels = {"workload": "profiled (py-spy)", "case": f"produce {size} B, 1 partition, acks=1",
                       "system": "logbus", "client": _client("logbus"), "clients": 1}
-            with Profiler(server.pid, os.path.join(out_dir, f"profile-produce-{size}.txt")):
+            with Profiler(server.pid, os.path.join(raw_dir, f"profile-produce-{size}.txt")):
                 runner.measure(labels, server.pid, partial(kafka_load.produce, tools.rdkafka_performance,
                                                            server.endpoint, topic, size, count, "1", timeout))
             labels = {**labels, "case": f"consume {size} B from the start, 1 partition"}
-            with Profiler(server.pid, os.path.join(out_dir, f"profile-consume-{size}.txt")):
+            with Profiler(server.pid, os.path.join(raw_dir, f"profile-consume-{size}.txt")):
                 runner.measure(labels, server.pid, partial(kafka_load.consume, tools.rdkafka_performance,
                                                            server.endpoint, topic, count, size, timeout))
 
