@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -207,7 +208,7 @@ def read_confluent(broker: BrokerProcess, topic: str, end: int, start: int = OFF
     found: dict[int, bytes] = {}
     deadline = time.monotonic() + 30
     try:
-        while time.monotonic() < deadline and (not found or max(found) < end - 1):
+        while time.monotonic() < deadline and max(found, default=-1) < end - 1:
             message = consumer.poll(0.2)
             if message is None:
                 continue
@@ -587,6 +588,56 @@ def test_damaged_checkpoint_files_are_ignored(broker: BrokerProcess) -> None:
     assert "ignoring checkpoint file" in broker.read_log()
     wait_until(lambda: checkpointed(broker, "recovery-point-offset-checkpoint", "hints") is not None,
                message="checkpoints written afresh")
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[str]:
+    """A 4 MiB tmpfs (needs root, as the CI container runs); skipped where mounting is not allowed."""
+    mountpoint = str(tmp_path / "disk")
+    os.mkdir(mountpoint)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mountpoint], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", mountpoint], check=False)
+
+
+def _fill(disk: str, leave: int) -> str:
+    filler = os.path.join(disk, "filler")
+    with open(filler, "wb") as handle:
+        handle.write(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - leave))
+    return filler
+
+
+@pytest.mark.parametrize("first_append_on_full_disk", [False, True], ids=["fills-up", "full-from-the-start"])
+def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
+    small_disk: str, first_append_on_full_disk: bool
+) -> None:
+    with running_broker(config=FAST_UPKEEP, data_dir=os.path.join(small_disk, "data")) as broker:
+        create_topic(broker, "full")
+        if first_append_on_full_disk:
+            filler = _fill(small_disk, 0)
+            results = [produce_raw(broker, "full", record_batch(b"x" * 3000)) for _ in range(3)]
+            assert results == [(56, -1)] * 3, results
+        else:
+            assert produce_raw(broker, "full", record_batch(b"before")) == (0, 0)
+            filler = _fill(small_disk, 200_000)
+            results = [produce_raw(broker, "full", record_batch(b"x" * 50_000)) for _ in range(8)]
+            assert results[0][0] == 0 and results[-1] == (56, -1), f"KAFKA_STORAGE_ERROR once full: {results}"
+        acknowledged = sum(1 for error, _ in results if error == 0) + (not first_append_on_full_disk)
+
+        earliest, latest = watermarks(broker, "full")
+        assert (earliest, latest) == (0, acknowledged), "the broker stays up; failed appends left nothing"
+        read_segment(os.path.join(partition_dir(broker, "full"), FIRST_SEGMENT + ".log"))  # whole batches only
+        assert len(read_confluent(broker, "full", latest)) == latest
+
+        os.unlink(filler)
+        assert produce_raw(broker, "full", record_batch(b"after")) == (0, latest)
+        assert read_confluent(broker, "full", latest + 1, start=latest) == {latest: b"after"}
+        assert broker.stop() == 0
+        broker.restart()
+        assert watermarks(broker, "full") == (0, latest + 1)
 
 
 # ---------------------------------------------------------------------- rolling and index density

@@ -246,8 +246,8 @@ class PartitionLog:
             set_log_append_time(data, headers, append_time)
         headers = self._reread(data, headers)
         self._maybe_roll(len(data), max(h.max_timestamp for h in headers))
+        self._track_epoch(leader_epoch, base)  # before the data: a failure here must leave no records
         self.active_segment.append(data, headers)
-        self._track_epoch(leader_epoch, base)
         for header in headers:
             self.producer_state.update(header)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
@@ -293,10 +293,15 @@ class PartitionLog:
         return segment
 
     def _track_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        """Record a new leader epoch starting at `start_offset`: checkpoint file first, then memory.
+
+        Raises OSError (a full disk) with nothing changed, so the append is retried whole.
+        """
         if self.epochs and self.epochs[-1][0] >= leader_epoch:
             return
-        self.epochs.append((leader_epoch, start_offset))
-        checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), self.epochs)
+        epochs = [*self.epochs, (leader_epoch, start_offset)]
+        checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), epochs)
+        self.epochs = epochs
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(largest epoch <= the one asked, its end offset), as OffsetForLeaderEpoch answers."""
