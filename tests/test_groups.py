@@ -868,3 +868,42 @@ def test_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout(brok
     finally:
         slow.close()
         fresh.close()
+
+
+def consumer_subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0: the topics, no user data."""
+    encoded = b"".join(struct.pack(">h", len(t)) + t.encode() for t in topics)
+    return struct.pack(">hi", 0, len(topics)) + encoded + struct.pack(">i", -1)
+
+
+def test_stable_group_loses_offsets_of_topics_it_left(broker: BrokerProcess) -> None:
+    """KIP-496: in a Stable consumer group, expired offsets of unsubscribed topics go; subscribed ones stay."""
+    subscribed, abandoned = create_topic(broker.bootstrap, 1), create_topic(broker.bootstrap, 1)
+    group = unique("kip496")
+    find_coordinator(broker.bootstrap, group)
+    connection = RawConnection(broker.bootstrap)
+    try:
+        fields = join_fields(group)
+        fields["protocols"] = (_protocol("range", consumer_subscription(subscribed)),)
+        member_id = connection.call(11, 9, **fields).member_id
+        joined = connection.call(11, 9, **{**fields, "member_id": member_id})
+        connection.call(14, 5, group_id=group, generation_id=joined.generation_id, member_id=member_id,
+                        group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                        assignments=(SyncGroupRequestAssignment(member_id=member_id, assignment=b""),))
+        topics = tuple(OffsetCommitV2Topic(name=t, partitions=(OffsetCommitV2Partition(
+            partition_index=0, committed_offset=3, committed_metadata=""),)) for t in (subscribed, abandoned))
+        committed = connection.call(8, 2, group_id=group, generation_id_or_member_epoch=joined.generation_id,
+                                    member_id=member_id, retention_time=datetime.timedelta(milliseconds=300),
+                                    topics=topics)
+        assert [t.partitions[0].error_code for t in committed.topics] == [ErrorCode.none, ErrorCode.none]
+
+        def offsets() -> tuple[int, int]:
+            connection.call(12, 4, group_id=group, generation_id=joined.generation_id, member_id=member_id,
+                            group_instance_id=None)
+            reply = connection.call(9, 1, group_id=group, topics=(_fetch_topic_v1(subscribed, (0,)),
+                                                                  _fetch_topic_v1(abandoned, (0,))))
+            return tuple(t.partitions[0].committed_offset for t in reply.topics)
+
+        wait_until(lambda: offsets() == (3, -1), 10, message="the abandoned topic's offset expired")
+    finally:
+        connection.close()

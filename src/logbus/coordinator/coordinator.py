@@ -15,7 +15,8 @@ Semantics follow Kafka's GroupCoordinator for classic groups (see `group.py` for
 - State lives in memory and in `__consumer_offsets` (records as Kafka writes them); a
   partition's groups are rebuilt from its records when the coordinator starts.
 - Offsets of Empty groups expire after `offsets.retention.minutes` (counted from when the group
-  became Empty; for groups without a protocol, from each commit), then the group is deleted.
+  became Empty; for groups without a protocol, from each commit), then the group is deleted; a
+  Stable consumer group loses the offsets of topics it no longer subscribes to (KIP-496).
 """
 
 from __future__ import annotations
@@ -629,13 +630,12 @@ class GroupCoordinator:
             self._schedule_expiry()
 
     async def _expire_group_offsets(self, group: ClassicGroup, now: int) -> None:
-        if not group.is_in(GroupState.EMPTY) or group.pending_members:
-            return
-        expired = [key for key, value in group.offsets.items() if self._is_expired(group, value, now)]
-        if not expired and group.offsets:
+        expired = self._expired_offsets(group, now)
+        empty = group.is_in(GroupState.EMPTY) and not group.pending_members
+        if not expired and not (empty and not group.offsets):
             return
         try:
-            if len(expired) == len(group.offsets):  # nothing left: the group goes too, as in Kafka
+            if empty and len(expired) == len(group.offsets):  # nothing left: the group goes too, as in Kafka
                 await self._delete_group(group)
                 return
             await self.store.append(self.partition_for(group.group_id),
@@ -646,11 +646,24 @@ class GroupCoordinator:
         for key in expired:
             group.offsets.pop(key, None)
 
-    def _is_expired(self, group: ClassicGroup, value: OffsetValue, now: int) -> bool:
+    def _expired_offsets(self, group: ClassicGroup, now: int) -> list[tuple[str, int]]:
+        """Kafka's rules: every offset of an Empty group (counted from when it became Empty, or from
+        each commit for groups without a protocol); in a Stable consumer group, the offsets of topics
+        no member subscribes to any more, counted from their commit (KIP-496)."""
+        if group.is_in(GroupState.EMPTY) and not group.pending_members:
+            since_empty = group.state_timestamp if group.protocol_type and group.state_timestamp >= 0 else None
+            return [key for key, value in group.offsets.items() if self._is_expired(value, since_empty, now)]
+        if group.is_in(GroupState.STABLE):
+            subscribed = group.subscribed_topics()
+            if subscribed is not None:
+                return [key for key, value in group.offsets.items()
+                        if key[0] not in subscribed and self._is_expired(value, None, now)]
+        return []
+
+    def _is_expired(self, value: OffsetValue, since: int | None, now: int) -> bool:
         if value.expire_timestamp >= 0:
             return now >= value.expire_timestamp
-        since = group.state_timestamp if group.protocol_type and group.state_timestamp >= 0 else value.commit_timestamp
-        return now - since >= self.retention_ms
+        return now - (value.commit_timestamp if since is None else since) >= self.retention_ms
 
     # ================================================================ persistence
 
