@@ -463,6 +463,16 @@ def _garbage(_last: bytes) -> bytes:
     return b"\xde\xad\xbe\xef" * 40
 
 
+def _zeros(_last: bytes) -> bytes:
+    return bytes(4096)  # what a power loss can leave: the file grew, its data never reached the disk
+
+
+def _stale_copy(last: bytes) -> bytes:
+    stale = bytearray(last)
+    struct.pack_into(">q", stale, 0, 0)  # intact (the CRC does not cover the offset) but offset 0 again
+    return bytes(stale)
+
+
 def _truncated_batch(last: bytes) -> bytes:
     return last[: len(last) // 2]
 
@@ -475,7 +485,8 @@ def _wrong_crc(last: bytes) -> bytes:
     return bytes(damaged)
 
 
-@pytest.mark.parametrize("damage", [_garbage, _truncated_batch, _wrong_crc], ids=["garbage", "truncated", "bad-crc"])
+@pytest.mark.parametrize("damage", [_garbage, _zeros, _truncated_batch, _wrong_crc, _stale_copy],
+                         ids=["garbage", "zeros", "truncated", "bad-crc", "offset-going-back"])
 def test_torn_tail_is_truncated_and_indexes_rebuilt(broker: BrokerProcess, damage) -> None:
     create_topic(broker, "torn", **{"index.interval.bytes": "1"})
     values = [b"torn-%d" % i for i in range(10)]
