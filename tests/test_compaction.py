@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, wait_until
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
@@ -222,6 +222,8 @@ def test_produce_and_fetch_go_on_while_a_large_log_is_cleaned() -> None:
 
 
 def produce_during_cleaning(broker: BrokerProcess, topic: str) -> None:
+    """Write the log under cleanup.policy=delete, then switch to compact: one cleaning of it all."""
+    create_topic(broker.bootstrap, topic, {"cleanup.policy": "delete"})
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, **QUIET})
     value = os.urandom(400)
     for i in range(60_000):  # about 25 MB over 1000 keys
@@ -229,6 +231,9 @@ def produce_during_cleaning(broker: BrokerProcess, topic: str) -> None:
         if i % 5000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"cleanup.policy": "compact"})
+    admin.alter_configs([resource])[resource].result(15)
     partition_dir = os.path.join(broker.data_dir, f"{topic}-0")
     wait_until(lambda: glob.glob(os.path.join(partition_dir, "*.cleaned")), timeout=30, interval=0.01,
                message="a cleaning to start")

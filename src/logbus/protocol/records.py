@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cramjam
 import crc32c
@@ -236,6 +237,9 @@ def _snappy_decompress(data: bytes) -> bytes:
 
 
 def _varint(buf: bytes, position: int) -> tuple[int, int]:
+    byte = buf[position]
+    if byte < 0x80:  # most varints in a batch (deltas, short keys) are one byte
+        return (byte >> 1) ^ -(byte & 1), position + 1
     shift = 0
     result = 0
     while True:
@@ -370,8 +374,7 @@ def _snappy_compress(data: bytes) -> bytes:
     return bytes(out)
 
 
-@dataclass(frozen=True, slots=True)
-class RawRecord:
+class RawRecord(NamedTuple):  # a tuple: the cleaner makes one per record, twice
     """One record of a decompressed batch body, with its encoded bytes kept as they are.
 
     The cleaner decides per record from the key, offset delta and tombstone flag, and writes

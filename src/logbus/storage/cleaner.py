@@ -217,7 +217,7 @@ class LogCleaner:
         and the offset where that uncleanable part begins."""
         cleanable = []
         for segment in log_.segments[:-1]:
-            if segment.max_timestamp > now - log_.config.min_compaction_lag_ms:
+            if segment.largest_timestamp > now - log_.config.min_compaction_lag_ms:
                 return cleanable, segment.base_offset
             if segment.next_offset > log_.log_start_offset:
                 cleanable.append(segment)
