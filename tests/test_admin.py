@@ -36,7 +36,9 @@ from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
 from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.offset_for_leader_epoch.v2 import request as leader_epoch_v2
 from kio.schema.offset_for_leader_epoch.v4 import request as leader_epoch_v4
+from kio.schema.types import TopicName
 from kio.serial import entity_reader
+from kio.static.primitive import i16, i32
 
 from logbus.protocol import codec
 from logbus.testing import BrokerProcess, running_broker
@@ -562,3 +564,30 @@ def test_admin_request_with_unknown_tags_is_applied(broker: BrokerProcess) -> No
     response = _exchange(broker.bootstrap, INCREMENTAL_ALTER_CONFIGS, 1, body)
     assert [r.error_code for r in response.responses] == [0]
     assert overrides(broker.bootstrap, "tagged-config") == {"retention.ms": "123456"}
+
+
+
+def _create_topic_and_hang_up(bootstrap: str, name: str) -> None:
+    """Send CreateTopics v7 and close the connection without reading the answer."""
+    from kio.schema.create_topics.v7 import request as create_v7
+
+    topic = create_v7.CreatableTopic(
+        name=TopicName(name), num_partitions=i32(2), replication_factor=i16(1), assignments=(), configs=()
+    )
+    request = create_v7.CreateTopicsRequest(topics=(topic,), timeout=timedelta(seconds=5), validate_only=False)
+    frame = struct.pack(">hhih", 19, 7, 1, 0) + b"\x00" + b"".join(codec.encode(request))
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+
+
+def test_topics_created_by_clients_that_hang_up_at_once_are_still_served(broker: BrokerProcess) -> None:
+    """A client that hangs up cancels its request; the topic it asked for must still open."""
+    names = [f"hang-up-{i}" for i in range(20)]
+    for name in names:
+        _create_topic_and_hang_up(broker.bootstrap, name)
+    for name in names:
+        wait_until(lambda name=name: name in admin(broker.bootstrap).list_topics(timeout=5).topics,
+                   message=f"{name} created")
+        produce_all(broker.bootstrap, name, [(f"key-{k}".encode(), b"served") for k in range(10)])
+        assert sum(consume_offsets(broker.bootstrap, name, p)[1] for p in (0, 1)) == 10

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 METADATA_FILE = "logbus-metadata.json"
 PRODUCER_ID_BLOCK = 1000
@@ -139,6 +143,29 @@ class MetadataStore(ABC):
         return None
 
 
+def runs_to_completion(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Make a metadata change finish even when the request that asked for it is cancelled.
+
+    A client that hangs up cancels its request's task. Cancelled between saving the file and
+    announcing the change, a topic would exist on disk but never be opened until a restart. The
+    change runs in its own task; the caller awaits it through `asyncio.shield`.
+    """
+
+    @functools.wraps(method)
+    async def shielded(*args: object, **kwargs: object) -> T:
+        task = asyncio.ensure_future(method(*args, **kwargs))
+        task.add_done_callback(_retrieve_exception)
+        return await asyncio.shield(task)
+
+    return shielded
+
+
+def _retrieve_exception(task: asyncio.Future) -> None:
+    """A change whose caller is gone may still fail; its error has nobody to go to."""
+    if not task.cancelled():
+        task.exception()
+
+
 class EmbeddedMetadataStore(MetadataStore):
     """Metadata of a single broker, in `<data dir>/logbus-metadata.json` (atomic rewrites)."""
 
@@ -194,6 +221,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
 
+    @runs_to_completion
     async def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         internal: bool = False,
@@ -212,6 +240,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._announce(name, metadata)
         return metadata
 
+    @runs_to_completion
     async def delete_topic(self, name: str) -> None:
         async with self._lock:
             if self._topics.pop(name, None) is None:
@@ -219,6 +248,7 @@ class EmbeddedMetadataStore(MetadataStore):
             await self._commit()
         self._announce(name, None)
 
+    @runs_to_completion
     async def add_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None = None
     ) -> TopicMetadata:
@@ -234,6 +264,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._announce(name, metadata)
         return metadata
 
+    @runs_to_completion
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         async with self._lock:
             metadata = self._require(name)
@@ -242,6 +273,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._announce(name, metadata)
         return metadata
 
+    @runs_to_completion
     async def allocate_producer_id(self) -> int:
         """Hand out producer ids, persisting the limit a block at a time (no reuse after a crash)."""
         async with self._lock:
