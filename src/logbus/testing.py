@@ -10,6 +10,8 @@ broker as the `logbus_broker` fixture. Nothing is mocked: it is `logbus serve` i
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import random
 import selectors
@@ -44,6 +46,18 @@ def free_test_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {TEST_PORTS}")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: be killed when the test process dies, so no broker outlives a killed test run.
+
+    Linux only (prctl); elsewhere brokers are still stopped by the fixtures as usual.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class BrokerProcess:
@@ -91,7 +105,8 @@ class BrokerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
         began = time.monotonic()
         self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL
+            self.command(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         line = self._await_ready(began + READY_TIMEOUT_S)
