@@ -118,9 +118,11 @@ class PartitionLog:
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
         """Load each segment, recovering those past the recovery point and those with bad indexes.
 
-        As in Kafka, corruption found in one segment ends the log there: the segments after
-        it are deleted. Returns how many bytes were cut.
+        As in Kafka, corruption found past the recovery point ends the log there: the segments
+        after it were never flushed and are deleted. A flushed segment whose indexes had to be
+        rebuilt only loses its own bad tail. Returns how many bytes were cut.
         """
+        cut = 0
         for i, segment in enumerate(self.segments):
             next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
             needs_recovery = not clean_shutdown and (next_base is None or next_base > recovery_point)
@@ -128,13 +130,14 @@ class PartitionLog:
                 continue
             if not needs_recovery:
                 log.warning("%s: rebuilding the indexes of segment %d", self.directory, segment.base_offset)
-            cut = segment.recover()
-            if cut:
+            segment_cut = segment.recover()
+            cut += segment_cut
+            if segment_cut and needs_recovery:
                 later = self.segments[i + 1 :]
                 cut += sum(later_segment.size for later_segment in later)
                 self._delete_segments(later)
-                return cut
-        return 0
+                break
+        return cut
 
     def _delete_segments(self, doomed: list[LogSegment]) -> None:
         for segment in doomed:
