@@ -196,11 +196,12 @@ class EmbeddedMetadataStore(MetadataStore):
             self.cluster_id = new_cluster_id()
             self._save()
 
-    def _save(self) -> None:
+    def _save(self, topics: dict[str, TopicMetadata] | None = None) -> None:
+        """Write the state atomically, with `topics` instead of the current ones if given."""
         state = {
             "cluster_id": self.cluster_id,
             "producer_id_limit": self._producer_id_limit,
-            "topics": [asdict(t) for t in self._topics.values()],
+            "topics": [asdict(t) for t in (self._topics if topics is None else topics).values()],
         }
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
@@ -209,8 +210,8 @@ class EmbeddedMetadataStore(MetadataStore):
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)
 
-    async def _commit(self) -> None:
-        await asyncio.to_thread(self._save)
+    async def _commit(self, topics: dict[str, TopicMetadata] | None = None) -> None:
+        await asyncio.to_thread(self._save, topics)
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker
@@ -235,8 +236,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 [PartitionState(r[0], 0, list(r), list(r)) for r in assignment],
                 dict(configs), internal,
             )
-            self._topics[name] = metadata
-            await self._commit()
+            await self._commit({**self._topics, name: metadata})
+            self._topics[name] = metadata  # visible once saved, and announced (opened) right after
         self._announce(name, metadata)
         return metadata
 
