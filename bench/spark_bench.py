@@ -1,0 +1,219 @@
+"""Spark connector benchmark: rows/s read and written, produce -> foreachBatch latency.
+
+    python bench/spark_bench.py [--rows 1000000] [--phases decode,read,write,latency]
+
+Against a fresh `logbus serve` (logbus.testing) with a 4-partition topic of 100-byte values:
+- decode: the executor's read path without Spark, one partition: logbus's own Fetch client +
+  column-wise Arrow decoding (what the connector uses) vs confluent-kafka's consumer with the
+  Arrow batch built from its messages (the alternative), rows/s on one core;
+- batch read: `spark.read.format("logbus")` of the whole topic into the noop sink (warm workers);
+- read: a streaming query (`local[2]`, Trigger.AvailableNow, noop sink, 8 micro-batches) over the
+  whole topic: wall rows/s including query start, and rows/s over
+  the micro-batches' own durations;
+- write: `df.write.format("logbus")` of the same number of rows (Spark generates them);
+- latency: records produced every 100 ms, seen by `foreachBatch` with a 0 s processing-time
+  trigger: produce -> foreachBatch time, p50 / p90 / max.
+Results are printed as a markdown table and written as JSON next to this file (results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from logbus.spark.decode import SCHEMA
+from logbus.spark.source import OffsetRange, read_range
+from logbus.testing import running_broker
+
+TOPIC, PARTITIONS, VALUE_SIZE = "bench", 4, 100
+QUIET = {"log_level": 0}
+
+
+def fill_topic(bootstrap: str, rows: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        future.result(15)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                         "queue.buffering.max.messages": 1_000_000, **QUIET})
+    value = b"v" * VALUE_SIZE
+    for i in range(rows):
+        while True:
+            try:
+                producer.produce(TOPIC, value=value, key=b"%d" % i, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def bench_decode(bootstrap: str, rows_per_partition: int) -> dict:
+    """One partition into Arrow batches: logbus client + numpy decode vs confluent-kafka."""
+    task = OffsetRange(bootstrap, TOPIC, 0, 0, rows_per_partition, False, True)
+    began = time.perf_counter()
+    own = sum(batch.num_rows for batch in read_range(task))
+    own_s = time.perf_counter() - began
+    began = time.perf_counter()
+    theirs = sum(batch.num_rows for batch in confluent_batches(bootstrap, rows_per_partition))
+    theirs_s = time.perf_counter() - began
+    assert own == theirs == rows_per_partition
+    return {"decode_own_rows_s": own / own_s, "decode_confluent_rows_s": theirs / theirs_s}
+
+
+def confluent_batches(bootstrap: str, end: int, batch_rows: int = 10_000):
+    """What `read()` would do with confluent-kafka: consume(), then columns from the messages."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 8 << 20, "max.partition.fetch.bytes": 8 << 20, **QUIET})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    position = 0
+    try:
+        while position < end:
+            messages = [m for m in consumer.consume(batch_rows, 1.0) if m.error() is None and m.offset() < end]
+            if not messages:
+                continue
+            position = messages[-1].offset() + 1
+            stamps = [m.timestamp() for m in messages]
+            yield pa.RecordBatch.from_arrays([
+                pa.array([m.key() for m in messages], pa.binary()),
+                pa.array([m.value() for m in messages], pa.binary()),
+                pa.array([m.topic() for m in messages], pa.string()),
+                pa.array([m.partition() for m in messages], pa.int32()),
+                pa.array([m.offset() for m in messages], pa.int64()),
+                pa.array([s[1] * 1000 for s in stamps], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                pa.array([s[0] - 1 for s in stamps], pa.int32()),
+            ], schema=SCHEMA)
+    finally:
+        consumer.close()
+
+
+def spark_session():
+    from pyspark.sql import SparkSession
+
+    import logbus.spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (SparkSession.builder.master("local[2]").appName("logbus-spark-bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    logbus.spark.register(spark)
+    return spark
+
+
+def bench_batch_read(spark, bootstrap: str, rows: int) -> dict:
+    """Two batch reads into the noop sink: the first starts Python workers (imports of pyarrow and
+    logbus, ~10 s), the second is the measurement."""
+    df = spark.read.format("logbus").option("logbus.bootstrap.servers", bootstrap).option("subscribe", TOPIC).load()
+    df.write.format("noop").mode("overwrite").save()
+    began = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return {"batch_read_rows_s": rows / (time.perf_counter() - began)}
+
+
+def bench_read(spark, bootstrap: str, rows: int, checkpoint: str) -> dict:
+    stream = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+              .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(max(rows // 8, 1))).load())
+    began = time.perf_counter()
+    query = (stream.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    wall = time.perf_counter() - began
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert sum(p["numInputRows"] for p in batches) == rows
+    busy_ms = sum(p["durationMs"]["triggerExecution"] for p in batches)
+    return {"read_wall_rows_s": rows / wall, "read_batches_rows_s": rows / (busy_ms / 1000),
+            "read_batches": len(batches)}
+
+
+def bench_write(spark, bootstrap: str, rows: int) -> dict:
+    from pyspark.sql import functions as F
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic("bench-out", PARTITIONS, 1)]).values():
+        future.result(15)
+    df = (spark.range(rows, numPartitions=PARTITIONS)
+          .select(F.col("id").cast("string").alias("key"), F.lit(b"w" * VALUE_SIZE).alias("value")).cache())
+    df.count()
+    began = time.perf_counter()
+    df.write.format("logbus").mode("append").option("logbus.bootstrap.servers", bootstrap) \
+        .option("topic", "bench-out").save()
+    return {"write_rows_s": rows / (time.perf_counter() - began)}
+
+
+def bench_latency(spark, bootstrap: str, samples: int, checkpoint: str) -> dict:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic("bench-latency", 1, 1)]).values():
+        future.result(15)
+    latencies: list[float] = []
+
+    def seen(df, _batch_id: int) -> None:
+        now = time.time()
+        latencies.extend(now - float(row.value) for row in df.select(df.value.cast("string").alias("value")).collect())
+
+    stream = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+              .option("subscribe", "bench-latency").load())
+    query = (stream.writeStream.foreachBatch(seen).option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
+    while not query.recentProgress:  # the first (empty) batch ran: the query is reading
+        time.sleep(0.1)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **QUIET})
+    stop = threading.Event()
+    for _ in range(samples):
+        producer.produce("bench-latency", value=repr(time.time()).encode())
+        producer.flush(5)
+        stop.wait(0.1)
+    deadline = time.monotonic() + 60
+    while len(latencies) < samples and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
+    ordered = sorted(latencies)
+    return {"latency_p50_ms": 1000 * statistics.median(ordered),
+            "latency_p90_ms": 1000 * ordered[int(0.9 * (len(ordered) - 1))], "latency_max_ms": 1000 * ordered[-1],
+            "latency_samples": len(ordered)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--phases", default="decode,read,write,latency")
+    parser.add_argument("--latency-samples", type=int, default=50)
+    args = parser.parse_args()
+    phases = set(args.phases.split(","))
+    results: dict = {"rows": args.rows, "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "cpus": os.cpu_count()}
+    with running_broker() as broker:
+        fill_topic(broker.bootstrap, args.rows)
+        if "decode" in phases:
+            results |= bench_decode(broker.bootstrap, args.rows // PARTITIONS)
+        if phases & {"read", "write", "latency"}:
+            import tempfile
+
+            spark = spark_session()
+            results |= bench_batch_read(spark, broker.bootstrap, args.rows)
+            with tempfile.TemporaryDirectory() as scratch:
+                if "read" in phases:
+                    results |= bench_read(spark, broker.bootstrap, args.rows, f"{scratch}/read")
+                if "write" in phases:
+                    results |= bench_write(spark, broker.bootstrap, args.rows)
+                if "latency" in phases:
+                    results |= bench_latency(spark, broker.bootstrap, args.latency_samples, f"{scratch}/latency")
+            spark.stop()
+    print("| metric | value |\n|---|---|")
+    for name, value in results.items():
+        print(f"| {name} | {value:,.0f} |" if isinstance(value, float) else f"| {name} | {value} |")
+    target = Path(__file__).parent / "results" / "spark_bench.json"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
