@@ -581,6 +581,14 @@ def test_a_lost_metadata_file_stops_the_broker_instead_of_deleting_the_logs(brok
     assert read_segment(os.path.join(partition_dir(broker, "precious"), FIRST_SEGMENT + ".log"))[0].base_offset == 0
 
 
+def test_a_second_broker_on_the_same_data_dir_is_refused(broker: BrokerProcess) -> None:
+    produce(broker, "shared-dir", [b"first"])
+    intruder = BrokerProcess(broker.data_dir)
+    with pytest.raises(RuntimeError, match="in use by another broker process"):
+        intruder.start()
+    assert produce(broker, "shared-dir", [b"second"]) == [1]
+
+
 def test_damaged_checkpoint_files_are_ignored(broker: BrokerProcess) -> None:
     produce(broker, "hints", [b"hint-%d" % i for i in range(5)])
     assert broker.stop() == 0

@@ -42,6 +42,7 @@ class Broker:
 
     async def start(self) -> tuple[str, int]:
         """Load everything and listen; returns the address actually bound."""
+        self.logs.lock()
         await self.metadata.start()
         self.metadata.add_listener(self._forget_cached_metadata)
         self.logs.open(self.broker_id, self.metadata.cluster_id)

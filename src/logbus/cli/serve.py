@@ -99,6 +99,7 @@ def keep_freed_memory_for_reuse() -> None:
 
 async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, data_dir: str) -> int:
     from ..broker.broker import Broker
+    from ..storage.manager import DataDirRefusedError
 
     broker = Broker(config, broker_id, host, port, data_dir)
     stop = asyncio.Event()
@@ -107,8 +108,12 @@ async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, dat
         loop.add_signal_handler(sig, stop.set)
     try:
         bound_host, bound_port = await broker.start()
+    except DataDirRefusedError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
-        print(f"logbus: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        where = exc.filename or f"{host}:{port}"
+        print(f"logbus: cannot start: {where}: {exc.strerror}", file=sys.stderr)
         return 1
     print(f"logbus broker {broker_id} listening on {bound_host}:{bound_port}", flush=True)
     await stop.wait()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -31,10 +32,11 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
+LOCK_FILE = ".lock"
 
 
-class InconsistentDataDirError(Exception):
-    """meta.properties names another cluster or broker."""
+class DataDirRefusedError(Exception):
+    """The data dir is another cluster's or broker's, or another broker process holds it."""
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -61,6 +63,21 @@ class LogManager:
         self._recovery_points: dict[tuple[str, int], int] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
         self.cleaner: LogCleaner | None = None
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Hold `<data dir>/.lock` (flock) for the life of the process, as Kafka does.
+
+        Two brokers writing one data dir would corrupt each other's segments and checkpoints.
+        """
+        os.makedirs(self.data_dir, exist_ok=True)
+        fd = os.open(self._path(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirRefusedError(f"{self.data_dir} is in use by another broker process") from None
+        self._lock_fd = fd
 
     async def run_blocking(self, fn: Callable, *args: object) -> object:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -95,7 +112,7 @@ class LogManager:
         found = load_properties(path)
         for key, expected in (("cluster.id", cluster_id), ("broker.id", str(broker_id))):
             if found.get(key, expected) != expected:
-                raise InconsistentDataDirError(
+                raise DataDirRefusedError(
                     f"{path} has {key}={found[key]}, but this broker's is {expected}: refusing to start "
                     f"on another broker's data dir (was the metadata store lost?)"
                 )
@@ -198,3 +215,6 @@ class LogManager:
         with open(self._path(CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
             pass
         self._pool.shutdown(wait=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
