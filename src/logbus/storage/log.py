@@ -307,15 +307,21 @@ class PartitionLog:
         self.epochs = epochs
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
-        """(largest epoch <= the one asked, its end offset), as OffsetForLeaderEpoch answers."""
-        if not self.epochs:
-            return (-1, -1) if leader_epoch < 0 else (leader_epoch, self.log_end_offset)
-        earlier = [i for i, (epoch, _) in enumerate(self.epochs) if epoch <= leader_epoch]
-        if not earlier:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers it (Kafka's LeaderEpochFileCache).
+
+        The latest epoch ends at the log end. An older one ends where the next epoch starts and
+        is answered with the largest known epoch at or below it, or itself when it predates every
+        known epoch. An epoch above the latest, or any epoch of a log with none, is unknown: (-1, -1).
+        """
+        if not self.epochs or leader_epoch < 0:
             return -1, -1
-        i = earlier[-1]
-        end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.log_end_offset
-        return self.epochs[i][0], end
+        if leader_epoch == self.epochs[-1][0]:
+            return leader_epoch, self.log_end_offset
+        later = [(epoch, start) for epoch, start in self.epochs if epoch > leader_epoch]
+        if not later:
+            return -1, -1
+        earlier = [epoch for epoch, _ in self.epochs if epoch <= leader_epoch]
+        return (earlier[-1] if earlier else leader_epoch), later[0][1]
 
     def epoch_for_offset(self, offset: int) -> int:
         """The leader epoch under which `offset` was written (-1 when unknown)."""
