@@ -9,7 +9,7 @@ configs are static (server.properties and --set): they are described, never alte
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +17,14 @@ from kio.schema.errors import ErrorCode
 
 from ..cluster.metadata import TopicMetadata, UnknownTopicError
 from ..config import TOPIC_KEYS, ConfigError, ConfigType, describe_topic_configs, validate_topic_configs
+from ..protocol.codec import make, response_class, response_module
 from .topics import TopicError
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .context import RequestContext
+
+NewOverrides = Callable[["Broker", TopicMetadata, Any], dict[str, str]]
 
 
 class ResourceType(IntEnum):
@@ -98,7 +102,6 @@ def check_unique(names: list[str]) -> None:
 
 def apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
     """The topic's overrides after SET / DELETE / APPEND / SUBTRACT operations (validated)."""
-    check_unique([name for name, _, _ in ops])
     overrides = dict(topic.configs)
     effective = {c.name: c.text for c in describe_topic_configs(broker.config, overrides)}
     for name, code, value in ops:
@@ -141,3 +144,36 @@ async def store_topic_configs(broker: Broker, name: str, configs: dict[str, str]
         await broker.metadata.set_topic_configs(name, configs)
     except UnknownTopicError:
         raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
+
+
+async def alter_config_resources(ctx: RequestContext, request: Any, api_key: int, new_overrides: NewOverrides) -> Any:
+    """The AlterConfigs / IncrementalAlterConfigs response: the two differ only in how a
+    resource's configs become the topic's new overrides (`new_overrides`, validated)."""
+    module = response_module(api_key, ctx.api_version)
+    repeated = repeated_resources(request.resources)
+    responses = []
+    for resource in request.resources:
+        error, message = ErrorCode.none, None
+        try:
+            check_once(resource, repeated)
+            await _alter_resource(ctx.broker, resource, request.validate_only, new_overrides)
+        except TopicError as exc:
+            error, message = exc.code, exc.message
+        responses.append(make(
+            module.AlterConfigsResourceResponse, error_code=error, error_message=message,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+        ))
+    return make(response_class(api_key, ctx.api_version), responses=tuple(responses))
+
+
+async def _alter_resource(broker: Broker, resource: Any, validate_only: bool, new_overrides: NewOverrides) -> None:
+    check_unique([config.name for config in resource.configs])
+    if resource_type(resource.resource_type) is ResourceType.BROKER:
+        check_broker_resource(broker, resource.resource_name)
+        if resource.configs:
+            raise refuse_broker_changes(config.name for config in resource.configs)
+        return
+    topic = topic_resource(broker, resource.resource_name)
+    configs = new_overrides(broker, topic, resource)
+    if not validate_only:
+        await store_topic_configs(broker, topic.name, configs)

@@ -12,24 +12,14 @@ id, unsupported resource type).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
-from ...protocol.codec import make, response_class, response_module
+from ...cluster.metadata import TopicMetadata
 from ..context import RequestContext
-from ..topic_configs import (
-    ResourceType,
-    apply_incremental,
-    check_broker_resource,
-    check_once,
-    refuse_broker_changes,
-    repeated_resources,
-    resource_type,
-    store_topic_configs,
-    topic_resource,
-)
-from ..topics import TopicError
+from ..topic_configs import alter_config_resources, apply_incremental
+
+if TYPE_CHECKING:
+    from ..broker import Broker
 
 API_KEY = 44
 MIN_VERSION = 0
@@ -37,31 +27,9 @@ MAX_VERSION = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    module = response_module(API_KEY, ctx.api_version)
-    repeated = repeated_resources(request.resources)
-    responses = []
-    for resource in request.resources:
-        error, message = ErrorCode.none, None
-        try:
-            check_once(resource, repeated)
-            await _alter(ctx, resource, request.validate_only)
-        except TopicError as exc:
-            error, message = exc.code, exc.message
-        responses.append(make(
-            module.AlterConfigsResourceResponse, error_code=error, error_message=message,
-            resource_type=resource.resource_type, resource_name=resource.resource_name,
-        ))
-    return make(response_class(API_KEY, ctx.api_version), responses=tuple(responses))
+    return await alter_config_resources(ctx, request, API_KEY, _operations_applied)
 
 
-async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
-    if resource_type(resource.resource_type) is ResourceType.BROKER:
-        check_broker_resource(ctx.broker, resource.resource_name)
-        if resource.configs:
-            raise refuse_broker_changes(config.name for config in resource.configs)
-        return
-    topic = topic_resource(ctx.broker, resource.resource_name)
+def _operations_applied(broker: Broker, topic: TopicMetadata, resource: Any) -> dict[str, str]:
     ops = [(config.name, config.config_operation, config.value) for config in resource.configs]
-    configs = apply_incremental(ctx.broker, topic, ops)
-    if not validate_only:
-        await store_topic_configs(ctx.broker, topic.name, configs)
+    return apply_incremental(broker, topic, ops)
