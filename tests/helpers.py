@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
+import socket
+import struct
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from kio.schema.produce.v9 import request as produce_v9
+from kio.serial import entity_reader
+
+from logbus.protocol import codec
 
 T = TypeVar("T")
 
@@ -57,3 +64,98 @@ def consume_partition(bootstrap: str, topic: str, partition: int, count: int, st
         consumer.close()
     assert len(messages) == count, f"read {len(messages)} of {count} records"
     return messages
+
+
+API_VERSIONS_KEY = 18
+
+
+class RawConnection:
+    """One loopback socket speaking the Kafka framing by hand, for requests real clients never send.
+
+    `call` exchanges a kio-built request and decodes the response; `send_frame`/`read_frame` move raw
+    bytes; `closed_by_broker` tells a clean close apart from a connection that is still served.
+    """
+
+    def __init__(self, bootstrap: str, timeout: float = 15.0) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation = 0
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.sock.close()
+
+    def header(self, api_key: int, version: int, client_id: bytes = b"raw-test") -> bytes:
+        """A request header (v1, or v2 with an empty tag section for flexible versions)."""
+        self.correlation += 1
+        header = struct.pack(">hhih", api_key, version, self.correlation, len(client_id)) + client_id
+        return header + (b"\x00" if codec.is_flexible(api_key, version) else b"")
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def read_frame(self) -> bytes:
+        return self._exactly(struct.unpack(">i", self._exactly(4))[0])
+
+    def call_body(self, api_key: int, version: int, body: bytes) -> Any:
+        """Send an encoded request body; decode the response (checking its correlation id)."""
+        self.send_frame(self.header(api_key, version) + body)
+        response = self.read_frame()
+        assert struct.unpack_from(">i", response)[0] == self.correlation
+        flexible = codec.is_flexible(api_key, version) and api_key != API_VERSIONS_KEY
+        value, used = entity_reader(codec.response_class(api_key, version))(response, 5 if flexible else 4)
+        assert (5 if flexible else 4) + used == len(response), "trailing bytes in the response"
+        return value
+
+    def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        """A kio request built from `fields`; returns the decoded response."""
+        request = codec.make(codec.request_class(api_key, version), **fields)
+        return self.call_body(api_key, version, b"".join(codec.encode(request)))
+
+    def closed_by_broker(self, timeout: float = 10.0) -> bool:
+        """True once the broker closes its end (EOF or reset) within `timeout`; False if it stays silent."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+    def _exactly(self, count: int) -> bytes:
+        data = bytearray()
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            assert chunk, "broker closed the connection"
+            data += chunk
+        return bytes(data)
+
+
+def raw_request(bootstrap: str, api_key: int, version: int, **fields: Any) -> Any:
+    """One kio request on a fresh socket."""
+    with RawConnection(bootstrap) as connection:
+        return connection.call(api_key, version, **fields)
+
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 19, 22
+PRODUCE_VERSION = 9
+
+
+def produce_body(topic: str, batch: bytes, partition: int = 0, acks: int = -1) -> bytes:
+    """An encoded Produce v9 request body carrying one batch for one partition."""
+    schema = produce_v9
+    request = schema.ProduceRequest(
+        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10),
+        topic_data=(schema.TopicProduceData(
+            name=topic, partition_data=(schema.PartitionProduceData(index=partition, records=batch),)),),
+    )
+    return b"".join(codec.encode(request))
+
+
+def raw_produce(connection: RawConnection, topic: str, batch: bytes, partition: int = 0) -> tuple[int, int]:
+    """Produce one raw batch (acks=-1); returns (error code, base offset)."""
+    response = connection.call_body(PRODUCE, PRODUCE_VERSION, produce_body(topic, batch, partition))
+    result = response.responses[0].partition_responses[0]
+    return int(result.error_code), int(result.base_offset)
