@@ -20,6 +20,7 @@ from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import BatchHeader, CorruptRecordError, iter_records, validate_batches
 from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..context import RequestContext
+from ..topics import TopicError, validate_topic_name
 
 API_KEY = 0
 MIN_VERSION = 0
@@ -66,8 +67,7 @@ async def _produce_partition(
     partition = broker.replicas.get(topic, data.index) if topic is not None else None
     try:
         if partition is None:
-            unknown = ErrorCode.unknown_topic_or_partition if topic else ErrorCode.unknown_topic_id
-            raise ProduceError(unknown)
+            raise _missing_partition_error(topic)
         info = _append(partition, data.records, acks)
         await broker.replicas.flush_if_due(partition)
     except ProduceError as exc:
@@ -76,6 +76,18 @@ async def _produce_partition(
         module, data.index, ErrorCode.none, info.base_offset, info.log_append_time,
         partition.log.log_start_offset, None,
     )
+
+
+def _missing_partition_error(topic: str | None) -> ProduceError:
+    """Why a partition is not here: an illegal topic name (which no topic can have) says so,
+    like Metadata and CreateTopics do, so a client stops instead of retrying."""
+    if topic is None:
+        return ProduceError(ErrorCode.unknown_topic_id)
+    try:
+        validate_topic_name(topic)
+    except TopicError as exc:
+        return ProduceError(exc.code, exc.message)
+    return ProduceError(ErrorCode.unknown_topic_or_partition)
 
 
 def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
