@@ -14,6 +14,7 @@ from dataclasses import dataclass
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CORRELATION = struct.Struct(">i")
+_API = struct.Struct(">hhi")  # api key, api version, correlation id
 _KEEP_CAPACITY = 4 << 20  # an idle connection keeps at most this much receive buffer
 
 
@@ -82,7 +83,7 @@ class FrameSplitter:
                     self._make_room(4 + size)
                 break
             begin = self._start + 4
-            frames.append(bytes(self._buffer[begin : begin + size]))
+            frames.append(bytes(memoryview(self._buffer)[begin : begin + size]))  # one copy, not two
             self._start = begin + size
         return frames
 
@@ -108,7 +109,7 @@ def peek_api(frame: bytes) -> tuple[int, int, int]:
     """(api key, api version, correlation id) without parsing further."""
     if len(frame) < 8:
         raise MalformedRequestError("request shorter than its header")
-    return _HEADER_FIXED.unpack_from(frame + b"\x00\x00", 0)[:3]
+    return _API.unpack_from(frame, 0)
 
 
 def read_uvarint(buf: bytes, offset: int) -> tuple[int, int]:
