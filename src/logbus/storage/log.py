@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ..config import LogConfig
 from ..protocol.records import (
+    TIMESTAMP_TYPE_BIT,
     BatchHeader,
     assign_offsets,
     iter_records,
@@ -375,12 +376,29 @@ class PartitionLog:
         return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:
-        """The record with the largest timestamp (ListOffsets MAX_TIMESTAMP)."""
-        best: TimestampOffset | None = None
+        """The first record with the largest timestamp (ListOffsets MAX_TIMESTAMP).
+
+        A segment knows only the last offset of the batch holding it (as its time index does);
+        that batch is read to find the record itself, as Kafka does since KAFKA-16310. With
+        LogAppendTime every record of the batch has its max timestamp: the first one is it.
+        """
+        best: LogSegment | None = None
         for segment in self.segments:
-            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.timestamp):
-                best = TimestampOffset(segment.max_timestamp, segment._offset_of_max_timestamp)
-        return best
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return None
+        shallow = TimestampOffset(best.max_timestamp, best._offset_of_max_timestamp)
+        header = best.find_position(shallow.offset)
+        if header is None or header.max_timestamp != shallow.timestamp:
+            return shallow
+        if header.attributes & TIMESTAMP_TYPE_BIT:
+            return TimestampOffset(shallow.timestamp, header.base_offset)
+        batch = best.read_bytes(header.position, header.size)
+        for record in iter_records(batch, dataclasses.replace(header, position=0)):
+            if record.timestamp == shallow.timestamp:
+                return TimestampOffset(record.timestamp, record.offset)
+        return shallow
 
     # ------------------------------------------------------------------ retention
 
