@@ -397,3 +397,23 @@ def test_clients_offsets_for_times(broker: BrokerProcess, timestamped: tuple[str
             assert (answer and answer.offset) == expected, timestamp
     finally:
         python_consumer.close()
+
+
+def test_log_append_time_topics_are_found_by_the_brokers_time(broker: BrokerProcess) -> None:
+    """Records of a LogAppendTime topic all carry their batch's append time, whatever the client sent."""
+    topic = new_topic("append-time")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    created = admin.create_topics([NewTopic(topic, 1, 1, config={"message.timestamp.type": "LogAppendTime"})])
+    created[topic].result(15)
+    long_ago = 1_500_000_000_000
+    before = int(time.time() * 1000)
+    with RawConnection(broker.bootstrap) as connection:
+        assert raw_produce(connection, topic, build_batch([(None, b"a"), (None, b"b")], long_ago)) == (0, 0)
+        assert raw_produce(connection, topic, build_batch([(None, b"c")], long_ago)) == (0, 2)
+    read = consume_partition(broker.bootstrap, topic, 0, 3)
+    appended = [message.timestamp()[1] for message in read]
+    assert all(stamp >= before for stamp in appended), appended
+    assert list_offsets(broker.bootstrap, topic, before) == (0, appended[0])
+    assert list_offsets(broker.bootstrap, topic, appended[2]) == (2 if appended[2] > appended[0] else 0, appended[2])
+    assert list_offsets(broker.bootstrap, topic, MAX_TIMESTAMP) == (
+        2 if appended[2] > appended[0] else 0, appended[2])

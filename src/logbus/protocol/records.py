@@ -259,7 +259,12 @@ def _varbytes(buf: bytes, position: int) -> tuple[bytes | None, int]:
 
 
 def iter_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> Iterator[Record]:
-    """Decode the records of one batch (decompressing when needed). Not for the hot path."""
+    """Decode the records of one batch (decompressing when needed). Not for the hot path.
+
+    In a LogAppendTime batch every record's timestamp is the batch's max timestamp (the
+    broker's append time), as clients read it; the deltas keep what the producer sent.
+    """
+    log_append_time = bool(header.attributes & TIMESTAMP_TYPE_BIT)
     start = header.position + HEADER_SIZE
     body = decompress(header.compression, bytes(buf[start : header.position + header.size]))
     position = 0
@@ -278,7 +283,7 @@ def iter_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> It
             headers.append(((name or b"").decode("utf-8", "replace"), header_value))
         yield Record(
             header.base_offset + offset_delta,
-            header.base_timestamp + timestamp_delta,
+            header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta,
             key,
             value,
             tuple(headers),

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from ..config import LogConfig
 from ..protocol.records import (
-    TIMESTAMP_TYPE_BIT,
     BatchHeader,
     assign_offsets,
     iter_records,
@@ -379,8 +378,8 @@ class PartitionLog:
         """The first record with the largest timestamp (ListOffsets MAX_TIMESTAMP).
 
         A segment knows only the last offset of the batch holding it (as its time index does);
-        that batch is read to find the record itself, as Kafka does since KAFKA-16310. With
-        LogAppendTime every record of the batch has its max timestamp: the first one is it.
+        that batch is read to find the record itself, as Kafka does since KAFKA-16310 (with
+        LogAppendTime every record has the batch's timestamp: the first one is it).
         """
         best: LogSegment | None = None
         for segment in self.segments:
@@ -392,8 +391,6 @@ class PartitionLog:
         header = best.find_position(shallow.offset)
         if header is None or header.max_timestamp != shallow.timestamp:
             return shallow
-        if header.attributes & TIMESTAMP_TYPE_BIT:
-            return TimestampOffset(shallow.timestamp, header.base_offset)
         batch = best.read_bytes(header.position, header.size)
         for record in iter_records(batch, dataclasses.replace(header, position=0)):
             if record.timestamp == shallow.timestamp:
