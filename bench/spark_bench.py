@@ -7,9 +7,10 @@ Against a fresh `logbus serve` (logbus.testing) with a 4-partition topic of 100-
   column-wise Arrow decoding (what the connector uses) vs confluent-kafka's consumer with the
   Arrow batch built from its messages (the alternative), rows/s on one core;
 - batch read: `spark.read.format("logbus")` of the whole topic into the noop sink (warm workers);
-- read: a streaming query (`local[2]`, Trigger.AvailableNow, noop sink, 8 micro-batches) over the
-  whole topic: wall rows/s including query start, and rows/s over
-  the micro-batches' own durations;
+- read: a streaming query (`local[2]`, Trigger.AvailableNow, noop sink) over the whole topic, once
+  in one micro-batch (no maxOffsetsPerTrigger: comparable with the batch read) and once in 8:
+  wall rows/s including query start, rows/s over the micro-batches' own durations, and over
+  their addBatch (the Spark job) alone;
 - write: `df.write.format("logbus")` of the same number of rows (Spark generates them);
 - latency: records produced every 100 ms, seen by `foreachBatch` with a 0 s processing-time
   trigger: produce -> foreachBatch time, p50 / p90 / max.
@@ -118,20 +119,28 @@ def bench_batch_read(spark, bootstrap: str, rows: int) -> dict:
     return {"batch_read_rows_s": rows / (time.perf_counter() - began)}
 
 
-def bench_read(spark, bootstrap: str, rows: int, checkpoint: str) -> dict:
-    stream = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
-              .option("subscribe", TOPIC).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(max(rows // 8, 1))).load())
+def bench_read(spark, bootstrap: str, rows: int, checkpoint: str, micro_batches: int) -> dict:
+    """A streaming query (Trigger.AvailableNow, noop sink) over the whole topic in `micro_batches`
+    micro-batches (maxOffsetsPerTrigger = rows / micro_batches; 1: no limit, Spark's default).
+    Each micro-batch costs a fixed few hundred ms on top of reading (offset log and commit log
+    writes, planning, a Spark job with one task per partition), so small ones read slowly."""
+    reader = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+              .option("subscribe", TOPIC).option("startingOffsets", "earliest"))
+    if micro_batches > 1:
+        reader = reader.option("maxOffsetsPerTrigger", str(-(-rows // micro_batches)))
     began = time.perf_counter()
-    query = (stream.writeStream.format("noop").option("checkpointLocation", checkpoint)
+    query = (reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
     wall = time.perf_counter() - began
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert sum(p["numInputRows"] for p in batches) == rows
-    busy_ms = sum(p["durationMs"]["triggerExecution"] for p in batches)
-    return {"read_wall_rows_s": rows / wall, "read_batches_rows_s": rows / (busy_ms / 1000),
-            "read_batches": len(batches)}
+    assert len(batches) == micro_batches, f"{len(batches)} micro-batches, expected {micro_batches}"
+    busy_s = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    add_batch_s = sum(p["durationMs"]["addBatch"] for p in batches) / 1000
+    name = f"read_{micro_batches}mb"
+    return {f"{name}_wall_rows_s": rows / wall, f"{name}_batches_rows_s": rows / busy_s,
+            f"{name}_add_batch_rows_s": rows / add_batch_s}
 
 
 def bench_write(spark, bootstrap: str, rows: int) -> dict:
@@ -188,7 +197,8 @@ def main() -> int:
     parser.add_argument("--latency-samples", type=int, default=50)
     args = parser.parse_args()
     phases = set(args.phases.split(","))
-    results: dict = {"rows": args.rows, "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "cpus": os.cpu_count()}
+    results: dict = {"rows": args.rows, "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "cpus": os.cpu_count(),
+                     "load_average_1m_before": os.getloadavg()[0]}
     with running_broker() as broker:
         fill_topic(broker.bootstrap, args.rows)
         if "decode" in phases:
@@ -200,15 +210,18 @@ def main() -> int:
             results |= bench_batch_read(spark, broker.bootstrap, args.rows)
             with tempfile.TemporaryDirectory() as scratch:
                 if "read" in phases:
-                    results |= bench_read(spark, broker.bootstrap, args.rows, f"{scratch}/read")
+                    for micro_batches in (1, 8):
+                        results |= bench_read(spark, broker.bootstrap, args.rows, f"{scratch}/read{micro_batches}",
+                                              micro_batches)
                 if "write" in phases:
                     results |= bench_write(spark, broker.bootstrap, args.rows)
                 if "latency" in phases:
                     results |= bench_latency(spark, broker.bootstrap, args.latency_samples, f"{scratch}/latency")
             spark.stop()
+    results["load_average_1m_after"] = os.getloadavg()[0]
     print("| metric | value |\n|---|---|")
     for name, value in results.items():
-        print(f"| {name} | {value:,.0f} |" if isinstance(value, float) else f"| {name} | {value} |")
+        print(f"| {name} | {value:,.0f} |" if isinstance(value, float) and value >= 100 else f"| {name} | {value} |")
     target = Path(__file__).parent / "results" / "spark_bench.json"
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(results, indent=2))

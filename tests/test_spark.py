@@ -27,6 +27,8 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.utils import StreamingQueryException  # noqa: E402
 
 import logbus.spark  # noqa: E402
+from logbus.protocol.records import build_batch  # noqa: E402
+from logbus.spark.decode import decode  # noqa: E402
 
 pytestmark = pytest.mark.spark
 HEADERS = "headers"
@@ -107,6 +109,22 @@ def test_reference_murmur2_matches_kafka_vectors() -> None:
     for key, signed in [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
                         (b"a-little-bit-longer-string", -1486304829), (b"abc", 479470107)]:
         assert murmur2(key) == signed & 0xFFFFFFFF
+
+
+def test_decode_keeps_the_range_and_skips_batches_past_its_end() -> None:
+    """A fetch returns whole batches beyond the range; those are not decoded, and a gap (compacted
+    offsets) running past the range's end ends the range rather than stalling it."""
+    records = b"".join(
+        build_batch([(b"k%d" % o, b"v%d" % o) for o in range(base, base + 3)], 1_000, base_offset=base)
+        for base in (0, 3, 10)
+    )
+    batch, next_offset = decode(records, "t", 0, 1, 5, False)
+    assert batch is not None and batch.column("offset").to_pylist() == [1, 2, 3, 4]
+    assert batch.column("value").to_pylist() == [b"v1", b"v2", b"v3", b"v4"]
+    assert next_offset == 6
+    batch, next_offset = decode(records, "t", 0, 4, 8, False)
+    assert batch is not None and batch.column("offset").to_pylist() == [4, 5]
+    assert next_offset == 8
 
 
 def test_batch_read_returns_every_record_once_with_spark_kafka_columns(spark, broker) -> None:

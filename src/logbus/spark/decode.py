@@ -57,7 +57,7 @@ def decode(records: bytes, topic: str, partition: int, start: int, end: int,
     Returns (the Arrow batch or None when none qualify, the offset after the last whole batch,
     i.e. where the next fetch should begin). Control batches are skipped.
     """
-    bodies, next_offset = _collect(records, start)
+    bodies, next_offset = _collect(records, start, end)
     if not bodies.starts:
         return None, next_offset
     data = np.frombuffer(bodies.data, dtype=np.uint8)
@@ -104,12 +104,18 @@ def decode(records: bytes, topic: str, partition: int, start: int, end: int,
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA), next_offset
 
 
-def _collect(records: bytes, start: int) -> tuple[_Bodies, int]:
-    """Concatenate the bodies of data batches ending at or after `start`; find record starts."""
+def _collect(records: bytes, start: int, end: int) -> tuple[_Bodies, int]:
+    """Concatenate the bodies of data batches holding offsets in [start, end); find record starts.
+
+    Batches at or after `end` are not looked into: a fetch sized in bytes usually returns more
+    than a short range needs, and finding record starts is the per-record Python loop."""
     bodies = _Bodies(bytearray(), [], [], [], [], [])
     next_offset = start
     view = memoryview(records)
     for header in iter_headers(records):
+        if header.base_offset >= end:  # offsets below it and not seen so far are gone (compaction)
+            next_offset = max(next_offset, end)
+            break
         next_offset = max(next_offset, header.next_offset)
         if header.is_control or header.next_offset <= start or header.record_count == 0:
             continue

@@ -47,6 +47,8 @@ HEADERS_COLUMN = ", headers array<struct<key: string, value: binary>>"
 FETCH_MAX_BYTES = 8 << 20
 STALL_TIMEOUT_S = 120.0  # an executor gives up when a range makes no progress for this long
 METADATA_REFRESH_S = 1.0  # how often a stream looks for new topics and partitions
+LATEST_OFFSETS_TTL_S = 0.05  # an idle 0 s-trigger query asks for the latest offsets every ~10 ms
+MIN_FETCH_BYTES = 64 << 10
 
 
 class DataLossError(RuntimeError):
@@ -250,6 +252,8 @@ class LogbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now_target: opts.Offsets | None = None
         self._partitions: list[opts.TopicPartition] = []
         self._partitions_at = 0.0
+        self._latest_offsets: opts.Offsets = {}
+        self._latest_at = float("-inf")
         self._last_batch_at = time.monotonic()
 
     def initialOffset(self) -> dict:
@@ -263,7 +267,7 @@ class LogbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.available_now_target = self._latest()
+        self.available_now_target = self._ask_latest()
 
     def reportLatestOffset(self) -> dict:
         return opts.to_json(self._latest())
@@ -318,6 +322,16 @@ class LogbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._partitions
 
     def _latest(self) -> opts.Offsets:
+        """The partitions' end offsets, asked for at most every LATEST_OFFSETS_TTL_S: Spark polls an
+        idle query's source every 10 ms (spark.sql.streaming.pollingDelay); a busy query's calls are
+        a micro-batch apart, so they always ask."""
+        now = time.monotonic()
+        if now - self._latest_at >= LATEST_OFFSETS_TTL_S:
+            self._latest_offsets = self._ask_latest()
+            self._latest_at = now
+        return self._latest_offsets
+
+    def _ask_latest(self) -> opts.Offsets:
         partitions = self._known_partitions()
         return self.planner.client.list_offsets(dict.fromkeys(partitions, LATEST)) if partitions else {}
 
@@ -347,8 +361,9 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
 def _fetch_range(client: Client, task: OffsetRange) -> Iterator[pa.RecordBatch]:
     position = task.start
     stalled_since = time.monotonic()
+    record_size: float | None = None  # bytes per offset, learnt from the last fetch
     while position < task.end:
-        answer = client.fetch(task.topic, task.partition, position, FETCH_MAX_BYTES)
+        answer = client.fetch(task.topic, task.partition, position, _fetch_size(task.end - position, record_size))
         if answer.error == ErrorCode.offset_out_of_range:
             position = _out_of_range(task, position, answer.log_start_offset, answer.high_watermark)
             continue
@@ -360,10 +375,19 @@ def _fetch_range(client: Client, task: OffsetRange) -> Iterator[pa.RecordBatch]:
         if batch is not None:
             yield batch
         if next_offset > position:
+            record_size = len(answer.records) / (next_offset - position)
             position = next_offset
             stalled_since = time.monotonic()
         elif answer.high_watermark <= position:
             position = _ended_early(task, position, answer.high_watermark, stalled_since)
+
+
+def _fetch_size(remaining: int, record_size: float | None) -> int:
+    """Bytes to ask for: what the rest of the range takes (and some), once the record size is known;
+    the broker reads and sends that much, and answers with at least one whole batch anyway."""
+    if record_size is None:
+        return FETCH_MAX_BYTES
+    return max(MIN_FETCH_BYTES, min(FETCH_MAX_BYTES, int(remaining * record_size * 1.1)))
 
 
 def _out_of_range(task: OffsetRange, position: int, log_start: int, high_watermark: int) -> int:
