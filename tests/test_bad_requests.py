@@ -302,3 +302,12 @@ def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_dis
             assert raw_produce(producer, topic, batch(b"after")) == (NONE, len(acknowledged))
         reader.assert_still_served()
         reader.connection.sock.close()
+
+
+def test_partition_past_the_topics_count_is_unknown(broker: BrokerProcess, bystander: Bystander) -> None:
+    topic = new_topic(broker.bootstrap)
+    with RawConnection(broker.bootstrap) as connection:
+        assert raw_produce(connection, topic, batch(b"x"), partition=5)[0] == UNKNOWN_TOPIC_OR_PARTITION
+        assert raw_produce(connection, topic, batch(b"x"), partition=-1)[0] == UNKNOWN_TOPIC_OR_PARTITION
+    assert fetch_error(broker.bootstrap, f"never-created-{os.getpid()}", 0) == UNKNOWN_TOPIC_OR_PARTITION
+    bystander.assert_still_served()

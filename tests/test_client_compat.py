@@ -252,8 +252,40 @@ def delivered_partitions_kafka_python(bootstrap: str, topic: str, records: list[
         producer.close(10)
 
 
-@pytest.mark.parametrize("produce", [delivered_partitions_confluent, delivered_partitions_kafka_python],
-                         ids=["confluent-murmur2_random", "kafka-python"])
+def delivered_partitions_aiokafka(bootstrap: str, topic: str, records: list[Record]) -> dict[bytes, set[int]]:
+    async def run() -> dict[bytes, set[int]]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            sent = [(key, await producer.send(topic, key=key, value=value)) for key, value in records]
+            seen: dict[bytes, set[int]] = {}
+            for key, future in sent:
+                seen.setdefault(key, set()).add((await asyncio.wait_for(future, 30)).partition)
+            return seen
+        finally:
+            await producer.stop()
+
+    return asyncio.run(run())
+
+
+def delivered_partitions_kcat(bootstrap: str, topic: str, records: list[Record]) -> dict[bytes, set[int]]:
+    """kcat picks partitions itself (no per-record report): where each key went is read back."""
+    lines = b"".join(key + b"\t" + value + b"\n" for key, value in records)
+    subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-X", "partitioner=murmur2_random"],
+                   input=lines, check=True, timeout=30, capture_output=True)
+    result = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                             "-c", str(len(records)), "-f", "%k\t%p\n"], capture_output=True, timeout=30, check=True)
+    seen: dict[bytes, set[int]] = {}
+    for line in result.stdout.splitlines():
+        key, partition = line.split(b"\t")
+        seen.setdefault(key, set()).add(int(partition))
+    return seen
+
+
+@pytest.mark.parametrize("produce", [
+    delivered_partitions_confluent, delivered_partitions_kafka_python, delivered_partitions_aiokafka,
+    delivered_partitions_kcat,
+], ids=["confluent-murmur2_random", "kafka-python", "aiokafka", "kcat-murmur2_random"])
 def test_keyed_records_land_on_the_murmur2_partition_in_order(broker: BrokerProcess, produce: Callable) -> None:
     partitions = 6
     topic = new_topic("keyed")
