@@ -70,25 +70,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
 
 def read_all(bootstrap: str, topic: str) -> list[Entry]:
     """Everything partition 0 holds, from the beginning to its end, read with confluent-kafka."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "compaction-tests", "enable.auto.commit": False,
-        "enable.partition.eof": True, **QUIET,
-    })
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    entries: list[Entry] = []
-    deadline = time.monotonic() + 20
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error() is not None:
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                return entries
-            entries.append((message.offset(), message.key(), message.value()))
-    finally:
-        consumer.close()
-    raise AssertionError("no end of partition within 20 s")
+    return read_from(bootstrap, topic, OFFSET_BEGINNING)
 
 
 def read_with_kafka_python(bootstrap: str, topic: str, count: int) -> list[Entry]:
@@ -258,8 +240,10 @@ def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
 
 
 def read_from(bootstrap: str, topic: str, offset: int) -> list[Entry]:
+    """Partition 0 from `offset` to its end, read with confluent-kafka."""
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "from", "enable.partition.eof": True, **QUIET,
+        "bootstrap.servers": bootstrap, "group.id": "compaction-tests", "enable.auto.commit": False,
+        "enable.partition.eof": True, **QUIET,
     })
     consumer.assign([TopicPartition(topic, 0, offset)])
     entries: list[Entry] = []
@@ -270,6 +254,7 @@ def read_from(bootstrap: str, topic: str, offset: int) -> list[Entry]:
             if message is None:
                 continue
             if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
                 return entries
             entries.append((message.offset(), message.key(), message.value()))
     finally:
