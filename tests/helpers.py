@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 import struct
 import time
@@ -159,3 +160,12 @@ def raw_produce(connection: RawConnection, topic: str, batch: bytes, partition: 
     response = connection.call_body(PRODUCE, PRODUCE_VERSION, produce_body(topic, batch, partition))
     result = response.responses[0].partition_responses[0]
     return int(result.error_code), int(result.base_offset)
+
+
+def ballast(disk: str, leave: int, name: str = "ballast") -> str:
+    """Fill `disk` to within `leave` bytes of full with one file (named `name`)."""
+    path = os.path.join(disk, name)
+    stats = os.statvfs(disk)
+    with open(path, "wb") as handle:
+        handle.write(b"\0" * max(stats.f_bavail * stats.f_frsize - leave, 0))
+    return path

@@ -8,7 +8,6 @@ import datetime
 import itertools
 import os
 import struct
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -20,6 +19,7 @@ from helpers import (
     FETCH,
     METADATA,
     RawConnection,
+    ballast,
     consume_partition,
     raw_produce,
     raw_request,
@@ -40,7 +40,9 @@ BROKER_CONFIG = {
     "message.max.bytes": str(MESSAGE_MAX_BYTES),
 }
 NONE, OFFSET_OUT_OF_RANGE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 2, 3
-MESSAGE_TOO_LARGE, INVALID_TOPIC_EXCEPTION, UNSUPPORTED_VERSION, KAFKA_STORAGE_ERROR = 10, 17, 35, 56
+MESSAGE_TOO_LARGE, COORDINATOR_NOT_AVAILABLE, INVALID_TOPIC_EXCEPTION, UNSUPPORTED_VERSION = 10, 15, 17, 35
+KAFKA_STORAGE_ERROR = 56
+FIND_COORDINATOR = 10
 INVALID_TOPIC_NAMES = ["has space", "slash/topic", ".", "..", "x" * 250, "ümlaut"]
 _topic_numbers = itertools.count()
 
@@ -253,29 +255,6 @@ def test_fetch_out_of_range(broker: BrokerProcess, bystander: Bystander, offset:
 # ------------------------------------------------------------------------ full disk
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Iterator[str]:
-    """An 8 MiB tmpfs (we run as root); skipped with the reason where mounting is not permitted."""
-    mountpoint = str(tmp_path / "disk")
-    os.mkdir(mountpoint)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mountpoint], capture_output=True)
-    if mounted.returncode:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {mounted.stderr.decode().strip()}")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", mountpoint], check=False)
-
-
-def ballast(disk: str, leave: int) -> str:
-    """Fill `disk` to within `leave` bytes of full with one file."""
-    path = os.path.join(disk, "ballast")
-    stats = os.statvfs(disk)
-    with open(path, "wb") as handle:
-        handle.write(b"\0" * max(stats.f_bavail * stats.f_frsize - leave, 0))
-    return path
-
-
 def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_disk: str) -> None:
     with running_broker(config=BROKER_CONFIG, data_dir=os.path.join(small_disk, "data")) as broker:
         reader = Bystander(broker)
@@ -294,11 +273,16 @@ def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_dis
                 return True
             wait_until(storage_error, timeout=30, interval=0, message="KAFKA_STORAGE_ERROR on a full disk")
             assert acknowledged, "some records fit before the disk filled"
+            not_a_byte = ballast(small_disk, 0, "more-ballast")
+            group_topic = producer.call(FIND_COORDINATOR, 3, key="full-disk-group", key_type=0)
+            assert group_topic.error_code == COORDINATOR_NOT_AVAILABLE, "__consumer_offsets cannot be created"
+            assert raw_produce(producer, topic, batch(b"x" * 40_000)) == (KAFKA_STORAGE_ERROR, -1), "still served"
             read = consume_partition(broker.bootstrap, topic, 0, len(acknowledged))
             assert [message.value() for message in read] == acknowledged
             assert [m.value() for m in consume_partition(broker.bootstrap, reader.topic, 0, 1)] == reader.values
 
             os.unlink(weight)
+            os.unlink(not_a_byte)
             assert raw_produce(producer, topic, batch(b"after")) == (NONE, len(acknowledged))
         reader.assert_still_served()
         reader.connection.sock.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import crc32c
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
-from helpers import QUIET, wait_until
+from helpers import QUIET, ballast, wait_until
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 
@@ -609,26 +608,6 @@ def test_damaged_checkpoint_files_are_ignored(broker: BrokerProcess) -> None:
                message="checkpoints written afresh")
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Iterator[str]:
-    """A 4 MiB tmpfs (needs root, as the CI container runs); skipped where mounting is not allowed."""
-    mountpoint = str(tmp_path / "disk")
-    os.mkdir(mountpoint)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mountpoint], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", mountpoint], check=False)
-
-
-def _fill(disk: str, leave: int) -> str:
-    filler = os.path.join(disk, "filler")
-    with open(filler, "wb") as handle:
-        handle.write(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - leave))
-    return filler
-
-
 @pytest.mark.parametrize("first_append_on_full_disk", [False, True], ids=["fills-up", "full-from-the-start"])
 def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
     small_disk: str, first_append_on_full_disk: bool
@@ -636,12 +615,12 @@ def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
     with running_broker(config=FAST_UPKEEP, data_dir=os.path.join(small_disk, "data")) as broker:
         create_topic(broker, "full")
         if first_append_on_full_disk:
-            filler = _fill(small_disk, 0)
+            filler = ballast(small_disk, 0)
             results = [produce_raw(broker, "full", record_batch(b"x" * 3000)) for _ in range(3)]
             assert results == [(56, -1)] * 3, results
         else:
             assert produce_raw(broker, "full", record_batch(b"before")) == (0, 0)
-            filler = _fill(small_disk, 200_000)
+            filler = ballast(small_disk, 200_000)
             results = [produce_raw(broker, "full", record_batch(b"x" * 50_000)) for _ in range(8)]
             assert results[0][0] == 0 and results[-1] == (56, -1), f"KAFKA_STORAGE_ERROR once full: {results}"
         acknowledged = sum(1 for error, _ in results if error == 0) + (not first_append_on_full_disk)

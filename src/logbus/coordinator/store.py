@@ -9,7 +9,7 @@ on first use, as Kafka does (compacted, `offsets.topic.num.partitions` partition
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -37,6 +37,8 @@ from .records import (
 if TYPE_CHECKING:
     from ..broker.broker import Broker
 
+log = logging.getLogger(__name__)
+
 TOPIC = "__consumer_offsets"
 LOAD_CHUNK_BYTES = 1 << 20
 
@@ -44,7 +46,7 @@ Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 
 
 class StoreError(Exception):
-    """A write to __consumer_offsets failed; `code` is what the client gets."""
+    """Creating or writing __consumer_offsets failed; `code` is what the client gets."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -74,18 +76,27 @@ class OffsetsTopic:
             return
         if self._creation is None or self._creation.done():
             self._creation = asyncio.get_running_loop().create_task(self._create())
-        await asyncio.shield(self._creation)
+        failure = await asyncio.shield(self._creation)
+        if failure is not None:
+            raise StoreError(ErrorCode.coordinator_not_available, failure)
 
-    async def _create(self) -> None:
+    async def _create(self) -> str | None:
+        """Create the topic; on a disk error return why (a caller that hung up must not leak it)."""
         config = self.broker.config
         replication = min(config["offsets.topic.replication.factor"], len(self.broker.metadata.brokers()))
         configs = {
             "cleanup.policy": "compact", "compression.type": "producer",
             "segment.bytes": str(config["offsets.topic.segment.bytes"]),
         }
-        with contextlib.suppress(TopicExistsError):
+        try:
             await self.broker.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
                                                     internal=True)
+        except TopicExistsError:
+            pass
+        except OSError as exc:
+            log.warning("cannot create %s: %s", TOPIC, exc)
+            return f"cannot create {TOPIC}: {exc}"
+        return None
 
     def partition_count(self) -> int:
         topic = self.broker.metadata.topic(TOPIC)

@@ -168,13 +168,21 @@ class LogManager:
             self._tasks.append(asyncio.create_task(self._every(cleaner_backoff_ms, self.cleaner.clean_due_logs)))
 
     async def _every(self, interval_ms: int, job: Callable) -> None:
+        """Run `job` every interval; a failure is logged once, not every round (a full disk lasts)."""
         interval = max(interval_ms, 10) / 1000
+        failing = ""
         while True:
             await asyncio.sleep(interval)
             try:
                 await job()
-            except Exception:  # keep the broker up; the next round retries
-                log.exception("background job %s failed", job.__name__)
+            except Exception as exc:  # keep the broker up; the next round retries
+                if repr(exc) != failing:
+                    log.exception("background job %s failed (retrying every %.1f s)", job.__name__, interval)
+                failing = repr(exc)
+            else:
+                if failing:
+                    log.info("background job %s works again", job.__name__)
+                failing = ""
 
     async def apply_retention(self) -> int:
         """Delete old segments, and forget idempotent producers idle past producer.id.expiration.ms."""

@@ -1,7 +1,8 @@
 """FindCoordinator (key 10): serves v0–v6.
 
 Key type 0 (group) is answered with the leader of the group's `__consumer_offsets`
-partition; the topic is created on first use, as Kafka does. v4+ batches several keys
+partition; the topic is created on first use, as Kafka does (COORDINATOR_NOT_AVAILABLE
+while it cannot be, e.g. on a full disk). v4+ batches several keys
 (`coordinator_keys`) and answers each in a `Coordinator` entry. Transactions (key type 1)
 have no coordinator yet: COORDINATOR_NOT_AVAILABLE; other key types: INVALID_REQUEST.
 """
@@ -13,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
+from ...coordinator.store import StoreError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 
@@ -41,7 +43,10 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     if key_type != GROUP_KEY_TYPE:
         return _error(ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}")
     coordinator = group_coordinator(ctx.broker)
-    await coordinator.store.create()
+    try:
+        await coordinator.store.create()
+    except StoreError as exc:  # e.g. a full disk: the client retries later
+        return _error(exc.code, str(exc))
     leader = coordinator.store.leader_of(coordinator.partition_for(key))
     node = next((b for b in ctx.broker.metadata.brokers() if b.broker_id == leader), None)
     if node is None:
