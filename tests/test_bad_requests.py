@@ -277,6 +277,7 @@ def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_dis
             group_topic = producer.call(FIND_COORDINATOR, 3, key="full-disk-group", key_type=0)
             assert group_topic.error_code == COORDINATOR_NOT_AVAILABLE, "__consumer_offsets cannot be created"
             assert raw_produce(producer, topic, batch(b"x" * 40_000)) == (KAFKA_STORAGE_ERROR, -1), "still served"
+            assert create_topics(broker.bootstrap, f"{topic}-later") == KAFKA_STORAGE_ERROR, "metadata not written"
             read = consume_partition(broker.bootstrap, topic, 0, len(acknowledged))
             assert [message.value() for message in read] == acknowledged
             assert [m.value() for m in consume_partition(broker.bootstrap, reader.topic, 0, 1)] == reader.values
@@ -284,6 +285,7 @@ def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_dis
             os.unlink(weight)
             os.unlink(not_a_byte)
             assert raw_produce(producer, topic, batch(b"after")) == (NONE, len(acknowledged))
+            assert create_topics(broker.bootstrap, f"{topic}-later") == NONE, "the failed creation left nothing"
         reader.assert_still_served()
         reader.connection.sock.close()
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.metadata import TopicMetadata, UnknownTopicError
+from ..cluster.metadata import TopicMetadata
 from ..config import TOPIC_KEYS, ConfigError, ConfigType, describe_topic_configs, validate_topic_configs
 from ..protocol.codec import make, response_class, response_module
-from .topics import TopicError
+from .topics import TopicError, metadata_change
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -140,10 +140,8 @@ def _list_op(name: str, op: AlterOp, current: str | None, value: str | None) -> 
 
 
 async def store_topic_configs(broker: Broker, name: str, configs: dict[str, str]) -> None:
-    try:
+    with metadata_change(name):
         await broker.metadata.set_topic_configs(name, configs)
-    except UnknownTopicError:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
 
 
 async def alter_config_resources(ctx: RequestContext, request: Any, api_key: int, new_overrides: NewOverrides) -> Any:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.metadata import TopicExistsError, TopicMetadata
+from ..cluster.metadata import MetadataWriteError, TopicExistsError, TopicMetadata, UnknownTopicError
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -50,8 +52,24 @@ async def ensure_topic(broker: Broker, name: str, allow_create: bool = True) -> 
     if not (allow_create and broker.config["auto.create.topics.enable"]):
         raise TopicError(ErrorCode.unknown_topic_or_partition, f"Unknown topic {name}")
     try:
-        return await broker.metadata.create_topic(
-            name, broker.config["num.partitions"], broker.config["default.replication.factor"], {}
-        )
-    except TopicExistsError:
+        with metadata_change(name):
+            return await broker.metadata.create_topic(
+                name, broker.config["num.partitions"], broker.config["default.replication.factor"], {}
+            )
+    except TopicError as exc:
+        if exc.code != ErrorCode.topic_already_exists:
+            raise
         return broker.metadata.topic(name)
+
+
+@contextlib.contextmanager
+def metadata_change(name: str) -> Iterator[None]:
+    """Map the metadata store's refusals of a change to `name` to the Kafka error codes."""
+    try:
+        yield
+    except TopicExistsError:
+        raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
+    except UnknownTopicError:
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
+    except MetadataWriteError as exc:
+        raise TopicError(ErrorCode.kafka_storage_error, str(exc)) from None

@@ -34,6 +34,10 @@ class UnknownTopicError(Exception):
     pass
 
 
+class MetadataWriteError(Exception):
+    """The store could not persist a change (e.g. a full disk); nothing of it took effect."""
+
+
 @dataclass(slots=True)
 class BrokerInfo:
     broker_id: int
@@ -211,7 +215,10 @@ class EmbeddedMetadataStore(MetadataStore):
         os.replace(tmp, self.path)
 
     async def _commit(self, topics: dict[str, TopicMetadata] | None = None) -> None:
-        await asyncio.to_thread(self._save, topics)
+        try:
+            await asyncio.to_thread(self._save, topics)
+        except OSError as exc:
+            raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker

@@ -72,7 +72,11 @@ class ReplicaManager:
                 existing.log.config = config
                 existing.update_state(state)
                 continue
-            log_ = self.logs.load_log(topic.name, index, config)
+            try:
+                log_ = self.logs.load_log(topic.name, index, config)
+            except OSError:  # e.g. a full disk: the topic's other partitions still open
+                log.exception("cannot open the log of %s-%d; it opens on the next change or restart", topic.name, index)
+                continue
             hw = self.logs.high_watermarks.get((topic.name, index), log_.log_end_offset)
             self.partitions[(topic.name, index)] = Partition(
                 topic.name, index, topic.topic_id, self.broker_id, log_, state, hw

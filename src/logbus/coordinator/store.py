@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.metadata import TopicExistsError
+from ..cluster.metadata import MetadataWriteError, TopicExistsError
 from ..cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
 from ..protocol.records import build_batch, iter_headers, iter_records, validate_batches
 from .records import (
@@ -93,7 +93,7 @@ class OffsetsTopic:
                                                     internal=True)
         except TopicExistsError:
             pass
-        except OSError as exc:
+        except MetadataWriteError as exc:
             log.warning("cannot create %s: %s", TOPIC, exc)
             return f"cannot create {TOPIC}: {exc}"
         return None

@@ -14,10 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.metadata import TopicMetadata, UnknownTopicError
+from ...cluster.metadata import TopicMetadata
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import TopicError
+from ..topics import TopicError, metadata_change
 
 API_KEY = 37
 MIN_VERSION = 0
@@ -58,10 +58,8 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     assignments = _assignments(ctx, topic, wanted)
     if validate_only:
         return
-    try:
+    with metadata_change(topic.name):
         await metadata.add_partitions(topic.name, wanted.count, assignments)
-    except UnknownTopicError:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist") from None
 
 
 def _assignments(ctx: RequestContext, topic: TopicMetadata, wanted: Any) -> list[list[int]] | None:

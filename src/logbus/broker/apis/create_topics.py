@@ -16,11 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.metadata import TopicExistsError
 from ...config import ConfigError, describe_topic_configs, validate_topic_configs
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import TopicError, validate_topic_name
+from ..topics import TopicError, metadata_change, validate_topic_name
 
 API_KEY = 19
 MIN_VERSION = 2
@@ -58,10 +57,8 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
         raise TopicError(ErrorCode.invalid_config, str(exc)) from None
     if validate_only:
         return partitions, replication, configs, NO_TOPIC_ID
-    try:
+    with metadata_change(topic.name):
         created = await broker.metadata.create_topic(topic.name, partitions, replication, configs)
-    except TopicExistsError as exc:
-        raise TopicError(ErrorCode.topic_already_exists, str(exc)) from None
     return partitions, replication, configs, created.uuid
 
 

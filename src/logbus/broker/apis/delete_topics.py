@@ -15,10 +15,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.metadata import TopicMetadata, UnknownTopicError
+from ...cluster.metadata import TopicMetadata
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import TopicError
+from ..topics import TopicError, metadata_change
 
 API_KEY = 20
 MIN_VERSION = 1
@@ -70,10 +70,8 @@ async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
     broker = ctx.broker
     if not broker.config["delete.topic.enable"]:
         raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
-    try:
+    with metadata_change(topic.name):
         await broker.metadata.delete_topic(topic.name)
-    except UnknownTopicError:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {topic.name} does not exist") from None
     await broker.replicas.wait_dropped(topic.name)
 
 
