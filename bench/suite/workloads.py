@@ -125,14 +125,25 @@ def _require(got: int, wanted: int, system: str) -> None:
         raise RuntimeError(f"{system}: backlog has {got} of {wanted} records")
 
 
+def _startups(runner: Runner, tools: Tools, servers: dict[str, Server]) -> dict[str, float]:
+    """Each Kafka-protocol system's consumer start-up time, taken off its backlog reads' wall time."""
+    startups = {}
+    for system, server in servers.items():
+        if _family(system) == "kafka":
+            startups[system] = kafka_load.startup_seconds(tools.rdkafka_performance, server.endpoint,
+                                                          runner.settings.run_timeout_s)
+            runner.say(f"{system}: consumer start-up {startups[system]:.3f} s (taken off backlog reads)")
+    return startups
+
+
 def _read_backlog(runner: Runner, tools: Tools, server: Server, system: str, size: int, count: int,
-                  group: str, as_group_member: bool) -> dict:
+                  group: str, as_group_member: bool, startup_s: float | None = None) -> dict:
     """Read the whole backlog once: Kafka clients by partition assignment, or as a consumer group member."""
     family, timeout = _family(system), runner.settings.run_timeout_s
     seconds = 2 * runner.settings.worker_seconds  # Python readers: a rate over what they read in this bound
     if family == "kafka":
         return kafka_load.consume(tools.rdkafka_performance, server.endpoint, "backlog", count, size, timeout,
-                                  group if as_group_member else None)
+                                  group if as_group_member else None, startup_s)
     if family == "redis":
         result = run_worker("redis_consume", timeout, port=server.port, stream="backlog", group=group,
                             count=count, seconds=seconds)
@@ -161,12 +172,13 @@ def consume_and_fanout(runner: Runner, tools: Tools) -> None:
                     servers[system] = server
                 except Exception as error:  # noqa: BLE001 - a peer that cannot fill is noted, not fatal
                     runner.note(f"consume {size} B: {system} skipped, backlog fill failed: {str(error)[:160]}")
+            startups = _startups(runner, tools, servers)
             for rep in range(runner.settings.reps):
                 for system, server in servers.items():
                     labels = {"workload": "consume", "case": f"{size} B backlog, {count:,} records, 1 partition",
                               "system": system, "client": _client(system), "clients": 1}
                     runner.measure(labels, server.pid, partial(_read_backlog, runner, tools, server, system, size,
-                                                               count, f"read-{rep}", False))
+                                                               count, f"read-{rep}", False, startups.get(system)))
             if size == SIZES[0]:
                 _fanout(runner, tools, servers, size, count)
 
