@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 
 
@@ -22,8 +23,9 @@ class Profiler:
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> Profiler:
-        if shutil.which("py-spy"):
-            self.process = subprocess.Popen(["py-spy", "record", "-p", str(self.pid), "-f", "raw", "-r", "200",
+        py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+        if py_spy:  # the venv's bin need not be on PATH
+            self.process = subprocess.Popen([py_spy, "record", "-p", str(self.pid), "-f", "raw", "-r", "200",
                                              "-o", self.path, "--nonblocking"],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self
