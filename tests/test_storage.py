@@ -9,6 +9,7 @@ the tests can poll the disk with `wait_until` instead of waiting for Kafka's def
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import struct
@@ -21,10 +22,14 @@ import crc32c
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
-from helpers import QUIET, ballast, wait_until
+from helpers import QUIET, RawConnection, ballast, wait_until
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
+from kio.schema.fetch.v11 import request as fetch_v11
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.serial import entity_reader
 
+from logbus.protocol import codec
 from logbus.testing import BrokerProcess, running_broker
 
 FAST_UPKEEP = {
@@ -33,6 +38,7 @@ FAST_UPKEEP = {
     "log.flush.start.offset.checkpoint.interval.ms": "100",
 }
 FIRST_SEGMENT = "00000000000000000000"
+FETCH_KEY = 1
 HOUR_MS = 3_600_000
 
 
@@ -636,6 +642,49 @@ def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
         assert broker.stop() == 0
         broker.restart()
         assert watermarks(broker, "full") == (0, latest + 1)
+
+
+# ---------------------------------------------------------------------- large fetches (sendfile)
+
+
+def _fetch_body(version: int, topic: str, partitions: int, partition_max_bytes: int) -> bytes:
+    schema = {11: fetch_v11, 12: fetch_v12}[version]
+    wanted = tuple(codec.make(schema.FetchPartition, partition=p, current_leader_epoch=-1, fetch_offset=0,
+                              last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=partition_max_bytes)
+                   for p in range(partitions))
+    request = codec.make(codec.request_class(FETCH_KEY, version), cluster_id=None, replica_id=-1,
+                         max_wait=datetime.timedelta(milliseconds=100), min_bytes=1, max_bytes=50_000_000,
+                         isolation_level=0, session_id=0, session_epoch=-1,
+                         topics=(codec.make(schema.FetchTopic, topic=topic, partitions=wanted),),
+                         forgotten_topics_data=(), rack_id="")
+    return b"".join(codec.encode(request))
+
+
+def test_large_fetches_send_the_stored_bytes_cut_at_whole_batches(broker: BrokerProcess) -> None:
+    """Ranges past SENDFILE_MIN_BYTES leave by sendfile between the response's other bytes:
+    pipelined requests, several partitions per response, legacy and flexible encodings."""
+    partitions, limit = 3, 300_000
+    create_topic(broker, "large-fetch", partitions, **{"segment.bytes": "400000"})
+    for partition in range(partitions):
+        produce(broker, "large-fetch", [bytes([partition]) * 20_000] * 30, partition=partition)
+    versions = (11, 12, 11, 12)
+    with RawConnection(broker.bootstrap) as connection:
+        for version in versions:  # all sent before any answer is read
+            connection.send_frame(connection.header(FETCH_KEY, version)
+                                  + _fetch_body(version, "large-fetch", partitions, limit))
+        for version in versions:
+            frame = connection.read_frame()
+            start = 5 if version >= 12 else 4
+            response, used = entity_reader(codec.response_class(FETCH_KEY, version))(frame, start)
+            assert start + used == len(frame)
+            for answer in response.responses[0].partitions:
+                on_disk = os.path.join(partition_dir(broker, "large-fetch", answer.partition_index),
+                                       FIRST_SEGMENT + ".log")
+                stored = read_segment(on_disk)
+                whole = max(b.position + b.size for b in stored if b.position + b.size <= limit)
+                assert answer.error_code == 0 and 64 * 1024 < len(answer.records) == whole
+                with open(on_disk, "rb") as handle:
+                    assert answer.records == handle.read(whole), "the stored batches, byte for byte"
 
 
 # ---------------------------------------------------------------------- rolling and index density

@@ -4,12 +4,19 @@ Each connection receives into a reusable buffer (BufferedProtocol, i.e. `recv_in
 frames, and processes them one after another, as Kafka does (a client's responses must come
 back in request order). A frame over socket.request.max.bytes, an unknown API key or a
 request that does not decode closes that connection only; everyone else keeps being served.
+
+Responses are written through the transport, except the file regions of a fetch response:
+once everything before a region has left the transport's buffer (the write buffer limit is
+0, so `resume_writing` says exactly that), the region goes from the segment file to the
+socket with `sendfile` (uvloop has no `loop.sendfile`; readiness is polled on a `dup` of the
+socket, as libuv allows one handle per descriptor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -23,6 +30,7 @@ from ..protocol.frames import (
     peek_api,
     response_header,
 )
+from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
 from .apis.api_versions import unsupported_version_response
 from .context import RawResponse, RequestContext
@@ -54,6 +62,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
         peer = transport.get_extra_info("peername")
         self.client_host = peer[0] if peer else "?"
         self.broker.connections.add(self)
@@ -115,11 +124,48 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close()
                 return
             if chunks is not None and not self._closed:
-                self.transport.writelines(chunks)
-                if not self._can_write.is_set():
-                    await self._can_write.wait()
+                try:
+                    await self._send(chunks)
+                except OSError as exc:  # the client went away mid-response, or a file read failed
+                    log.info("closing connection from %s while sending: %s", self.client_host, exc)
+                    self.close()
+                    return
 
-    async def _respond(self, frame: bytes) -> list[bytes | memoryview] | None:
+    async def _send(self, chunks: list[bytes | memoryview | FileRegion]) -> None:
+        """Write one response in order; each file region once everything before it is out."""
+        try:
+            start = 0
+            for i, chunk in enumerate(chunks):
+                if isinstance(chunk, FileRegion):
+                    self.transport.writelines(chunks[start:i])
+                    await self._can_write.wait()
+                    await self._send_region(chunk)
+                    start = i + 1
+            self.transport.writelines(chunks[start:])
+            await self._can_write.wait()
+        finally:
+            for chunk in chunks:
+                if isinstance(chunk, FileRegion):
+                    chunk.close()
+
+    async def _send_region(self, region: FileRegion) -> None:
+        """sendfile the region to the socket, waiting for room whenever the socket is full."""
+        socket_fd = os.dup(self.transport.get_extra_info("socket").fileno())
+        try:
+            position, end = region.position, region.position + region.size
+            while position < end and not self._closed:
+                try:
+                    sent = os.sendfile(socket_fd, region.file.fileno(), position, end - position)
+                except BlockingIOError:
+                    await _writable(socket_fd)
+                    continue
+                if sent == 0:
+                    raise OSError(f"segment file ends {end - position} bytes before the region does")
+                position += sent
+        finally:
+            os.close(socket_fd)
+
+    async def _respond(self, frame: bytes) -> list[bytes | memoryview | FileRegion] | None:
         api_key, api_version, correlation_id = peek_api(frame)
         spec = self.apis.get(api_key)
         if spec is None:
@@ -142,6 +188,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             [response_header(correlation_id, _flexible_response(spec, api_version, flexible)),
              *_body(response)]
         )
+
+
+async def _writable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
 
 
 def _flexible_response(spec: ApiSpec, version: int, flexible: bool) -> bool:

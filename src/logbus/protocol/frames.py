@@ -9,6 +9,7 @@ headers written (v0: correlation id; v1: plus an empty tagged-field section).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sized
 from dataclasses import dataclass
 
 _SIZE = struct.Struct(">i")
@@ -142,7 +143,8 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
     return header + b"\x00" if flexible else header
 
 
-def frame_chunks(chunks: list[bytes | memoryview]) -> list[bytes | memoryview]:
-    """Prefix a response (given as chunks) with its size; nothing is joined or copied."""
+def frame_chunks(chunks: list[Sized]) -> list[Sized]:
+    """Prefix a response (given as chunks: bytes, or file regions to send later) with its size;
+    nothing is joined or copied."""
     size = sum(len(chunk) for chunk in chunks)
     return [_SIZE.pack(size), *chunks]

@@ -128,6 +128,11 @@ class OffsetIndex(_IndexFile):
         i = bisect.bisect_right(self._offsets, offset) - 1
         return self._positions[i] if i >= 0 else 0
 
+    def batch_start_at_or_before(self, position: int) -> int:
+        """The last indexed batch start at or before file `position` (0 when none is)."""
+        i = bisect.bisect_right(self._positions, position) - 1
+        return self._positions[i] if i >= 0 else 0
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or beyond `position` (the log was truncated there)."""
         keep = bisect.bisect_left(self._positions, position)

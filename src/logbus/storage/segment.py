@@ -1,13 +1,15 @@
 """One log segment: `<base offset>.log` with its `.index` and `.timeindex`.
 
 The `.log` file holds record batches exactly as produced (base offset and leader epoch
-patched). Appends are one `os.write` of a whole produce blob; reads are `os.pread` of a byte
-range that the caller sends as is. Index entries are added every `index_interval_bytes`.
+patched). Appends are one `os.write` of a whole produce blob; reads are a byte range that the
+caller sends as is: `os.pread` into memory, or a `FileRegion` the network layer hands to
+`sendfile`. Index entries are added every `index_interval_bytes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import time
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from ..protocol.records import (
     BatchHeader,
     batch_is_intact,
     read_header,
+    whole_batches_length,
 )
 from .index import OffsetIndex, TimeIndex
 
@@ -40,6 +43,39 @@ class ReadSlice:
 
     def read(self) -> bytes:
         return self.segment.read_bytes(self.position, self.size)
+
+    def whole_batches(self) -> ReadSlice:
+        """This slice cut back to whole batches, reading only its tail: from the last indexed
+        batch start before its end (at most an index interval and one batch away)."""
+        end = self.position + self.size
+        start = max(self.segment.offset_index.batch_start_at_or_before(end), self.position)
+        tail = self.segment.read_bytes(start, end - start)
+        return ReadSlice(self.segment, self.position, start - self.position + whole_batches_length(tail))
+
+    def region(self) -> FileRegion:
+        """The slice as a file region with its own descriptor (see FileRegion)."""
+        return FileRegion(os.fdopen(os.dup(self.segment.fileno()), "rb", buffering=0), self.position, self.size)
+
+
+class FileRegion:
+    """A byte range of a segment file on a descriptor of its own, to be sent with `sendfile`.
+
+    Its own descriptor keeps the bytes readable if retention or the cleaner deletes the segment
+    before the response is out. It is closed once sent (or, if never sent, when collected).
+    """
+
+    __slots__ = ("file", "position", "size")
+
+    def __init__(self, file: io.FileIO, position: int, size: int) -> None:
+        self.file = file
+        self.position = position
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        self.file.close()
 
 
 class LogSegment:
@@ -114,6 +150,9 @@ class LogSegment:
 
     def read_bytes(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
+
+    def fileno(self) -> int:
+        return self._fd
 
     def headers_from(self, position: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
         """Batch headers from `position` on (positions are file positions); one pread each."""

@@ -5,8 +5,10 @@ session id 0, so clients keep sending full fetches, which Kafka allows. Each par
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
 response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-74). Records
-are read as one byte range per partition and sent as is. When fewer than `min_bytes` are
-ready the request waits up to `max_wait` for the high watermark of any partition to move.
+are one byte range per partition, sent as is: a small range is read into memory, a larger
+one (`SENDFILE_MIN_BYTES`) goes into the response as a FileRegion that the server writes with
+`sendfile`, so the bytes never pass through Python. When fewer than `min_bytes` are ready
+the request waits up to `max_wait` for the high watermark of any partition to move.
 read_committed reads up to the last stable offset (the HW while there are no transactions).
 """
 
@@ -21,11 +23,16 @@ from ...cluster.partition import Partition
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
 from ...storage.log import OffsetOutOfRangeError
+from ...storage.segment import FileRegion, ReadSlice
 from ..context import RequestContext
 
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 18
+
+# Below this a partition's records are read into memory: sendfile's extra system calls (and the
+# wait for the socket buffer to drain before it) cost more than copying a few pages.
+SENDFILE_MIN_BYTES = 64 * 1024
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -36,6 +43,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - asyncio.get_running_loop().time()
         if total >= request.min_bytes or remaining <= 0 or not partitions or ctx.broker.stopping:
             break
+        _close_regions(topics)
         await _wait_for_data(partitions, remaining)
     return make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
@@ -96,14 +104,29 @@ def _read_partition(
             module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
             partition.log.log_start_offset,
         ), 0
-    records: bytes | memoryview = b""
+    records: bytes | memoryview | FileRegion = b""
     if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
-        raw = data.slice.read()
-        records = memoryview(raw)[: whole_batches_length(raw)]
+        records = _records(data.slice)
     return _answer(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.log_start_offset,
         records,
     ), len(records)
+
+
+def _records(found: ReadSlice) -> memoryview | FileRegion:
+    """Whole batches of `found`: in memory when small, else a region for sendfile."""
+    if found.size < SENDFILE_MIN_BYTES:
+        raw = found.read()
+        return memoryview(raw)[: whole_batches_length(raw)]
+    return found.whole_batches().region()
+
+
+def _close_regions(topics: tuple) -> None:
+    """Release the file regions of an answer that will not be sent (the fetch waits instead)."""
+    for topic in topics:
+        for answer in topic.partitions:
+            if isinstance(answer.records, FileRegion):
+                answer.records.close()
 
 
 def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | None:
@@ -116,7 +139,7 @@ def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | Non
 
 def _answer(
     module: Any, index: int, error: ErrorCode, high_watermark: int = -1, log_start: int = -1,
-    records: bytes | memoryview = b"",
+    records: bytes | memoryview | FileRegion = b"",
 ) -> Any:
     return make(
         module.PartitionData, partition_index=index, error_code=error,
