@@ -687,6 +687,22 @@ def test_large_fetches_send_the_stored_bytes_cut_at_whole_batches(broker: Broker
                     assert answer.records == handle.read(whole), "the stored batches, byte for byte"
 
 
+def test_a_reader_that_does_not_read_holds_up_only_its_own_large_fetch(broker: BrokerProcess) -> None:
+    """sendfile into a full socket waits for room without blocking the broker."""
+    create_topic(broker, "slow-reader")
+    produce(broker, "slow-reader", [b"s" * 100_000] * 120)  # 12 MB: more than both socket buffers hold
+    body = _fetch_body(12, "slow-reader", 1, 20_000_000)
+    with RawConnection(broker.bootstrap) as slow, RawConnection(broker.bootstrap) as other:
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        slow.send_frame(slow.header(FETCH_KEY, 12) + body)  # not read for now
+        for _ in range(3):
+            answer = other.call_body(FETCH_KEY, 12, body).responses[0].partitions[0]
+            assert len(answer.records) > 12_000_000
+        frame = slow.read_frame()
+        response, _ = entity_reader(codec.response_class(FETCH_KEY, 12))(frame, 5)
+        assert response.responses[0].partitions[0].records == answer.records
+
+
 # ---------------------------------------------------------------------- rolling and index density
 
 
