@@ -703,6 +703,23 @@ def test_a_reader_that_does_not_read_holds_up_only_its_own_large_fetch(broker: B
         assert response.responses[0].partitions[0].records == answer.records
 
 
+def test_readers_hanging_up_mid_sendfile_leak_nothing(broker: BrokerProcess) -> None:
+    create_topic(broker, "hang-up")
+    produce(broker, "hang-up", [b"h" * 100_000] * 120)
+    body = _fetch_body(12, "hang-up", 1, 20_000_000)
+    open_files = os.path.join("/proc", str(broker.process.pid), "fd")
+    before = len(os.listdir(open_files))
+    for _ in range(20):
+        reader = RawConnection(broker.bootstrap)
+        reader.send_frame(reader.header(FETCH_KEY, 12) + body)
+        assert reader.sock.recv(1000), "the 12 MB answer has begun"
+        reader.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        reader.sock.close()  # a reset in the middle of the answer
+    with RawConnection(broker.bootstrap) as other:
+        assert len(other.call_body(FETCH_KEY, 12, body).responses[0].partitions[0].records) > 12_000_000
+    wait_until(lambda: len(os.listdir(open_files)) <= before, message="descriptors of the dead readers released")
+
+
 # ---------------------------------------------------------------------- rolling and index density
 
 

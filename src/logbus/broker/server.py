@@ -126,8 +126,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if chunks is not None and not self._closed:
                 try:
                     await self._send(chunks)
-                except OSError as exc:  # the client went away mid-response, or a file read failed
-                    log.info("closing connection from %s while sending: %s", self.client_host, exc)
+                except ConnectionError as exc:  # the client went away mid-response, as consumers do
+                    log.debug("connection from %s gone while sending: %s", self.client_host, exc)
+                    self.close()
+                    return
+                except OSError as exc:  # reading the segment file failed
+                    log.warning("closing connection from %s while sending: %s", self.client_host, exc)
                     self.close()
                     return
 
