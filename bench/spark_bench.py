@@ -11,6 +11,10 @@ Against a fresh `logbus serve` (logbus.testing) with a 4-partition topic of 100-
   in one micro-batch (no maxOffsetsPerTrigger: comparable with the batch read) and once in 8:
   wall rows/s including query start, rows/s over the micro-batches' own durations, and over
   their addBatch (the Spark job) alone;
+- fixed cost: the median duration of a micro-batch that reads almost nothing, for logbus (4
+  partitions, 100 rows each), a do-nothing Python data source (4 input partitions of one row)
+  and Spark's own JVM `rate` source: what a micro-batch costs before any reading, and how much
+  of it is the connector's;
 - write: `df.write.format("logbus")` of the same number of rows (Spark generates them);
 - latency: records produced every 100 ms, seen by `foreachBatch` with a 0 s processing-time
   trigger: produce -> foreachBatch time, p50 / p90 / max.
@@ -31,6 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from logbus.spark.decode import SCHEMA
 from logbus.spark.source import OffsetRange, read_range
@@ -143,6 +148,67 @@ def bench_read(spark, bootstrap: str, rows: int, checkpoint: str, micro_batches:
             f"{name}_add_batch_rows_s": rows / add_batch_s}
 
 
+class _IdleStreamReader(DataSourceStreamReader):
+    """A stream of one row per input partition per micro-batch, read from nowhere."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def initialOffset(self) -> dict:
+        return {"batch": 0}
+
+    def latestOffset(self) -> dict:
+        self.batches += 1
+        return {"batch": self.batches}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(PARTITIONS)]
+
+    def read(self, partition: InputPartition):
+        yield pa.RecordBatch.from_pydict({"n": [partition.value]}, schema=pa.schema([("n", pa.int64())]))
+
+
+class IdleSource(DataSource):
+    """The floor under any Python streaming source: Spark's cost of a micro-batch of tasks."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_idle"
+
+    def schema(self) -> str:
+        return "n long"
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return _IdleStreamReader()
+
+
+def bench_fixed_cost(spark, bootstrap: str, checkpoint: str, micro_batches: int = 12) -> dict:
+    """Median micro-batch duration (ms) with next to nothing to read, for logbus, a do-nothing
+    Python source and Spark's JVM rate source, all into the noop sink."""
+    spark.dataSource.register(IdleSource)
+    streams = {
+        "logbus": spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+        .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(PARTITIONS * 100)),
+        "python_idle": spark.readStream.format("bench_idle"),
+        "jvm_rate": spark.readStream.format("rate").option("rowsPerSecond", "1000")
+        .option("numPartitions", str(PARTITIONS)),
+    }
+    results = {}
+    for name, reader in streams.items():
+        query = (reader.load().writeStream.format("noop").option("checkpointLocation", f"{checkpoint}-{name}")
+                 .trigger(processingTime="0 seconds").start())
+        deadline = time.monotonic() + 120
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < micro_batches + 2:
+            assert time.monotonic() < deadline, f"{name}: too few micro-batches"
+            time.sleep(0.1)
+        query.stop()
+        busy = [p["durationMs"] for p in query.recentProgress if p["numInputRows"]][2:]  # warmed up
+        for part in ("triggerExecution", "addBatch"):
+            results[f"fixed_{name}_{part}_ms"] = statistics.median(d.get(part, 0) for d in busy)
+    return results
+
+
 def bench_write(spark, bootstrap: str, rows: int) -> dict:
     from pyspark.sql import functions as F
 
@@ -193,7 +259,7 @@ def bench_latency(spark, bootstrap: str, samples: int, checkpoint: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--phases", default="decode,read,write,latency")
+    parser.add_argument("--phases", default="decode,read,fixed,write,latency")
     parser.add_argument("--latency-samples", type=int, default=50)
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -203,7 +269,7 @@ def main() -> int:
         fill_topic(broker.bootstrap, args.rows)
         if "decode" in phases:
             results |= bench_decode(broker.bootstrap, args.rows // PARTITIONS)
-        if phases & {"read", "write", "latency"}:
+        if phases & {"read", "fixed", "write", "latency"}:
             import tempfile
 
             spark = spark_session()
@@ -213,6 +279,8 @@ def main() -> int:
                     for micro_batches in (1, 8):
                         results |= bench_read(spark, broker.bootstrap, args.rows, f"{scratch}/read{micro_batches}",
                                               micro_batches)
+                if "fixed" in phases:
+                    results |= bench_fixed_cost(spark, broker.bootstrap, f"{scratch}/fixed")
                 if "write" in phases:
                     results |= bench_write(spark, broker.bootstrap, args.rows)
                 if "latency" in phases:
