@@ -29,6 +29,7 @@ from kio.schema.fetch.v11 import request as fetch_v11
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.serial import entity_reader
 
+from logbus.broker.server import _uses_sendfile
 from logbus.protocol import codec
 from logbus.testing import BrokerProcess, running_broker
 
@@ -245,8 +246,11 @@ def read_kafka_python(broker: BrokerProcess, topic: str, end: int, partition: in
 
 
 @pytest.fixture
-def broker() -> Iterator[BrokerProcess]:
-    with running_broker(config=FAST_UPKEEP) as process:
+def broker(request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """A broker with fast upkeep; a test parametrized indirectly picks its `socket.sendfile`."""
+    sendfile = getattr(request, "param", None)
+    config = {**FAST_UPKEEP, "socket.sendfile": sendfile} if sendfile else FAST_UPKEEP
+    with running_broker(config=config) as process:
         yield process
 
 
@@ -644,7 +648,20 @@ def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
         assert watermarks(broker, "full") == (0, latest + 1)
 
 
-# ---------------------------------------------------------------------- large fetches (sendfile)
+# ---------------------------------------------------------------------- large fetches (sendfile or copy)
+
+
+# `always` sends large ranges with sendfile; `remote`, the default, copies them for loopback readers.
+BOTH_FETCH_PATHS = pytest.mark.parametrize("broker", ["always", "remote"], indirect=True)
+
+
+@pytest.mark.parametrize(("policy", "host", "expected"), [
+    ("remote", "127.0.0.1", False), ("remote", "127.3.4.5", False), ("remote", "::1", False),
+    ("remote", "192.0.2.7", True), ("remote", "2001:db8::7", True), ("remote", "?", False),
+    ("always", "127.0.0.1", True), ("never", "192.0.2.7", False),
+])
+def test_sendfile_is_for_readers_off_this_host(policy: str, host: str, expected: bool) -> None:
+    assert _uses_sendfile(policy, host) is expected
 
 
 def _fetch_body(version: int, topic: str, partitions: int, partition_max_bytes: int) -> bytes:
@@ -660,8 +677,9 @@ def _fetch_body(version: int, topic: str, partitions: int, partition_max_bytes: 
     return b"".join(codec.encode(request))
 
 
+@BOTH_FETCH_PATHS
 def test_large_fetches_send_the_stored_bytes_cut_at_whole_batches(broker: BrokerProcess) -> None:
-    """Ranges past SENDFILE_MIN_BYTES leave by sendfile between the response's other bytes:
+    """Ranges past SENDFILE_MIN_BYTES, by sendfile or copied, between the response's other bytes:
     pipelined requests, several partitions per response, legacy and flexible encodings."""
     partitions, limit = 3, 300_000
     create_topic(broker, "large-fetch", partitions, **{"segment.bytes": "400000"})
@@ -687,8 +705,10 @@ def test_large_fetches_send_the_stored_bytes_cut_at_whole_batches(broker: Broker
                     assert answer.records == handle.read(whole), "the stored batches, byte for byte"
 
 
+@BOTH_FETCH_PATHS
 def test_a_reader_that_does_not_read_holds_up_only_its_own_large_fetch(broker: BrokerProcess) -> None:
-    """sendfile into a full socket waits for room without blocking the broker."""
+    """A large answer into a full socket (sendfile's EAGAIN, or the transport's buffer) waits for
+    room without blocking the broker."""
     create_topic(broker, "slow-reader")
     produce(broker, "slow-reader", [b"s" * 100_000] * 120)  # 12 MB: more than both socket buffers hold
     body = _fetch_body(12, "slow-reader", 1, 20_000_000)
@@ -703,6 +723,7 @@ def test_a_reader_that_does_not_read_holds_up_only_its_own_large_fetch(broker: B
         assert response.responses[0].partitions[0].records == answer.records
 
 
+@BOTH_FETCH_PATHS
 def test_readers_hanging_up_mid_sendfile_leak_nothing(broker: BrokerProcess) -> None:
     create_topic(broker, "hang-up")
     produce(broker, "hang-up", [b"h" * 100_000] * 120)

@@ -147,6 +147,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.cleaner.backoff.ms", LONG, 15000, "Sleep of the cleaner when nothing is cleanable."),
         _key("message.max.bytes", INT, 1048588, "Largest record batch accepted.", minimum=0),
         _key("socket.request.max.bytes", INT, 100 * MIB, "Largest request frame accepted.", minimum=1),
+        _key("socket.sendfile", STR, "remote", "Fetched records by sendfile: remote (readers not on loopback), "
+             "always or never.", choices=("remote", "always", "never")),
         _key("min.insync.replicas", INT, 1, "Replicas that must acknowledge acks=all.", minimum=1),
         _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", minimum=1),
         _key("offsets.topic.replication.factor", ConfigType.SHORT, 1, "Replicas of __consumer_offsets."),

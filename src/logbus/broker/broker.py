@@ -31,6 +31,7 @@ class Broker:
         self.port = port
         self.data_dir = data_dir
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
+        self.socket_sendfile: str = config["socket.sendfile"]
         self.metadata = metadata or EmbeddedMetadataStore(data_dir, broker_id)
         self.logs = LogManager(data_dir, config["num.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)

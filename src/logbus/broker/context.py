@@ -17,6 +17,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str
+    sendfile: bool = False  # large fetched ranges may leave by sendfile on this connection
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,10 @@ session id 0, so clients keep sending full fetches, which Kafka allows. Each par
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
 response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-74). Records
-are one byte range per partition, sent as is: a small range is read into memory, a larger
-one (`SENDFILE_MIN_BYTES`) goes into the response as a FileRegion that the server writes with
-`sendfile`, so the bytes never pass through Python. When fewer than `min_bytes` are ready
+are one byte range per partition, sent as is: read into memory, or, on a connection that uses
+sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
+that the server writes with `sendfile`, so the bytes never pass through Python. When fewer than
+`min_bytes` are ready
 the request waits up to `max_wait` for the high watermark of any partition to move.
 read_committed reads up to the last stable offset (the HW while there are no transactions).
 """
@@ -106,16 +107,16 @@ def _read_partition(
         ), 0
     records: bytes | memoryview | FileRegion = b""
     if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
-        records = _records(data.slice)
+        records = _records(data.slice, ctx.sendfile)
     return _answer(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.log_start_offset,
         records,
     ), len(records)
 
 
-def _records(found: ReadSlice) -> memoryview | FileRegion:
-    """Whole batches of `found`: in memory when small, else a region for sendfile."""
-    if found.size < SENDFILE_MIN_BYTES:
+def _records(found: ReadSlice, sendfile: bool) -> memoryview | FileRegion:
+    """Whole batches of `found`: a region for sendfile when allowed and large, else in memory."""
+    if not sendfile or found.size < SENDFILE_MIN_BYTES:
         raw = found.read()
         return memoryview(raw)[: whole_batches_length(raw)]
     return found.whole_batches().region()
