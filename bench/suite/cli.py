@@ -12,10 +12,10 @@ import time
 
 from bench.suite import install, report
 from bench.suite.runner import Runner, Settings
-from bench.suite.workloads import PHASES
+from bench.suite.workloads import PHASES, PY_READER_BACKLOG
 
 DEFAULT_PHASES = [phase for phase in PHASES if phase != "profile"]
-PHASE_SHARES = {"limits": 0.04, "produce": 0.36, "consume": 0.2, "large-log": 0.12, "latency": 0.24, "profile": 0.04}
+PHASE_SHARES = {"limits": 0.03, "produce": 0.37, "consume": 0.28, "large-log": 0.12, "latency": 0.2, "profile": 0.04}
 RESULTS_DIR = os.path.join(install.BENCH_DIR, "results")
 
 
@@ -23,7 +23,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
     quick = args.quick
     settings = Settings(
         reps=args.reps or (2 if quick else 3),
-        produce_counts={100: 1_000_000, 1000: 300_000} if quick else {100: 3_000_000, 1000: 1_000_000},
+        produce_counts={100: 1_000_000, 1000: 300_000} if quick else {100: 10_000_000, 1000: 2_000_000},
         worker_seconds=3 if quick else 4,
         backlog_mb=args.backlog_mb or (128 if quick else 1024),
         latency_seconds=3 if quick else 5,
@@ -31,7 +31,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
         disk_mb=512 if quick else 2048,
         disk_sync_mb=256 if quick else 1024,
         tcp_seconds=2 if quick else 5,
-        budget_s=(args.budget_min or (15 if quick else 25)) * 60,
+        budget_s=(args.budget_min or (15 if quick else 36)) * 60,
         out_dir=args.out,
         raw_dir=args.raw,
     )
@@ -61,7 +61,8 @@ def header(args: argparse.Namespace, settings: Settings, tools: install.Tools, p
         f"- Kafka load generator: {tools.load_generator_note}; latency probes: confluent-kafka (same librdkafka)",
         f"- Peers: {_version([tools.tansu, '--version'])}; noida-db {_version([tools.noida, 'version'])}; "
         f"{_version(['redis-server', '--version'])[:40]}; nats-server {_version(['nats-server', '--version'])}",
-        f"- Backlog {settings.backlog_mb} MB of 1 KB records (the 100 B backlog has the same record count); "
+        f"- Backlog {settings.backlog_mb} MB of records of each size for Kafka-protocol systems (Redis and NATS: "
+        f"up to {PY_READER_BACKLOG:,} records, their readers are time-bounded); "
         f"large log {settings.large_log_gb:g} GB; produce counts {settings.produce_counts}",
         "- What is and is not equal between the systems: bench/suite/README.md",
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -73,6 +74,9 @@ class Runner:
                       "(rows with fewer runs than repetitions)")
             self.results.append({**labels, "error": "skipped: time budget"})
             return None
+        # The previous step's writes (a filled backlog, a produce run) go to disk now, not while this
+        # step runs: the kernel's writeback would take CPU and disk from whichever system comes next.
+        os.sync()
         rss = RssSampler(server_pid)
         client_before = _children_cpu()
         server_before = cpu_seconds(server_pid) if server_pid else 0.0
