@@ -237,7 +237,7 @@ def _fanout(runner: Runner, tools: Tools, servers: dict[str, Server], size: int)
                 return {"records_s": total / slowest, "mb_s": total * size / slowest / 1e6}
 
             with _only_running(servers, system):
-                if runner.measure(labels, server.pid, step) is None:
+                if runner.measure(labels, server.pid, step) is None and runner.time_left() > 0:
                     failed.add(system)
                     runner.note(f"fan-out: {system} failed once and is not run again (each failure can take "
                                 f"the whole {runner.settings.run_timeout_s:.0f} s deadline)")
