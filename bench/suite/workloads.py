@@ -92,11 +92,13 @@ def _in_parallel(run_one: Callable[[int], dict], count: int, size: int) -> dict:
     the slowest one's time (each times itself from its own first record)."""
     shares = [count // PRODUCERS + (1 if i < count % PRODUCERS else 0) for i in range(PRODUCERS)]
     with ThreadPoolExecutor(PRODUCERS) as pool:
-        runs = list(pool.map(run_one, shares))
-    records = sum(run["records"] for run in runs)
-    seconds = max(run["seconds"] for run in runs)
-    return {"records_s": records / seconds, "mb_s": records * size / seconds / 1e6, "records": records,
-            "seconds": seconds}
+        return _together(list(pool.map(run_one, shares)), size)
+
+
+def _together(runs: list[dict], size: int) -> dict:
+    """Client processes that ran at once: all their records over the slowest one's time."""
+    return _rate({"records": sum(run["records"] for run in runs),
+                  "seconds": max(run["seconds"] for run in runs)}, size)
 
 
 def _rate(result: dict, size: int) -> dict:
@@ -111,7 +113,7 @@ def _redis_benchmark(port: int, size: int, streams: int, count: int, timeout_s: 
                            "-r", str(streams), "--csv", "XADD", "s:__rand_int__", "*", "d", "x" * size],
                           capture_output=True, text=True, timeout=timeout_s, check=True)
     rate = float(done.stdout.strip().splitlines()[-1].split(",")[1].strip('"'))
-    return {"records_s": rate, "mb_s": rate * size / 1e6, "records": count, "seconds": count / rate}
+    return _rate({"records": count, "seconds": count / rate}, size)
 
 
 def produce_matrix(runner: Runner, tools: Tools) -> None:
@@ -230,11 +232,8 @@ def _fanout(runner: Runner, tools: Tools, servers: dict[str, Server], size: int)
                 def member(g: int) -> dict:
                     return _read_backlog(runner, tools, s, n, size, count, f"fan-{r}-{g}", True)
 
-                with ThreadPoolExecutor(FANOUT_GROUPS) as pool:
-                    runs = list(pool.map(member, range(FANOUT_GROUPS)))
-                slowest = max(run["seconds"] for run in runs)  # a time-bounded reader: what it read in its bound
-                total = sum(run["records"] for run in runs)
-                return {"records_s": total / slowest, "mb_s": total * size / slowest / 1e6}
+                with ThreadPoolExecutor(FANOUT_GROUPS) as pool:  # a time-bounded reader: what it read in its bound
+                    return _together(list(pool.map(member, range(FANOUT_GROUPS))), size)
 
             with _only_running(servers, system):
                 if runner.measure(labels, server.pid, step) is None and runner.time_left() > 0:

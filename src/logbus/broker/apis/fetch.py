@@ -8,8 +8,8 @@ response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
 that the server writes with `sendfile`, so the bytes never pass through Python. When fewer than
-`min_bytes` are ready
-the request waits up to `max_wait` for the high watermark of any partition to move.
+`min_bytes` are ready the request waits up to `max_wait` for the high watermark of any
+partition to move.
 read_committed reads up to the last stable offset (the HW while there are no transactions).
 """
 
