@@ -17,8 +17,9 @@ from kio.schema.errors import ErrorCode
 
 from ..cluster.metadata import TopicMetadata
 from ..config import TOPIC_KEYS, ConfigError, ConfigType, describe_topic_configs, validate_topic_configs
+from ..errors import KafkaApiError
 from ..protocol.codec import make, response_class, response_module
-from .topics import TopicError, metadata_change
+from .topics import metadata_change
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -46,30 +47,30 @@ def resource_type(code: int) -> ResourceType:
     try:
         resource = ResourceType(code)
     except ValueError:
-        raise TopicError(ErrorCode.invalid_request, f"Unsupported resource type {code}") from None
+        raise KafkaApiError(ErrorCode.invalid_request, f"Unsupported resource type {code}") from None
     if resource is ResourceType.BROKER_LOGGER:
-        raise TopicError(ErrorCode.invalid_request, "Broker loggers are not configurable on this broker")
+        raise KafkaApiError(ErrorCode.invalid_request, "Broker loggers are not configurable on this broker")
     return resource
 
 
 def topic_resource(broker: Broker, name: str) -> TopicMetadata:
     topic = broker.metadata.topic(name)
     if topic is None:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+        raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
     return topic
 
 
 def check_broker_resource(broker: Broker, name: str) -> None:
     """Kafka's rule: a broker resource names this broker's id, or "" for the cluster default."""
     if name not in ("", str(broker.broker_id)):
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_request,
             f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}",
         )
 
 
-def refuse_broker_changes(names: Iterable[str]) -> TopicError:
-    return TopicError(
+def refuse_broker_changes(names: Iterable[str]) -> KafkaApiError:
+    return KafkaApiError(
         ErrorCode.invalid_config,
         f"Cannot update these configs dynamically: {sorted(names)}; set them in server.properties",
     )
@@ -80,7 +81,7 @@ def validated(configs: Mapping[str, str | None]) -> dict[str, str]:
     try:
         return validate_topic_configs(configs)
     except ConfigError as exc:
-        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
 
 
 def repeated_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
@@ -91,13 +92,13 @@ def repeated_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
 
 def check_once(resource: Any, repeated: set[tuple[int, str]]) -> None:
     if (resource.resource_type, resource.resource_name) in repeated:
-        raise TopicError(ErrorCode.invalid_request, f"Duplicate resource {resource.resource_name}")
+        raise KafkaApiError(ErrorCode.invalid_request, f"Duplicate resource {resource.resource_name}")
 
 
 def check_unique(names: list[str]) -> None:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise TopicError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {duplicates}")
+        raise KafkaApiError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {duplicates}")
 
 
 def apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
@@ -107,7 +108,7 @@ def apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[tuple[str,
     for name, code, value in ops:
         op = _alter_op(code)
         if name not in TOPIC_KEYS:
-            raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+            raise KafkaApiError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
         if op is AlterOp.SET:
             overrides[name] = value
         elif op is AlterOp.DELETE:
@@ -121,13 +122,13 @@ def _alter_op(code: int) -> AlterOp:
     try:
         return AlterOp(code)
     except ValueError:
-        raise TopicError(ErrorCode.invalid_request, f"Unknown config operation {code}") from None
+        raise KafkaApiError(ErrorCode.invalid_request, f"Unknown config operation {code}") from None
 
 
 def _list_op(name: str, op: AlterOp, current: str | None, value: str | None) -> str:
     """APPEND adds missing items to a list config, SUBTRACT removes them (Kafka: list types only)."""
     if TOPIC_KEYS[name].key.type is not ConfigType.LIST:
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_config, f"Config value {op.name.lower()} is not allowed for config key: {name}"
         )
     items = [item.strip() for item in (current or "").split(",") if item.strip()]
@@ -155,7 +156,7 @@ async def alter_config_resources(ctx: RequestContext, request: Any, api_key: int
         try:
             check_once(resource, repeated)
             await _alter_resource(ctx.broker, resource, request.validate_only, new_overrides)
-        except TopicError as exc:
+        except KafkaApiError as exc:
             error, message = exc.code, exc.message
         responses.append(make(
             module.AlterConfigsResourceResponse, error_code=error, error_message=message,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ..cluster.metadata import MetadataWriteError, TopicExistsError, TopicMetadata, UnknownTopicError
+from ..errors import KafkaApiError
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -19,25 +20,16 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-class TopicError(Exception):
-    """A topic request that fails with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def validate_topic_name(name: str) -> None:
     if not name or name in (".", ".."):
-        raise TopicError(ErrorCode.invalid_topic_exception, f"Topic name {name!r} is illegal")
+        raise KafkaApiError(ErrorCode.invalid_topic_exception, f"Topic name {name!r} is illegal")
     if len(name) > MAX_NAME_LENGTH:
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_topic_exception,
             f"Topic name is longer than {MAX_NAME_LENGTH} characters",
         )
     if not _LEGAL.match(name):
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_topic_exception,
             f"Topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'",
         )
@@ -50,13 +42,13 @@ async def ensure_topic(broker: Broker, name: str, allow_create: bool = True) -> 
         return existing
     validate_topic_name(name)
     if not (allow_create and broker.config["auto.create.topics.enable"]):
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Unknown topic {name}")
+        raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Unknown topic {name}")
     try:
         with metadata_change(name):
             return await broker.metadata.create_topic(
                 name, broker.config["num.partitions"], broker.config["default.replication.factor"], {}
             )
-    except TopicError as exc:
+    except KafkaApiError as exc:
         if exc.code != ErrorCode.topic_already_exists:
             raise
         return broker.metadata.topic(name)
@@ -68,8 +60,8 @@ def metadata_change(name: str) -> Iterator[None]:
     try:
         yield
     except TopicExistsError:
-        raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
+        raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
     except UnknownTopicError:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
+        raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
     except MetadataWriteError as exc:
-        raise TopicError(ErrorCode.kafka_storage_error, str(exc)) from None
+        raise KafkaApiError(ErrorCode.kafka_storage_error, str(exc)) from None

@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import KafkaApiError
 from .group import ClassicGroup, GroupState, JoinResult, Member
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue, partition_for_group
-from .store import Entry, OffsetsTopic, StoreError, now_ms
+from .store import Entry, OffsetsTopic, now_ms
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -338,7 +339,7 @@ class GroupCoordinator:
             member.assignment = assignments.get(member.member_id, b"")
         try:
             await self._store_group(group)
-        except StoreError as exc:
+        except KafkaApiError as exc:
             if group.is_in(GroupState.COMPLETING_REBALANCE) and group.generation == generation:
                 self._fail_sync_waiters(group, exc.code)
                 self._prepare_rebalance(group)
@@ -498,7 +499,7 @@ class GroupCoordinator:
             return errors
         try:
             await self.store.append(self.partition_for(group_id), entries)
-        except StoreError as exc:
+        except KafkaApiError as exc:
             return [exc.code if e is ErrorCode.none else e for e in errors]
         for key, value in entries:
             group.offsets[(key.topic, key.partition)] = value
@@ -568,7 +569,7 @@ class GroupCoordinator:
         if doomed:
             try:
                 await self.store.append(self.partition_for(group_id), [(OffsetKey(group_id, *k), None) for k in doomed])
-            except StoreError as exc:
+            except KafkaApiError as exc:
                 return exc.code, []
             for key in doomed:
                 group.offsets.pop(key, None)
@@ -600,7 +601,7 @@ class GroupCoordinator:
             return ErrorCode.non_empty_group
         try:
             await self._delete_group(group)
-        except StoreError as exc:
+        except KafkaApiError as exc:
             return exc.code
         return ErrorCode.none
 
@@ -640,7 +641,7 @@ class GroupCoordinator:
                 return
             await self.store.append(self.partition_for(group.group_id),
                                     [(OffsetKey(group.group_id, *key), None) for key in expired])
-        except StoreError as exc:
+        except KafkaApiError as exc:
             log.warning("could not expire offsets of group %s: %s", group.group_id, exc)
             return
         for key in expired:
@@ -673,7 +674,7 @@ class GroupCoordinator:
     async def _store_group_quietly(self, group: ClassicGroup) -> None:
         try:
             await self._store_group(group)
-        except StoreError as exc:
+        except KafkaApiError as exc:
             log.warning("could not store group %s: %s", group.group_id, exc)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ..cluster.metadata import MetadataWriteError, TopicExistsError
 from ..cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ..errors import KafkaApiError
 from ..protocol.records import build_batch, iter_headers, iter_records, validate_batches
 from .records import (
     GroupKey,
@@ -45,14 +46,6 @@ LOAD_CHUNK_BYTES = 1 << 20
 Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 
 
-class StoreError(Exception):
-    """Creating or writing __consumer_offsets failed; `code` is what the client gets."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -78,7 +71,7 @@ class OffsetsTopic:
             self._creation = asyncio.get_running_loop().create_task(self._create())
         failure = await asyncio.shield(self._creation)
         if failure is not None:
-            raise StoreError(ErrorCode.coordinator_not_available, failure)
+            raise KafkaApiError(ErrorCode.coordinator_not_available, failure)
 
     async def _create(self) -> str | None:
         """Create the topic; on a disk error return why (a caller that hung up must not leak it)."""
@@ -114,19 +107,19 @@ class OffsetsTopic:
     # ------------------------------------------------------------ writes
 
     async def append(self, index: int, entries: list[Entry]) -> None:
-        """Write `entries` as one batch to partition `index`; raises StoreError."""
+        """Write `entries` as one batch to partition `index`; raises KafkaApiError."""
         partition = self.partition(index)
         if partition is None:
-            raise StoreError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
+            raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
         data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], now_ms()))
         try:
             partition.append_as_leader(data, validate_batches(data), acks=-1)
         except NotLeaderError as exc:
-            raise StoreError(ErrorCode.not_coordinator, str(exc)) from None
+            raise KafkaApiError(ErrorCode.not_coordinator, str(exc)) from None
         except NotEnoughReplicasError as exc:
-            raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from None
+            raise KafkaApiError(ErrorCode.coordinator_not_available, str(exc)) from None
         except OSError as exc:
-            raise StoreError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
+            raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
         await self.broker.replicas.flush_if_due(partition)
 
     # ------------------------------------------------------------ reads

@@ -15,9 +15,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.metadata import TopicMetadata
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import TopicError, metadata_change
+from ..topics import metadata_change
 
 API_KEY = 37
 MIN_VERSION = 0
@@ -32,9 +33,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         error, message = ErrorCode.none, None
         try:
             if counts[wanted.name] > 1:
-                raise TopicError(ErrorCode.invalid_request, f"Topic {wanted.name} named twice")
+                raise KafkaApiError(ErrorCode.invalid_request, f"Topic {wanted.name} named twice")
             await _grow(ctx, wanted, request.validate_only)
-        except TopicError as exc:
+        except KafkaApiError as exc:
             error, message = exc.code, exc.message
         results.append(make(
             module.CreatePartitionsTopicResult, name=wanted.name, error_code=error, error_message=message,
@@ -46,15 +47,15 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     metadata = ctx.broker.metadata
     topic = metadata.topic(wanted.name)
     if topic is None:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist")
+        raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist")
     current = len(topic.partitions)
     if wanted.count < current:
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_partitions,
             f"Topic currently has {current} partitions, which is higher than the requested {wanted.count}.",
         )
     if wanted.count == current:
-        raise TopicError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+        raise KafkaApiError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
     assignments = _assignments(ctx, topic, wanted)
     if validate_only:
         return
@@ -70,13 +71,13 @@ def _assignments(ctx: RequestContext, topic: TopicMetadata, wanted: Any) -> list
     known = {b.broker_id for b in ctx.broker.metadata.brokers()}
     replicas = [list(a.broker_ids) for a in wanted.assignments]
     if len(replicas) != added:
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_replica_assignment,
             f"Increasing the number of partitions by {added} but {len(replicas)} assignments provided.",
         )
     for brokers in replicas:
         if len(brokers) != replication or len(set(brokers)) != len(brokers) or not set(brokers) <= known:
-            raise TopicError(
+            raise KafkaApiError(
                 ErrorCode.invalid_replica_assignment,
                 f"Invalid assignment {brokers}: {replication} distinct brokers of {sorted(known)} expected",
             )

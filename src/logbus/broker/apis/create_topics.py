@@ -17,9 +17,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...config import ConfigError, describe_topic_configs, validate_topic_configs
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import TopicError, metadata_change, validate_topic_name
+from ..topics import metadata_change, validate_topic_name
 
 API_KEY = 19
 MIN_VERSION = 2
@@ -34,13 +35,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
-            error = TopicError(ErrorCode.invalid_request, f"Topic {topic.name} named twice")
+            error = KafkaApiError(ErrorCode.invalid_request, f"Topic {topic.name} named twice")
             results.append(_result(module, ctx, topic.name, error=error))
             continue
         try:
             created = await _create(ctx, topic, request.validate_only)
             results.append(_result(module, ctx, topic.name, created=created))
-        except TopicError as exc:
+        except KafkaApiError as exc:
             results.append(_result(module, ctx, topic.name, error=exc))
     return make(response_class(API_KEY, ctx.api_version), topics=tuple(results))
 
@@ -49,12 +50,12 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
     broker = ctx.broker
     validate_topic_name(topic.name)
     if broker.metadata.topic(topic.name) is not None:
-        raise TopicError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+        raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     partitions, replication = _sizes(broker, topic)
     try:
         configs = validate_topic_configs({c.name: c.value for c in topic.configs})
     except ConfigError as exc:
-        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
     if validate_only:
         return partitions, replication, configs, NO_TOPIC_ID
     with metadata_change(topic.name):
@@ -72,7 +73,7 @@ def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
             for a in topic.assignments
         )
         if not valid or topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise TopicError(ErrorCode.invalid_replica_assignment, "Invalid replica assignment")
+            raise KafkaApiError(ErrorCode.invalid_replica_assignment, "Invalid replica assignment")
         return len(indexes), replicas.pop()
     partitions = topic.num_partitions
     replication = topic.replication_factor
@@ -81,14 +82,14 @@ def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
     if replication == -1:
         replication = broker.config["default.replication.factor"]
     if partitions <= 0:
-        raise TopicError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+        raise KafkaApiError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
     if replication <= 0:
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
         )
     available = len(broker.metadata.brokers())
     if replication > available:
-        raise TopicError(
+        raise KafkaApiError(
             ErrorCode.invalid_replication_factor,
             f"Replication factor: {replication} larger than available brokers: {available}.",
         )
@@ -96,7 +97,7 @@ def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
 
 
 def _result(module: Any, ctx: RequestContext, name: str, *, created: tuple | None = None,
-            error: TopicError | None = None) -> Any:
+            error: KafkaApiError | None = None) -> Any:
     if error is not None:
         return make(
             module.CreatableTopicResult, name=name, error_code=error.code,

@@ -16,9 +16,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.metadata import TopicMetadata
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import TopicError, metadata_change
+from ..topics import metadata_change
 
 API_KEY = 20
 MIN_VERSION = 1
@@ -35,11 +36,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for name, topic_id in wanted:
         try:
             if counts[(name, topic_id)] > 1:
-                raise TopicError(ErrorCode.invalid_request, f"Topic {name or topic_id} named twice")
+                raise KafkaApiError(ErrorCode.invalid_request, f"Topic {name or topic_id} named twice")
             topic = _resolve(ctx, name, topic_id)
             await _delete(ctx, topic)
             responses.append(_response(module, topic.name, topic.uuid))
-        except TopicError as exc:
+        except KafkaApiError as exc:
             responses.append(_response(module, name, topic_id, exc))
     return make(response_class(API_KEY, ctx.api_version), responses=tuple(responses))
 
@@ -54,28 +55,28 @@ def _wanted(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
 def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> TopicMetadata:
     metadata = ctx.broker.metadata
     if name is not None and topic_id is not None:
-        raise TopicError(ErrorCode.invalid_request, "Give a topic name or a topic id, not both")
+        raise KafkaApiError(ErrorCode.invalid_request, "Give a topic name or a topic id, not both")
     if topic_id is not None:
         topic = metadata.topic_by_id(str(topic_id))
         if topic is None:
-            raise TopicError(ErrorCode.unknown_topic_id, f"Unknown topic id {topic_id}")
+            raise KafkaApiError(ErrorCode.unknown_topic_id, f"Unknown topic id {topic_id}")
         return topic
     topic = metadata.topic(name or "")
     if topic is None:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+        raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
     return topic
 
 
 async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
     broker = ctx.broker
     if not broker.config["delete.topic.enable"]:
-        raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
+        raise KafkaApiError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
     with metadata_change(topic.name):
         await broker.metadata.delete_topic(topic.name)
     await broker.replicas.wait_dropped(topic.name)
 
 
-def _response(module: Any, name: str | None, topic_id: uuid.UUID | None, error: TopicError | None = None) -> Any:
+def _response(module: Any, name: str | None, topic_id: uuid.UUID | None, error: KafkaApiError | None = None) -> Any:
     return make(
         module.DeletableTopicResult, name=name, topic_id=topic_id or NO_TOPIC_ID,
         error_code=error.code if error else ErrorCode.none, error_message=error.message if error else None,

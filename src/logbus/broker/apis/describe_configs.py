@@ -16,10 +16,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...config import BROKER_KEYS, TOPIC_KEYS, ConfigValue, describe_topic_configs
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 from ..topic_configs import ResourceType, check_broker_resource, resource_type, topic_resource
-from ..topics import TopicError
 
 API_KEY = 32
 MIN_VERSION = 1
@@ -34,7 +34,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for resource in request.resources:
         try:
             described = _describe(ctx, resource)
-        except TopicError as exc:
+        except KafkaApiError as exc:
             results.append(_result(module, resource, (), exc.code, exc.message))
             continue
         wanted = resource.configuration_keys

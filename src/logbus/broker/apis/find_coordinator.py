@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
-from ...coordinator.store import StoreError
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 
@@ -45,7 +45,7 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     coordinator = group_coordinator(ctx.broker)
     try:
         await coordinator.store.create()
-    except StoreError as exc:  # e.g. a full disk: the client retries later
+    except KafkaApiError as exc:  # e.g. a full disk: the client retries later
         return _error(exc.code, str(exc))
     leader = coordinator.store.leader_of(coordinator.partition_for(key))
     node = next((b for b in ctx.broker.metadata.brokers() if b.broker_id == leader), None)

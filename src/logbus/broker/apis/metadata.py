@@ -14,9 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import KafkaApiError
 from ...protocol.codec import encode, make, response_class, response_module
 from ..context import RawResponse, RequestContext
-from ..topics import TopicError, ensure_topic
+from ..topics import ensure_topic
 
 API_KEY = 3
 MIN_VERSION = 0
@@ -48,7 +49,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         try:
             await ensure_topic(broker, name, allow_create)
             wanted.append((name, ErrorCode.none))
-        except TopicError as exc:
+        except KafkaApiError as exc:
             wanted.append((name, exc.code))
     return _build(ctx, wanted)
 

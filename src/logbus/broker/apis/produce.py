@@ -16,23 +16,17 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import BatchHeader, CorruptRecordError, iter_records, validate_batches
 from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..context import RequestContext
-from ..topics import TopicError, validate_topic_name
+from ..topics import validate_topic_name
 
 API_KEY = 0
 MIN_VERSION = 0
 MIN_SERVED = 3
 MAX_VERSION = 13
-
-
-class ProduceError(Exception):
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -70,7 +64,7 @@ async def _produce_partition(
             raise _missing_partition_error(topic)
         info = _append(partition, data.records, acks)
         await broker.replicas.flush_if_due(partition)
-    except ProduceError as exc:
+    except KafkaApiError as exc:
         return _partition_response(module, data.index, exc.code, -1, -1, -1, exc.message)
     return _partition_response(
         module, data.index, ErrorCode.none, info.base_offset, info.log_append_time,
@@ -78,31 +72,31 @@ async def _produce_partition(
     )
 
 
-def _missing_partition_error(topic: str | None) -> ProduceError:
+def _missing_partition_error(topic: str | None) -> KafkaApiError:
     """Why a partition is not here: an illegal topic name (which no topic can have) says so,
     like Metadata and CreateTopics do, so a client stops instead of retrying."""
     if topic is None:
-        return ProduceError(ErrorCode.unknown_topic_id)
+        return KafkaApiError(ErrorCode.unknown_topic_id)
     try:
         validate_topic_name(topic)
-    except TopicError as exc:
-        return ProduceError(exc.code, exc.message)
-    return ProduceError(ErrorCode.unknown_topic_or_partition)
+    except KafkaApiError as exc:
+        return exc
+    return KafkaApiError(ErrorCode.unknown_topic_or_partition)
 
 
 def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
     if acks not in (-1, 0, 1):
-        raise ProduceError(ErrorCode.invalid_required_acks, f"acks={acks} is not -1, 0 or 1")
+        raise KafkaApiError(ErrorCode.invalid_required_acks, f"acks={acks} is not -1, 0 or 1")
     if not records:
-        raise ProduceError(ErrorCode.corrupt_message, "no records")
+        raise KafkaApiError(ErrorCode.corrupt_message, "no records")
     try:
         headers = validate_batches(records)
     except CorruptRecordError as exc:
-        raise ProduceError(ErrorCode.corrupt_message, str(exc)) from None
+        raise KafkaApiError(ErrorCode.corrupt_message, str(exc)) from None
     limit = partition.log.config.max_message_bytes
     for header in headers:
         if header.size > limit:
-            raise ProduceError(
+            raise KafkaApiError(
                 ErrorCode.message_too_large,
                 f"batch of {header.size} bytes exceeds max.message.bytes={limit}",
             )
@@ -111,22 +105,22 @@ def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
     try:
         return partition.append_as_leader(bytearray(records), headers, acks)
     except NotLeaderError as exc:
-        raise ProduceError(ErrorCode.not_leader_or_follower, str(exc)) from None
+        raise KafkaApiError(ErrorCode.not_leader_or_follower, str(exc)) from None
     except NotEnoughReplicasError as exc:
-        raise ProduceError(ErrorCode.not_enough_replicas, str(exc)) from None
+        raise KafkaApiError(ErrorCode.not_enough_replicas, str(exc)) from None
     except OutOfOrderSequenceError as exc:
-        raise ProduceError(ErrorCode.out_of_order_sequence_number, str(exc)) from None
+        raise KafkaApiError(ErrorCode.out_of_order_sequence_number, str(exc)) from None
     except InvalidProducerEpochError as exc:
-        raise ProduceError(ErrorCode.invalid_producer_epoch, str(exc)) from None
+        raise KafkaApiError(ErrorCode.invalid_producer_epoch, str(exc)) from None
     except OSError as exc:
-        raise ProduceError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
+        raise KafkaApiError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
 
 
 def _require_keys(records: bytes, headers: list[BatchHeader]) -> None:
     """A compacted topic takes only keyed records (Kafka: INVALID_RECORD)."""
     for header in headers:
         if not header.is_control and any(record.key is None for record in iter_records(records, header)):
-            raise ProduceError(ErrorCode.invalid_record, "Compacted topic cannot accept message without key.")
+            raise KafkaApiError(ErrorCode.invalid_record, "Compacted topic cannot accept message without key.")
 
 
 def _partition_response(
