@@ -284,3 +284,82 @@ def test_topics_delete(broker: BrokerProcess) -> None:
     assert "cli-deleted" not in ok(logbus(broker.bootstrap, "topics", "list")).splitlines()
     assert not [d for d in os.listdir(broker.data_dir) if d.startswith("cli-deleted-")]
     failed(logbus(broker.bootstrap, "topics", "delete", "cli-deleted"), "topic 'cli-deleted' does not exist")
+
+
+# --- ./dev: the first-run script, driven with stand-ins for pip, apt-get and sudo ---------------------
+
+REPO = Path(__file__).resolve().parent.parent
+DEV_TOOLS = ("bash", "cat", "sha256sum", "cut", "grep", "sort", "mv", "rm", "dirname", "env")
+
+
+def stand_in(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(0o755)
+
+
+def dev_checkout(tmp_path: Path, uid: int = 0, venv_python_works: bool = True) -> tuple[Path, dict[str, str]]:
+    """A copy of ./dev with the repo's pyproject.toml and constraints.txt, a stand-in .venv whose
+    python logs its arguments, and a PATH that holds only the tools ./dev needs plus stand-ins for
+    `id`, `sudo` and `apt-get` (which log theirs): so kcat and java are missing."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    for name in ("dev", "pyproject.toml", "constraints.txt"):
+        (checkout / name).write_bytes((REPO / name).read_bytes())
+    (checkout / "dev").chmod(0o755)
+    log = tmp_path / "calls.log"
+    stand_in(checkout / ".venv" / "bin" / "python", f'echo "venv-python $*" >> {log}')
+    stand_in(checkout / ".venv" / "bin" / "logbus", f'echo "logbus $*" >> {log}')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in DEV_TOOLS:
+        (bin_dir / tool).symlink_to(subprocess.run(
+            ["bash", "-c", f"command -v {tool}"], capture_output=True, text=True, check=True
+        ).stdout.strip())
+    stand_in(bin_dir / "id", f"echo {uid}")
+    stand_in(bin_dir / "sudo", f'echo "sudo $*" >> {log}; exec "$@"')
+    stand_in(bin_dir / "apt-get", f'echo "apt-get DEBIAN_FRONTEND=${{DEBIAN_FRONTEND:-}} $*" >> {log}')
+    python = sys.executable if venv_python_works else str(bin_dir / "python-without-venv")
+    stand_in(bin_dir / "python-without-venv", 'exit 1')
+    return checkout, {"PATH": str(bin_dir), "PYTHON": python, "HOME": str(tmp_path)}
+
+
+def run_dev(checkout: Path, env: dict[str, str], *args: str) -> list[str]:
+    """Run ./dev ARGS; the calls the stand-ins logged during the run."""
+    log = checkout.parent / "calls.log"
+    log.write_text("")
+    result = subprocess.run(["./dev", *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return log.read_text().splitlines()
+
+
+def test_dev_installs_with_pip_only_when_pins_change(tmp_path: Path) -> None:
+    checkout, env = dev_checkout(tmp_path)
+    first = run_dev(checkout, env, "logbus", "topics", "list")
+    assert [line for line in first if "pip install" in line][-1].endswith("-c constraints.txt -e .[cli]")
+    assert first[-1] == "logbus topics list"
+    assert run_dev(checkout, env, "serve", "--port", "0") == ["logbus serve --data-dir ./data --port 0"]
+    with (checkout / "constraints.txt").open("a") as constraints:
+        constraints.write("# changed\n")
+    again = run_dev(checkout, env, "serve")
+    assert any(line.endswith("-e .[cli]") for line in again), again
+
+
+def test_dev_installs_missing_debian_packages_with_sudo(tmp_path: Path) -> None:
+    checkout, env = dev_checkout(tmp_path, uid=1000, venv_python_works=False)
+    calls = run_dev(checkout, env, "logbus", "--version")
+    assert calls[:4] == [
+        "sudo apt-get update -qq",
+        "apt-get DEBIAN_FRONTEND= update -qq",
+        "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv",
+        "apt-get DEBIAN_FRONTEND=noninteractive install -y -qq python3-venv",
+    ]
+
+
+def test_dev_test_wants_kcat_and_a_default_jre_as_root(tmp_path: Path) -> None:
+    checkout, env = dev_checkout(tmp_path)
+    stand_in(checkout / ".venv" / "bin" / "ruff", "exit 0")
+    stand_in(checkout / ".venv" / "bin" / "pytest", 'echo "pytest $*" >> ../calls.log')
+    calls = run_dev(checkout, env, "test", "-k", "nothing")
+    assert calls[0] == "apt-get DEBIAN_FRONTEND= update -qq"
+    assert calls[1] == "apt-get DEBIAN_FRONTEND=noninteractive install -y -qq kcat default-jre-headless"
+    assert calls[-1] == "pytest -k nothing"
