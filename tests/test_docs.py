@@ -28,4 +28,6 @@ def test_every_topic_key_is_documented_with_its_fallbacks() -> None:
     rows = documented("Topic keys")
     for topic_key in TOPIC_KEYS.values():
         fallbacks = ", ".join(f"`{name}`" for name, _ in topic_key.synonyms)
-        assert rows.get(topic_key.key.name) == fallbacks, topic_key.key.name
+        default = topic_key.key.default
+        expected = fallbacks or (f"(none; default `{default}`)" if default else "(none; default empty)")
+        assert rows.get(topic_key.key.name) == expected, topic_key.key.name

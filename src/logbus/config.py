@@ -8,6 +8,7 @@ synonyms, e.g. `retention.ms` <- `log.retention.ms` / `log.retention.minutes` /
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -78,6 +79,8 @@ class ConfigKey:
     doc: str = ""
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
+    check: Callable[[object], None] | None = None  # raises ValueError with Kafka's reason
 
     def parse(self, text: str) -> object:
         try:
@@ -95,6 +98,16 @@ class ConfigKey:
                 f"Invalid value {text!r} for configuration {self.name}: "
                 f"must be at least {self.minimum:g}"
             )
+        if self.maximum is not None and isinstance(value, int | float) and value > self.maximum:
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {self.name}: "
+                f"must be at most {self.maximum:g}"
+            )
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ValueError as exc:
+                raise ConfigError(f"Invalid value {text!r} for configuration {self.name}: {exc}") from None
         return value
 
 
@@ -107,6 +120,25 @@ LONG, INT, STR, BOOL, DOUBLE = (
     ConfigType.LONG, ConfigType.INT, ConfigType.STRING, ConfigType.BOOLEAN, ConfigType.DOUBLE
 )
 _POLICIES = ("delete", "compact")
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _throttled_replicas(value: object) -> None:
+    """Kafka's ThrottledReplicaListValidator: `*`, or partitionId:brokerId pairs."""
+    items = value if isinstance(value, tuple) else ()
+    if items == ("*",) or all(_THROTTLED_REPLICA.fullmatch(item) for item in items):
+        return
+    raise ValueError(
+        "must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
+
+
+def _gzip_level(value: object) -> None:
+    """gzip levels are 1..9, or -1 for zlib's default (Kafka's GZIP.levelValidator)."""
+    if value != -1 and not 1 <= value <= 9:  # type: ignore[operator]
+        raise ValueError("must be between 1 and 9, or -1")
+
 _TS_TYPES = ("CreateTime", "LogAppendTime")
 
 BROKER_KEYS: dict[str, ConfigKey] = {
@@ -114,9 +146,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     for k in [
         _key("broker.id", INT, 0, "This broker's integer id."),
         _key("log.dirs", STR, None, "Directory holding the partition logs (one directory)."),
-        _key("log.dir", STR, "/tmp/kafka-logs", "Used when log.dirs is unset."),
+        _key("log.dir", STR, None, "Data directory when log.dirs is unset (with neither: ./data)."),
         _key("listeners", STR, None, "host:port to listen on, e.g. PLAINTEXT://127.0.0.1:9092."),
-        _key("advertised.listeners", STR, None, "host:port given to clients in Metadata."),
+        _key("advertised.listeners", STR, None, "host:port given to clients in Metadata (port 0 or none: the "
+             "bound port)."),
         _key("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
         _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics."),
         _key("auto.create.topics.enable", BOOL, True, "Create unknown topics on Metadata."),
@@ -141,7 +174,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.message.timestamp.type", STR, "CreateTime", "CreateTime or LogAppendTime.", choices=_TS_TYPES),
         _key("log.cleaner.enable", BOOL, True, "Run the log cleaner for compacted topics."),
         _key("log.cleaner.delete.retention.ms", LONG, 86400000, "How long tombstones are kept."),
-        _key("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, "Dirty ratio that makes a log cleanable."),
+        _key("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, "Dirty ratio that makes a log cleanable.", minimum=0,
+             maximum=1),
         _key("log.cleaner.min.compaction.lag.ms", LONG, 0, "Records younger than this stay uncompacted."),
         _key("log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX, "Records older than this are compacted."),
         _key("log.cleaner.backoff.ms", LONG, 15000, "Sleep of the cleaner when nothing is cleanable."),
@@ -161,7 +195,24 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.max.size", INT, 2147483647, "Most members in one group."),
         _key("transactional.id.expiration.ms", INT, 604800000, "Forget idle producer ids after this."),
         _key("producer.id.expiration.ms", INT, 86400000, "Forget idle idempotent producers after this."),
-        _key("num.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
+        _key("num.io.threads", INT, 8, "Kafka's request handler threads (accepted; no effect: requests are "
+             "handled on the event loop).", minimum=1),
+        _key("logbus.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
+        # Broker defaults of topic keys that Kafka 4.1 has (synonyms of the topic keys below).
+        _key("log.roll.jitter.ms", LONG, None, "Overrides log.roll.jitter.hours."),
+        _key("log.roll.jitter.hours", INT, 0, "Max random jitter subtracted from a segment's roll time.", minimum=0),
+        _key("log.preallocate", BOOL, False, "Preallocate segment files (accepted; no effect here)."),
+        _key("unclean.leader.election.enable", BOOL, False, "Elect an out-of-sync replica (accepted; no effect "
+             "on one broker)."),
+        _key("compression.gzip.level", INT, -1, "gzip level when the broker compresses.", check=_gzip_level),
+        _key("compression.lz4.level", INT, 9, "lz4 level when the broker compresses.", minimum=1, maximum=17),
+        _key("compression.zstd.level", INT, 3, "zstd level when the broker compresses.", minimum=-131072,
+             maximum=22),
+        _key("log.message.downconversion.enable", BOOL, True, "No-op since Kafka 4.0 (accepted, no effect)."),
+        _key("log.local.retention.ms", LONG, -2, "Tiered storage: local retention (accepted; no effect here).",
+             minimum=-2),
+        _key("log.local.retention.bytes", LONG, -2, "Tiered storage: local retention size (accepted; no effect "
+             "here).", minimum=-2),
     ]
 }
 
@@ -186,8 +237,11 @@ def _hours(value: object) -> object:
     return int(value) * 3_600_000  # type: ignore[call-overload]
 
 
-def _topic(name: str, type_: ConfigType, *synonyms: tuple[str, Callable], **kw: object) -> TopicKey:
-    return TopicKey(ConfigKey(name, type_, None, **kw), synonyms)  # type: ignore[arg-type]
+def _topic(
+    name: str, type_: ConfigType, *synonyms: tuple[str, Callable], default: object = None, **kw: object
+) -> TopicKey:
+    """A topic key; its default is its broker synonyms', or `default` for keys without one."""
+    return TopicKey(_key(name, type_, default, **kw), synonyms)  # type: ignore[arg-type]
 
 
 TOPIC_KEYS: dict[str, TopicKey] = {
@@ -212,9 +266,33 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             ("log.flush.scheduler.interval.ms", _same), minimum=0,
         ),
         _topic("index.interval.bytes", INT, ("log.index.interval.bytes", _same), minimum=0),
+        # The rest of Kafka 4.1's topic keys. See docs/configuration.md for the ones without effect here.
+        _topic(
+            "segment.jitter.ms", LONG, ("log.roll.jitter.ms", _same), ("log.roll.jitter.hours", _hours), minimum=0
+        ),
+        _topic("preallocate", BOOL, ("log.preallocate", _same)),
+        _topic("unclean.leader.election.enable", BOOL, ("unclean.leader.election.enable", _same)),
+        _topic("compression.gzip.level", INT, ("compression.gzip.level", _same), check=_gzip_level),
+        _topic("compression.lz4.level", INT, ("compression.lz4.level", _same), minimum=1, maximum=17),
+        _topic("compression.zstd.level", INT, ("compression.zstd.level", _same), minimum=-131072, maximum=22),
+        _topic("message.downconversion.enable", BOOL, ("log.message.downconversion.enable", _same)),
+        _topic(
+            "leader.replication.throttled.replicas", ConfigType.LIST, default="", check=_throttled_replicas,
+            doc="Replicas whose leader side replication is throttled (accepted; no effect on one broker).",
+        ),
+        _topic(
+            "follower.replication.throttled.replicas", ConfigType.LIST, default="", check=_throttled_replicas,
+            doc="Replicas whose follower side replication is throttled (accepted; no effect on one broker).",
+        ),
+        _topic("remote.storage.enable", BOOL, default=False, doc="Tiered storage: refused, it is not available."),
+        _topic("remote.log.copy.disable", BOOL, default=False, doc="Tiered storage (accepted; no effect here)."),
+        _topic("remote.log.delete.on.disable", BOOL, default=False, doc="Tiered storage (accepted; no effect here)."),
+        _topic("local.retention.ms", LONG, ("log.local.retention.ms", _same), minimum=-2),
+        _topic("local.retention.bytes", LONG, ("log.local.retention.bytes", _same), minimum=-2),
         _topic("delete.retention.ms", LONG, ("log.cleaner.delete.retention.ms", _same), minimum=0),
         _topic(
-            "min.cleanable.dirty.ratio", DOUBLE, ("log.cleaner.min.cleanable.ratio", _same), minimum=0
+            "min.cleanable.dirty.ratio", DOUBLE, ("log.cleaner.min.cleanable.ratio", _same), minimum=0,
+            maximum=1,
         ),
         _topic("min.compaction.lag.ms", LONG, ("log.cleaner.min.compaction.lag.ms", _same), minimum=0),
         _topic("max.compaction.lag.ms", LONG, ("log.cleaner.max.compaction.lag.ms", _same), minimum=1),
@@ -285,6 +363,10 @@ class BrokerConfig:
 
     def topic_default(self, topic_key: TopicKey) -> ConfigValue:
         """The broker-side value of a topic config: the first synonym that is set, else default."""
+        key = topic_key.key
+        if not topic_key.synonyms:
+            value = key.parse(key.default or "")
+            return ConfigValue(key.name, value, key.default, ConfigSource.DEFAULT_CONFIG, key.type)
         synonyms = tuple(
             (name, self.describe(name).text, self.describe(name).source)
             for name, _ in topic_key.synonyms
@@ -309,8 +391,11 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Check names and values of topic overrides; returns them (None values dropped)."""
+def validate_topic_configs(
+    configs: Mapping[str, str | None], broker: BrokerConfig | None = None
+) -> dict[str, str]:
+    """Check names and values of topic overrides, alone and together with the broker's defaults
+    (Kafka's LogConfig.validate); returns them (None values dropped)."""
     result = {}
     for name, text in configs.items():
         topic_key = TOPIC_KEYS.get(name)
@@ -320,7 +405,24 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
             continue
         topic_key.key.parse(text)
         result[name] = text
+    effective = {c.name: c.value for c in describe_topic_configs(broker or BrokerConfig(), result)}
+    _check_together(effective)
     return result
+
+
+def _check_together(effective: Mapping[str, object]) -> None:
+    """Kafka's checks across keys, on the effective values. Tiered storage is never enabled on this
+    broker (as a Kafka broker with remote.log.storage.system.enable=false), so a topic cannot ask for it."""
+    min_lag, max_lag = effective["min.compaction.lag.ms"], effective["max.compaction.lag.ms"]
+    if min_lag > max_lag:  # type: ignore[operator]
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > max.compaction.lag.ms ({max_lag})"
+        )
+    if effective["remote.storage.enable"]:
+        raise ConfigError(
+            "Tiered Storage functionality is disabled in the broker. "
+            "Topic cannot be configured with remote log storage."
+        )
 
 
 def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
@@ -382,6 +484,10 @@ class LogConfig:
         return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
 
+_LOG_CONFIG_FIELDS = frozenset(LogConfig.__dataclass_fields__)
+
+
 def log_config(broker: BrokerConfig, overrides: Mapping[str, str] | None = None) -> LogConfig:
-    values = {c.name: c.value for c in describe_topic_configs(broker, overrides or {})}
-    return LogConfig(**{name.replace(".", "_"): value for name, value in values.items()})
+    """The typed settings storage reads; topic keys that storage does not use are left out."""
+    values = {c.name.replace(".", "_"): c.value for c in describe_topic_configs(broker, overrides or {})}
+    return LogConfig(**{field: value for field, value in values.items() if field in _LOG_CONFIG_FIELDS})

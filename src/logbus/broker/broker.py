@@ -33,7 +33,7 @@ class Broker:
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
         self.socket_sendfile: str = config["socket.sendfile"]
         self.metadata = metadata or EmbeddedMetadataStore(data_dir, broker_id)
-        self.logs = LogManager(data_dir, config["num.io.threads"], config["producer.id.expiration.ms"])
+        self.logs = LogManager(data_dir, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
         self.group_coordinator = GroupCoordinator(self)
         self.metadata_cache: dict[int, RawResponse] = {}
@@ -53,7 +53,7 @@ class Broker:
             start_serving=False,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        await self.metadata.register_broker(BrokerInfo(self.broker_id, self._advertised_host(), self.port))
+        await self.metadata.register_broker(BrokerInfo(self.broker_id, *self._advertised_address()))
         self.replicas.start()
         self.logs.start(
             self.config["log.retention.check.interval.ms"],
@@ -65,13 +65,17 @@ class Broker:
         await self._server.start_serving()
         return self.host, self.port
 
-    def _advertised_host(self) -> str:
+    def _advertised_address(self) -> tuple[str, int]:
+        """The host and port that Metadata gives clients: the first of `advertised.listeners`
+        (e.g. PLAINTEXT://broker1.example:19092), where an empty host or port 0 means the bound one."""
+        host, port = "", 0
         advertised = self.config["advertised.listeners"]
         if advertised:
-            return str(advertised).split("://")[-1].rsplit(":", 1)[0]
-        if self.host in ("", "0.0.0.0", "::"):
-            return socket.getfqdn()
-        return self.host
+            host, _, port_text = str(advertised).split(",")[0].split("://")[-1].rpartition(":")
+            port = int(port_text) if port_text.isdigit() else 0
+        if not host:
+            host = socket.getfqdn() if self.host in ("", "0.0.0.0", "::") else self.host
+        return host, port or self.port
 
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()

@@ -76,10 +76,11 @@ def refuse_broker_changes(names: Iterable[str]) -> KafkaApiError:
     )
 
 
-def validated(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Topic overrides checked by name and value; INVALID_CONFIG otherwise."""
+def validated(broker: Broker, configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Topic overrides checked by name and value, and together with the broker's defaults
+    (e.g. min.compaction.lag.ms <= max.compaction.lag.ms); INVALID_CONFIG otherwise."""
     try:
-        return validate_topic_configs(configs)
+        return validate_topic_configs(configs, broker.config)
     except ConfigError as exc:
         raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
 
@@ -115,7 +116,7 @@ def apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[tuple[str,
             overrides.pop(name, None)
         else:
             overrides[name] = _list_op(name, op, effective.get(name), value)
-    return validated(overrides)
+    return validated(broker, overrides)
 
 
 def _alter_op(code: int) -> AlterOp:

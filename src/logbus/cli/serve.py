@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("logbus").warning("unknown config key %s is ignored", unknown)
     listen_host, listen_port = _listener(values)
     host = args.host or listen_host or "127.0.0.1"
-    port = args.port if args.port is not None else listen_port or DEFAULT_PORT
+    port = args.port if args.port is not None else DEFAULT_PORT if listen_port is None else listen_port
     broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
-    data_dir = args.data_dir or values.get("log.dirs", "").split(",")[0] or "data"
+    data_dir = args.data_dir or values.get("log.dirs", "").split(",")[0] or values.get("log.dir") or "data"
     keep_freed_memory_for_reuse()
     try:
         import uvloop

@@ -30,4 +30,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 def _whole_set(broker: Broker, topic: TopicMetadata, resource: Any) -> dict[str, str]:
     """The configs given become the topic's overrides, all of them."""
-    return validated({config.name: config.value for config in resource.configs})
+    return validated(broker, {config.name: config.value for config in resource.configs})

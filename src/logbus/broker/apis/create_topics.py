@@ -53,7 +53,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
         raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     partitions, replication = _sizes(broker, topic)
     try:
-        configs = validate_topic_configs({c.name: c.value for c in topic.configs})
+        configs = validate_topic_configs({c.name: c.value for c in topic.configs}, broker.config)
     except ConfigError as exc:
         raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
     if validate_only:

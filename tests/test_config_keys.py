@@ -1,0 +1,393 @@
+"""Every declared config key has an effect, proved by a named test, or is documented as having none.
+
+`EFFECT_TESTS` maps each broker and topic key to the tests that would fail if the key did nothing
+("file.py::test_name"; a broker key that is a synonym of a topic key is proved by
+`test_broker_synonyms_set_the_topic_defaults` together with the topic key's own tests).
+`ACCEPTED_WITHOUT_EFFECT` lists the keys logbus takes (so that Kafka's server.properties and the
+clients' test suites work) but that change nothing yet, each with the reason docs/configuration.md
+gives. A key in neither fails `test_every_declared_key_is_accounted_for`.
+"""
+
+from __future__ import annotations
+
+import ast
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+from helpers import QUIET, wait_until
+
+from logbus.broker.broker import Broker
+from logbus.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
+from logbus.testing import BrokerProcess, running_broker
+
+TESTS = Path(__file__).resolve().parent
+FUTURE_TIMEOUT_S = 15
+SYNONYMS = "test_config_keys.py::test_broker_synonyms_set_the_topic_defaults"
+KAFKA_TOPIC_KEYS = "test_config_keys.py::test_kafka_41_topic_keys_are_accepted_validated_and_described"
+LISTENERS = "test_config_keys.py::test_serve_takes_listeners_and_log_dir_from_server_properties"
+# The storage part of issue 11 gives these their effect; the lead names its tests here when merging.
+STORAGE_WORK = "the effect comes with issue 11's storage work (segment deletion delay, log start checkpoint)"
+
+EFFECT_TESTS: dict[str, tuple[str, ...]] = {
+    # broker keys
+    "broker.id": ("test_storage.py::test_on_disk_layout_uses_kafka_formats",),
+    "log.dirs": ("test_config_keys.py::test_serve_prefers_log_dirs_over_log_dir",),
+    "log.dir": (LISTENERS,),
+    "listeners": (LISTENERS,),
+    "advertised.listeners": ("test_config_keys.py::test_metadata_advertises_host_and_port",),
+    "num.partitions": ("test_cli.py::test_partition_and_offset",),
+    "auto.create.topics.enable": ("test_cli.py::test_unknown_topic_with_auto_create_disabled",),
+    "delete.topic.enable": ("test_config_keys.py::test_delete_topic_enable_false_refuses_deletion",),
+    "log.segment.bytes": (
+        "test_storage.py::test_broker_level_retention_and_segment_defaults_apply_to_auto_created_topics",
+    ),
+    "log.roll.hours": (SYNONYMS,),
+    "log.roll.ms": (SYNONYMS,),
+    "log.retention.hours": (SYNONYMS, "test_admin.py::test_describe_configs_defaults_sources_and_synonyms"),
+    "log.retention.minutes": (
+        "test_storage.py::test_broker_level_retention_and_segment_defaults_apply_to_auto_created_topics",
+    ),
+    "log.retention.ms": ("test_compaction.py::test_compact_delete_also_applies_retention",),
+    "log.retention.bytes": (SYNONYMS,),
+    "log.retention.check.interval.ms": ("test_storage.py::test_retention_bytes_keeps_the_log_under_the_limit",),
+    "log.flush.interval.messages": ("test_storage.py::test_stop_during_produce_stream_loses_nothing_acknowledged",),
+    "log.flush.interval.ms": (SYNONYMS,),
+    "log.flush.scheduler.interval.ms": (SYNONYMS,),
+    "log.index.interval.bytes": (SYNONYMS,),
+    "log.index.size.max.bytes": (SYNONYMS,),
+    "log.cleanup.policy": ("test_compaction.py::test_compact_delete_also_applies_retention",),
+    "log.message.timestamp.type": (SYNONYMS,),
+    "log.cleaner.delete.retention.ms": (SYNONYMS,),
+    "log.cleaner.min.cleanable.ratio": (
+        "test_compaction.py::test_min_cleanable_dirty_ratio_decides_when_a_log_is_cleaned",
+    ),
+    "log.cleaner.min.compaction.lag.ms": (SYNONYMS,),
+    "log.cleaner.max.compaction.lag.ms": (SYNONYMS,),
+    "log.cleaner.backoff.ms": (
+        "test_groups.py::test_compacted_consumer_offsets_keep_the_latest_commit_across_restart",
+    ),
+    "message.max.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
+    "socket.request.max.bytes": ("test_bad_requests.py::test_frame_just_under_the_limit_is_served",),
+    "socket.sendfile": ("test_storage.py::test_sendfile_is_for_readers_off_this_host",),
+    "offsets.topic.num.partitions": (
+        "test_compaction.py::test_consumer_offsets_are_compacted_and_load_after_a_restart",
+    ),
+    "offsets.topic.segment.bytes": (
+        "test_compaction.py::test_consumer_offsets_are_compacted_and_load_after_a_restart",
+    ),
+    "offsets.retention.minutes": ("test_groups.py::test_offsets_with_retention_time_expire_and_the_empty_group_goes",),
+    "offsets.retention.check.interval.ms": (
+        "test_groups.py::test_offsets_with_retention_time_expire_and_the_empty_group_goes",
+    ),
+    "producer.id.expiration.ms": ("test_storage.py::test_idle_idempotent_producers_expire",),
+    "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
+    # topic keys
+    "cleanup.policy": ("test_compaction.py::test_compact_delete_also_applies_retention",),
+    "retention.ms": ("test_compaction.py::test_compact_delete_also_applies_retention",),
+    "retention.bytes": ("test_storage.py::test_retention_bytes_keeps_the_log_under_the_limit",),
+    "segment.bytes": ("test_admin.py::test_config_changes_reach_the_live_log",),
+    "segment.ms": ("test_storage.py::test_segments_roll_by_time",),
+    "max.message.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
+    "message.timestamp.type": ("test_client_compat.py::test_log_append_time_topics_are_found_by_the_brokers_time",),
+    "flush.messages": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
+    "flush.ms": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
+    "index.interval.bytes": ("test_storage.py::test_on_disk_layout_uses_kafka_formats",),
+    "delete.retention.ms": ("test_compaction.py::test_latest_record_per_key_survives_with_its_offset",),
+    "min.cleanable.dirty.ratio": ("test_compaction.py::test_min_cleanable_dirty_ratio_decides_when_a_log_is_cleaned",),
+    "min.compaction.lag.ms": ("test_compaction.py::test_min_compaction_lag_keeps_young_records",),
+    "max.compaction.lag.ms": (
+        "test_compaction.py::test_max_compaction_lag_rolls_the_active_segment_and_cleans_below_the_dirty_ratio",
+    ),
+    "min.insync.replicas": ("test_config_keys.py::test_min_insync_replicas_above_the_isr_refuses_acks_all",),
+    "remote.storage.enable": (KAFKA_TOPIC_KEYS,),  # true is refused: no tiered storage, as Kafka without it
+    "leader.replication.throttled.replicas": (KAFKA_TOPIC_KEYS,),  # validated, stored, described
+    "follower.replication.throttled.replicas": (KAFKA_TOPIC_KEYS,),
+}
+
+# Keys whose effect is in the code but whose test is still to be written (named in the report).
+EFFECT_WITHOUT_TEST: dict[str, str] = {
+    "default.replication.factor": "replication factor of auto-created topics (more than the live brokers fails)",
+    "offsets.topic.replication.factor": "replicas of __consumer_offsets, capped by the live brokers",
+    "group.min.session.timeout.ms": "JoinGroup below it answers INVALID_SESSION_TIMEOUT",
+    "group.max.session.timeout.ms": "JoinGroup above it answers INVALID_SESSION_TIMEOUT",
+    "group.max.size": "JoinGroup beyond it answers GROUP_MAX_SIZE_REACHED",
+    "segment.index.bytes": "a full offset index rolls the segment (storage/log.py _maybe_roll)",
+    "log.cleaner.enable": "false: the cleaner never runs, compacted topics keep every record",
+    "log.flush.offset.checkpoint.interval.ms": "how often recovery points are checkpointed while running",
+    "group.initial.rebalance.delay.ms": "a new group's first rebalance waits this long for more members",
+}
+
+ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
+    "num.io.threads": "Kafka's request handler threads: requests are handled on the one event loop here",
+    "transactional.id.expiration.ms": "transactions do not exist yet",
+    "log.segment.delete.delay.ms": STORAGE_WORK,
+    "file.delete.delay.ms": STORAGE_WORK,
+    "log.flush.start.offset.checkpoint.interval.ms": STORAGE_WORK,
+    "segment.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
+    "log.roll.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
+    "log.roll.jitter.hours": "segments roll at segment.ms exactly; no random jitter yet",
+    "compression.gzip.level": "the broker never compresses yet (compression.type=producer)",
+    "compression.lz4.level": "the broker never compresses yet (compression.type=producer)",
+    "compression.zstd.level": "the broker never compresses yet (compression.type=producer)",
+    "preallocate": "segment files grow as they are written",
+    "log.preallocate": "segment files grow as they are written",
+    "unclean.leader.election.enable": "one broker: there is no other replica to elect",
+    "message.downconversion.enable": "a no-op in Kafka 4 too: no request version that needs down-conversion",
+    "log.message.downconversion.enable": "a no-op in Kafka 4 too: no request version that needs down-conversion",
+    "remote.log.copy.disable": "no tiered storage",
+    "remote.log.delete.on.disable": "no tiered storage",
+    "local.retention.ms": "no tiered storage: the local log is the whole log",
+    "local.retention.bytes": "no tiered storage: the local log is the whole log",
+    "log.local.retention.ms": "no tiered storage: the local log is the whole log",
+    "log.local.retention.bytes": "no tiered storage: the local log is the whole log",
+    "leader.replication.throttled.replicas": "one broker: no replication to throttle",
+    "follower.replication.throttled.replicas": "one broker: no replication to throttle",
+}
+
+
+def declared_keys() -> set[str]:
+    return set(BROKER_KEYS) | set(TOPIC_KEYS)
+
+
+def test_every_declared_key_is_accounted_for() -> None:
+    accounted = set(EFFECT_TESTS) | set(EFFECT_WITHOUT_TEST) | set(ACCEPTED_WITHOUT_EFFECT)
+    missing = sorted(declared_keys() - accounted)
+    assert not missing, f"keys with neither an effect test nor a documented lack of effect: {missing}"
+    stale = sorted(accounted - declared_keys())
+    assert not stale, f"keys listed here but not declared in logbus.config: {stale}"
+
+
+def test_named_effect_tests_exist() -> None:
+    """Each `file.py::test_name` in the table names a test function of that file (or the whole file)."""
+    defined: dict[str, set[str]] = {}
+    for ids in EFFECT_TESTS.values():
+        for node_id in ids:
+            file_name, _, test_name = node_id.partition("::")
+            if file_name not in defined:
+                tree = ast.parse((TESTS / file_name).read_text(encoding="utf-8"))
+                defined[file_name] = {
+                    node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                }
+            assert not test_name or test_name in defined[file_name], node_id
+
+
+def test_keys_without_effect_are_documented_as_such() -> None:
+    text = (TESTS.parent / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = text.split("## Accepted without effect\n", 1)[1].split("\n## ", 1)[0]
+    for key in ACCEPTED_WITHOUT_EFFECT:
+        assert f"`{key}`" in section, f"{key} missing from 'Accepted without effect'"
+
+
+# --- effect tests ------------------------------------------------------------------------------
+
+
+def start_serve(tmp_path: Path, properties: str) -> subprocess.Popen[str]:
+    """`logbus serve --config FILE` with nothing else on the command line; waits for it to listen."""
+    config = tmp_path / "server.properties"
+    config.write_text(properties)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "logbus", "serve", "--config", str(config)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    line = process.stdout.readline() if process.stdout else ""
+    assert "listening on" in line, line
+    process.listening = line.strip()  # type: ignore[attr-defined]
+    return process
+
+
+def stop_serve(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+
+
+def test_serve_takes_listeners_and_log_dir_from_server_properties(tmp_path: Path) -> None:
+    logs = tmp_path / "kafka-logs"
+    process = start_serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dir={logs}\n")
+    try:
+        host_port = process.listening.rsplit(" ", 1)[1]  # type: ignore[attr-defined]
+        assert host_port.startswith("127.0.0.1:") and not host_port.endswith(":9092")
+        assert (logs / "meta.properties").exists() or any(logs.iterdir())
+        assert not (tmp_path / "data").exists()
+    finally:
+        stop_serve(process)
+
+
+def test_serve_prefers_log_dirs_over_log_dir(tmp_path: Path) -> None:
+    process = start_serve(
+        tmp_path, f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={tmp_path / 'first'}\nlog.dir={tmp_path / 'other'}\n"
+    )
+    try:
+        assert (tmp_path / "first").is_dir() and not (tmp_path / "other").exists()
+    finally:
+        stop_serve(process)
+
+
+def test_metadata_advertises_host_and_port() -> None:
+    with running_broker(config={"advertised.listeners": "PLAINTEXT://advertised.invalid:19092"}) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
+        brokers = producer.list_topics(timeout=10).brokers
+        assert [(b.host, b.port) for b in brokers.values()] == [("advertised.invalid", 19092)]
+
+
+def test_metadata_advertises_the_bound_port_when_the_advertised_one_is_0() -> None:
+    with running_broker(config={"advertised.listeners": "PLAINTEXT://127.0.0.1:0"}) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
+        brokers = producer.list_topics(timeout=10).brokers
+        assert [f"{b.host}:{b.port}" for b in brokers.values()] == [broker.bootstrap]
+
+
+def test_logbus_io_threads_sizes_the_blocking_io_pool(tmp_path: Path) -> None:
+    broker = Broker(BrokerConfig({"logbus.io.threads": "3"}), 0, "127.0.0.1", 0, str(tmp_path))
+    assert broker.logs._pool._max_workers == 3
+    broker = Broker(BrokerConfig({"num.io.threads": "5"}), 0, "127.0.0.1", 0, str(tmp_path))
+    assert broker.logs._pool._max_workers == 8  # Kafka's request threads: not this pool
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    with running_broker(config={"num.partitions": "1"}) as started:
+        yield started
+
+
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+
+
+def describe_topic(broker: BrokerProcess, topic: str) -> dict:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    client = admin(broker)  # held until the future resolves: a collected client cancels its requests
+    return client.describe_configs([resource])[resource].result(timeout=FUTURE_TIMEOUT_S)
+
+
+def create(broker: BrokerProcess, topic: str, config: dict[str, str]) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(timeout=FUTURE_TIMEOUT_S)
+
+
+def invalid_config(broker: BrokerProcess, topic: str, config: dict[str, str]) -> str:
+    with pytest.raises(KafkaException) as raised:
+        create(broker, topic, config)
+    error = raised.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG, error
+    return error.str()
+
+
+KAFKA_41_VALUES = {
+    "segment.jitter.ms": "1000",
+    "preallocate": "true",
+    "unclean.leader.election.enable": "true",
+    "compression.gzip.level": "9",
+    "compression.lz4.level": "17",
+    "compression.zstd.level": "-5",
+    "message.downconversion.enable": "false",
+    "leader.replication.throttled.replicas": "0:0,1:0",
+    "follower.replication.throttled.replicas": "*",
+    "remote.storage.enable": "false",
+    "remote.log.copy.disable": "true",
+    "remote.log.delete.on.disable": "true",
+    "local.retention.ms": "-2",
+    "local.retention.bytes": "1000",
+}
+
+
+def test_kafka_41_topic_keys_are_accepted_validated_and_described(broker: BrokerProcess) -> None:
+    create(broker, "kafka41-keys", KAFKA_41_VALUES)
+    described = describe_topic(broker, "kafka41-keys")
+    for name, value in KAFKA_41_VALUES.items():
+        assert (described[name].value, described[name].source) == (value, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+    assert "between 1 and 9, or -1" in invalid_config(broker, "bad-gzip", {"compression.gzip.level": "0"})
+    assert "at most 17" in invalid_config(broker, "bad-lz4", {"compression.lz4.level": "18"})
+    assert "[partitionId]:[brokerId]" in invalid_config(
+        broker, "bad-throttle", {"leader.replication.throttled.replicas": "0:x"}
+    )
+    assert "Tiered Storage functionality is disabled" in invalid_config(
+        broker, "bad-remote", {"remote.storage.enable": "true"}
+    )
+    assert "min.compaction.lag.ms (10) > max.compaction.lag.ms (5)" in invalid_config(
+        broker, "bad-lags", {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}
+    )
+    # Removed in Kafka 4.0, so refused as Kafka 4.1 refuses them.
+    assert "Unknown topic config name" in invalid_config(
+        broker, "removed-key", {"message.timestamp.difference.max.ms": "1000"}
+    )
+
+    resource = ConfigResource(
+        ResourceType.TOPIC, "kafka41-keys",
+        incremental_configs=[ConfigEntry("follower.replication.throttled.replicas", "0:0",
+                                         incremental_operation=AlterConfigOpType.SET)],
+    )
+    client = admin(broker)
+    client.incremental_alter_configs([resource])[resource].result(timeout=FUTURE_TIMEOUT_S)
+    assert describe_topic(broker, "kafka41-keys")["follower.replication.throttled.replicas"].value == "0:0"
+
+
+SYNONYM_SETTINGS = {
+    "log.roll.ms": ("segment.ms", "123456", "123456"),
+    "log.roll.jitter.hours": ("segment.jitter.ms", "2", str(2 * 3_600_000)),
+    "log.retention.bytes": ("retention.bytes", "99999", "99999"),
+    "log.flush.interval.ms": ("flush.ms", "2500", "2500"),
+    "log.index.interval.bytes": ("index.interval.bytes", "1024", "1024"),
+    "log.index.size.max.bytes": ("segment.index.bytes", "4096", "4096"),
+    "log.message.timestamp.type": ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
+    "log.cleaner.delete.retention.ms": ("delete.retention.ms", "777", "777"),
+    "log.cleaner.min.compaction.lag.ms": ("min.compaction.lag.ms", "5", "5"),
+    "log.cleaner.max.compaction.lag.ms": ("max.compaction.lag.ms", "600000", "600000"),
+    "compression.gzip.level": ("compression.gzip.level", "4", "4"),
+    "compression.lz4.level": ("compression.lz4.level", "3", "3"),
+    "compression.zstd.level": ("compression.zstd.level", "10", "10"),
+}
+
+
+def test_broker_synonyms_set_the_topic_defaults() -> None:
+    """A broker key that is a topic key's synonym sets that topic key's value (reported as
+    STATIC_BROKER_CONFIG), which is what storage reads (`config.log_config`)."""
+    settings = {name: value for name, (_, value, _) in SYNONYM_SETTINGS.items()}
+    settings["log.roll.hours"] = "1"  # log.roll.ms wins over it
+    settings["log.flush.scheduler.interval.ms"] = "1000"  # log.flush.interval.ms wins over it
+    with running_broker(config={"num.partitions": "1", **settings}) as started:
+        create(started, "synonyms", {})
+        described = describe_topic(started, "synonyms")
+        for broker_key, (topic_key, _, expected) in SYNONYM_SETTINGS.items():
+            value = described[topic_key]
+            assert (value.value, value.source) == (expected, ConfigSource.STATIC_BROKER_CONFIG.value), broker_key
+    with running_broker(config={"num.partitions": "1", "log.roll.hours": "2",
+                                "log.flush.scheduler.interval.ms": "3000"}) as started:
+        create(started, "fallbacks", {})
+        described = describe_topic(started, "fallbacks")
+        assert described["segment.ms"].value == str(2 * 3_600_000)
+        assert described["flush.ms"].value == "3000"
+
+
+def test_delete_topic_enable_false_refuses_deletion() -> None:
+    with running_broker(config={"delete.topic.enable": "false"}) as started:
+        create(started, "kept", {})
+        client = admin(started)
+        futures = client.delete_topics(["kept"])
+        with pytest.raises(KafkaException) as raised:
+            futures["kept"].result(timeout=FUTURE_TIMEOUT_S)
+        assert raised.value.args[0].code() == KafkaError.TOPIC_DELETION_DISABLED
+
+
+def test_min_insync_replicas_above_the_isr_refuses_acks_all(broker: BrokerProcess) -> None:
+    create(broker, "two-in-sync", {"min.insync.replicas": "2"})
+    results: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0,
+                         "enable.idempotence": False, **QUIET})
+    producer.produce("two-in-sync", b"value", on_delivery=lambda err, _msg: results.append(err))
+    wait_until(lambda: producer.poll(0.1) is not None and results, message="the delivery report")
+    assert results[0] is not None and results[0].code() == KafkaError.NOT_ENOUGH_REPLICAS
