@@ -14,8 +14,11 @@ import ast
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -28,13 +31,16 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from helpers import QUIET, wait_until
+from helpers import QUIET, RawConnection, wait_until
+from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 
 from logbus.broker.broker import Broker
 from logbus.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
 from logbus.testing import BrokerProcess, running_broker
 
 TESTS = Path(__file__).resolve().parent
+FIND_COORDINATOR, JOIN_GROUP = 10, 11
 FUTURE_TIMEOUT_S = 15
 SYNONYMS = "test_config_keys.py::test_broker_synonyms_set_the_topic_defaults"
 KAFKA_TOPIC_KEYS = "test_config_keys.py::test_kafka_41_topic_keys_are_accepted_validated_and_described"
@@ -93,6 +99,13 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "offsets.retention.check.interval.ms": (
         "test_groups.py::test_offsets_with_retention_time_expire_and_the_empty_group_goes",
     ),
+    "default.replication.factor": ("test_config_keys.py::test_default_replication_factor_is_what_create_topics_uses",),
+    "group.min.session.timeout.ms": ("test_config_keys.py::test_group_session_timeout_bounds",),
+    "group.max.session.timeout.ms": ("test_config_keys.py::test_group_session_timeout_bounds",),
+    "group.max.size": ("test_config_keys.py::test_group_max_size_refuses_one_member_too_many",),
+    "group.initial.rebalance.delay.ms": (
+        "test_config_keys.py::test_group_initial_rebalance_delay_holds_a_new_groups_first_join",
+    ),
     "producer.id.expiration.ms": ("test_storage.py::test_idle_idempotent_producers_expire",),
     "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
     # topic keys
@@ -120,15 +133,10 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
 
 # Keys whose effect is in the code but whose test is still to be written (named in the report).
 EFFECT_WITHOUT_TEST: dict[str, str] = {
-    "default.replication.factor": "replication factor of auto-created topics (more than the live brokers fails)",
     "offsets.topic.replication.factor": "replicas of __consumer_offsets, capped by the live brokers",
-    "group.min.session.timeout.ms": "JoinGroup below it answers INVALID_SESSION_TIMEOUT",
-    "group.max.session.timeout.ms": "JoinGroup above it answers INVALID_SESSION_TIMEOUT",
-    "group.max.size": "JoinGroup beyond it answers GROUP_MAX_SIZE_REACHED",
     "segment.index.bytes": "a full offset index rolls the segment (storage/log.py _maybe_roll)",
     "log.cleaner.enable": "false: the cleaner never runs, compacted topics keep every record",
     "log.flush.offset.checkpoint.interval.ms": "how often recovery points are checkpointed while running",
-    "group.initial.rebalance.delay.ms": "a new group's first rebalance waits this long for more members",
 }
 
 ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
@@ -391,3 +399,68 @@ def test_min_insync_replicas_above_the_isr_refuses_acks_all(broker: BrokerProces
     producer.produce("two-in-sync", b"value", on_delivery=lambda err, _msg: results.append(err))
     wait_until(lambda: producer.poll(0.1) is not None and results, message="the delivery report")
     assert results[0] is not None and results[0].code() == KafkaError.NOT_ENOUGH_REPLICAS
+
+
+def join_group(connection: RawConnection, group: str, session_ms: int, member_id: str = "") -> Any:
+    """JoinGroup v9 for a consumer member with one `range` protocol."""
+    return connection.call(
+        JOIN_GROUP, 9, group_id=group, session_timeout=timedelta(milliseconds=session_ms),
+        rebalance_timeout=timedelta(seconds=10), member_id=member_id, group_instance_id=None,
+        protocol_type="consumer", reason=None, protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
+
+
+def join_as_new_member(connection: RawConnection, group: str, session_ms: int) -> Any:
+    """The two-step join of KIP-394: MEMBER_ID_REQUIRED hands out an id, the second join uses it."""
+    first = join_group(connection, group, session_ms)
+    if first.error_code != ErrorCode.member_id_required:
+        return first
+    return join_group(connection, group, session_ms, member_id=first.member_id)
+
+
+@pytest.fixture(scope="module")
+def group_broker() -> Iterator[BrokerProcess]:
+    with running_broker(config={
+        "group.min.session.timeout.ms": "2000", "group.max.session.timeout.ms": "5000", "group.max.size": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }) as started:
+        with RawConnection(started.bootstrap) as connection:
+            assert connection.call(FIND_COORDINATOR, 3, key="warm-up", key_type=0).error_code == ErrorCode.none
+        yield started
+
+
+def test_group_session_timeout_bounds(group_broker: BrokerProcess) -> None:
+    """3 s is below Kafka's default minimum (6 s) and 6 s inside its default range: the keys decide."""
+    with RawConnection(group_broker.bootstrap) as connection:
+        assert join_group(connection, "too-long", 6000).error_code == ErrorCode.invalid_session_timeout
+        assert join_group(connection, "too-short", 1500).error_code == ErrorCode.invalid_session_timeout
+        assert join_as_new_member(connection, "in-range", 3000).error_code == ErrorCode.none
+
+
+def test_group_max_size_refuses_one_member_too_many(group_broker: BrokerProcess) -> None:
+    with RawConnection(group_broker.bootstrap) as first, RawConnection(group_broker.bootstrap) as second:
+        assert join_as_new_member(first, "one-seat", 3000).error_code == ErrorCode.none
+        assert join_as_new_member(second, "one-seat", 3000).error_code == ErrorCode.group_max_size_reached
+
+
+def test_group_initial_rebalance_delay_holds_a_new_groups_first_join() -> None:
+    """The first join of a new group waits the delay (5 s here, 3 s by default) for more members."""
+    with (
+        running_broker(config={"group.initial.rebalance.delay.ms": "5000"}) as started,
+        RawConnection(started.bootstrap, timeout=30) as connection,
+    ):
+        assert connection.call(FIND_COORDINATOR, 3, key="slow", key_type=0).error_code == ErrorCode.none
+        first = join_group(connection, "slow", 6000)
+        started_at = time.monotonic()
+        joined = join_group(connection, "slow", 6000, member_id=first.member_id)
+        assert joined.error_code == ErrorCode.none
+        assert time.monotonic() - started_at >= 4.5
+
+
+def test_default_replication_factor_is_what_create_topics_uses() -> None:
+    with running_broker(config={"default.replication.factor": "2"}) as started:
+        client = admin(started)
+        futures = client.create_topics([NewTopic("two-copies", 1)])  # replication factor -1: the default
+        with pytest.raises(KafkaException) as raised:
+            futures["two-copies"].result(timeout=FUTURE_TIMEOUT_S)
+        assert raised.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
