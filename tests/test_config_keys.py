@@ -11,6 +11,8 @@ gives. A key in neither fails `test_every_declared_key_is_accounted_for`.
 from __future__ import annotations
 
 import ast
+import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -107,6 +109,8 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_config_keys.py::test_group_initial_rebalance_delay_holds_a_new_groups_first_join",
     ),
     "producer.id.expiration.ms": ("test_storage.py::test_idle_idempotent_producers_expire",),
+    "log.flush.offset.checkpoint.interval.ms": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
+    "log.cleaner.enable": ("test_config_keys.py::test_log_cleaner_enable_false_starts_no_cleaner",),
     "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
     # topic keys
     "cleanup.policy": ("test_compaction.py::test_compact_delete_also_applies_retention",),
@@ -114,6 +118,7 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "retention.bytes": ("test_storage.py::test_retention_bytes_keeps_the_log_under_the_limit",),
     "segment.bytes": ("test_admin.py::test_config_changes_reach_the_live_log",),
     "segment.ms": ("test_storage.py::test_segments_roll_by_time",),
+    "segment.index.bytes": ("test_config_keys.py::test_a_full_offset_index_rolls_the_segment",),
     "max.message.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
     "message.timestamp.type": ("test_client_compat.py::test_log_append_time_topics_are_found_by_the_brokers_time",),
     "flush.messages": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
@@ -134,9 +139,6 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
 # Keys whose effect is in the code but whose test is still to be written (named in the report).
 EFFECT_WITHOUT_TEST: dict[str, str] = {
     "offsets.topic.replication.factor": "replicas of __consumer_offsets, capped by the live brokers",
-    "segment.index.bytes": "a full offset index rolls the segment (storage/log.py _maybe_roll)",
-    "log.cleaner.enable": "false: the cleaner never runs, compacted topics keep every record",
-    "log.flush.offset.checkpoint.interval.ms": "how often recovery points are checkpointed while running",
 }
 
 ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
@@ -464,3 +466,33 @@ def test_default_replication_factor_is_what_create_topics_uses() -> None:
         with pytest.raises(KafkaException) as raised:
             futures["two-copies"].result(timeout=FUTURE_TIMEOUT_S)
         assert raised.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+
+
+def test_a_full_offset_index_rolls_the_segment(broker: BrokerProcess) -> None:
+    """segment.index.bytes=24 holds three 8-byte entries; with an entry per batch, every third batch rolls."""
+    create(broker, "small-index", {"segment.index.bytes": "24", "index.interval.bytes": "1"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, **QUIET})
+    for i in range(10):
+        producer.produce("small-index", value=b"v%d" % i, partition=0)
+        assert producer.flush(10) == 0  # one batch per record
+    segments = [name for name in os.listdir(os.path.join(broker.data_dir, "small-index-0")) if name.endswith(".log")]
+    assert len(segments) >= 3, segments
+
+
+def upkeep_jobs(data_dir: Path, config: dict[str, str]) -> list[str]:
+    """The names of the background jobs a broker started in this process runs."""
+
+    async def started() -> list[str]:
+        broker = Broker(BrokerConfig(config), 0, "127.0.0.1", 0, str(data_dir))
+        await broker.start()
+        try:
+            return [task.get_coro().cr_frame.f_locals["job"].__name__ for task in broker.logs._tasks]
+        finally:
+            await broker.stop()
+
+    return asyncio.run(started())
+
+
+def test_log_cleaner_enable_false_starts_no_cleaner(tmp_path: Path) -> None:
+    assert "clean_due_logs" in upkeep_jobs(tmp_path / "on", {})
+    assert "clean_due_logs" not in upkeep_jobs(tmp_path / "off", {"log.cleaner.enable": "false"})
