@@ -1,11 +1,16 @@
-"""The configuration reference names every key the broker knows, with the default the code has."""
+"""The docs say what the code does: the configuration reference names every key the broker knows,
+with the default the code has, and the README's commands run as written."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from logbus.config import BROKER_KEYS, TOPIC_KEYS
+from logbus.testing import running_broker
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 ROW = re.compile(r"^\| `(?P<key>[a-z0-9.]+)` \| (?P<second>[^|]*) \|", re.MULTILINE)
@@ -31,3 +36,34 @@ def test_every_topic_key_is_documented_with_its_fallbacks() -> None:
         default = topic_key.key.default
         expected = fallbacks or (f"(none; default `{default}`)" if default else "(none; default empty)")
         assert rows.get(topic_key.key.name) == expected, topic_key.key.name
+
+
+README = DOC.parent.parent / "README.md"
+
+
+def readme_use_it_commands() -> list[str]:
+    """The shell lines of the README's "Use it" section (first sh block)."""
+    section = README.read_text(encoding="utf-8").split("## Use it\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_readme_use_it_commands_work_as_written() -> None:
+    """Each line runs in bash against a real broker, `./dev logbus` being `python -m logbus` pointed
+    at that broker (./dev itself is tested in test_cli.py) and kcat's address the broker's."""
+    lines = readme_use_it_commands()
+    assert any(line.startswith("./dev logbus consume") for line in lines)
+    with running_broker() as broker:
+        prelude = f'logbus_here() {{ "{sys.executable}" -m logbus "$@" --bootstrap-server {broker.bootstrap}; }}\n'
+        outputs = []
+        for line in lines:
+            if line.startswith("kcat") and shutil.which("kcat") is None:
+                continue
+            command = line.replace("./dev logbus", "logbus_here").replace("127.0.0.1:9092", broker.bootstrap)
+            result = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", prelude + command], capture_output=True, text=True, timeout=60
+            )
+            assert result.returncode == 0, f"{line}\n{result.stderr}"
+            outputs.append(result.stdout)
+    assert sorted(outputs[2].splitlines()) == ['{"amount": 3}', '{"amount": 9.5}']  # two partitions: any order
+    assert "my-group" in outputs[3] and "orders" in outputs[3]
