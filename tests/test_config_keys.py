@@ -52,7 +52,7 @@ STORAGE_WORK = "the effect comes with issue 11's storage work (segment deletion 
 
 EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     # broker keys
-    "broker.id": ("test_storage.py::test_on_disk_layout_uses_kafka_formats",),
+    "broker.id": (LISTENERS,),
     "log.dirs": ("test_config_keys.py::test_serve_prefers_log_dirs_over_log_dir",),
     "log.dir": (LISTENERS,),
     "listeners": (LISTENERS,),
@@ -71,10 +71,13 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "log.retention.ms": ("test_compaction.py::test_compact_delete_also_applies_retention",),
     "log.retention.bytes": (SYNONYMS,),
-    "log.retention.check.interval.ms": ("test_storage.py::test_retention_bytes_keeps_the_log_under_the_limit",),
+    "log.retention.check.interval.ms": (
+        "test_storage.py::test_retention_bytes_keeps_the_log_under_the_limit",
+        "test_config_keys.py::test_upkeep_intervals_come_from_their_keys",
+    ),
     "log.flush.interval.messages": ("test_storage.py::test_stop_during_produce_stream_loses_nothing_acknowledged",),
     "log.flush.interval.ms": (SYNONYMS,),
-    "log.flush.scheduler.interval.ms": (SYNONYMS,),
+    "log.flush.scheduler.interval.ms": (SYNONYMS, "test_config_keys.py::test_upkeep_intervals_come_from_their_keys"),
     "log.index.interval.bytes": (SYNONYMS,),
     "log.index.size.max.bytes": (SYNONYMS,),
     "log.cleanup.policy": ("test_compaction.py::test_compact_delete_also_applies_retention",),
@@ -85,9 +88,7 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "log.cleaner.min.compaction.lag.ms": (SYNONYMS,),
     "log.cleaner.max.compaction.lag.ms": (SYNONYMS,),
-    "log.cleaner.backoff.ms": (
-        "test_groups.py::test_compacted_consumer_offsets_keep_the_latest_commit_across_restart",
-    ),
+    "log.cleaner.backoff.ms": ("test_config_keys.py::test_upkeep_intervals_come_from_their_keys",),
     "message.max.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
     "socket.request.max.bytes": ("test_bad_requests.py::test_frame_just_under_the_limit_is_served",),
     "socket.sendfile": ("test_storage.py::test_sendfile_is_for_readers_off_this_host",),
@@ -109,7 +110,10 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_config_keys.py::test_group_initial_rebalance_delay_holds_a_new_groups_first_join",
     ),
     "producer.id.expiration.ms": ("test_storage.py::test_idle_idempotent_producers_expire",),
-    "log.flush.offset.checkpoint.interval.ms": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
+    "log.flush.offset.checkpoint.interval.ms": (
+        "test_storage.py::test_flush_policy_advances_the_recovery_point",
+        "test_config_keys.py::test_upkeep_intervals_come_from_their_keys",
+    ),
     "log.cleaner.enable": ("test_config_keys.py::test_log_cleaner_enable_false_starts_no_cleaner",),
     "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
     # topic keys
@@ -226,8 +230,9 @@ def stop_serve(process: subprocess.Popen[str]) -> None:
 
 def test_serve_takes_listeners_and_log_dir_from_server_properties(tmp_path: Path) -> None:
     logs = tmp_path / "kafka-logs"
-    process = start_serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dir={logs}\n")
+    process = start_serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dir={logs}\nbroker.id=7\n")
     try:
+        assert process.listening.startswith("logbus broker 7 listening on ")  # type: ignore[attr-defined]
         host_port = process.listening.rsplit(" ", 1)[1]  # type: ignore[attr-defined]
         assert host_port.startswith("127.0.0.1:") and not host_port.endswith(":9092")
         assert (logs / "meta.properties").exists() or any(logs.iterdir())
@@ -479,14 +484,15 @@ def test_a_full_offset_index_rolls_the_segment(broker: BrokerProcess) -> None:
     assert len(segments) >= 3, segments
 
 
-def upkeep_jobs(data_dir: Path, config: dict[str, str]) -> list[str]:
-    """The names of the background jobs a broker started in this process runs."""
+def upkeep_jobs(data_dir: Path, config: dict[str, str]) -> dict[str, int]:
+    """The background jobs a broker started in this process runs: job name -> interval in ms."""
 
-    async def started() -> list[str]:
+    async def started() -> dict[str, int]:
         broker = Broker(BrokerConfig(config), 0, "127.0.0.1", 0, str(data_dir))
         await broker.start()
         try:
-            return [task.get_coro().cr_frame.f_locals["job"].__name__ for task in broker.logs._tasks]
+            frames = [task.get_coro().cr_frame.f_locals for task in broker.logs._tasks]
+            return {frame["job"].__name__: frame["interval_ms"] for frame in frames}
         finally:
             await broker.stop()
 
@@ -496,3 +502,11 @@ def upkeep_jobs(data_dir: Path, config: dict[str, str]) -> list[str]:
 def test_log_cleaner_enable_false_starts_no_cleaner(tmp_path: Path) -> None:
     assert "clean_due_logs" in upkeep_jobs(tmp_path / "on", {})
     assert "clean_due_logs" not in upkeep_jobs(tmp_path / "off", {"log.cleaner.enable": "false"})
+
+
+def test_upkeep_intervals_come_from_their_keys(tmp_path: Path) -> None:
+    jobs = upkeep_jobs(tmp_path, {
+        "log.cleaner.backoff.ms": "1234", "log.retention.check.interval.ms": "2345",
+        "log.flush.offset.checkpoint.interval.ms": "3456", "log.flush.scheduler.interval.ms": "456",
+    })
+    assert jobs == {"clean_due_logs": 1234, "apply_retention": 2345, "write_checkpoints": 3456, "flush_due_logs": 456}
