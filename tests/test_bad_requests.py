@@ -297,3 +297,21 @@ def test_partition_past_the_topics_count_is_unknown(broker: BrokerProcess, bysta
         assert raw_produce(connection, topic, batch(b"x"), partition=-1)[0] == UNKNOWN_TOPIC_OR_PARTITION
     assert fetch_error(broker.bootstrap, f"never-created-{os.getpid()}", 0) == UNKNOWN_TOPIC_OR_PARTITION
     bystander.assert_still_served()
+
+
+# ------------------------------------------------------------------------ counts larger than the frame
+
+
+def test_huge_counts_of_every_served_api_version_close_only_their_connection(broker: BrokerProcess,
+                                                                              bystander: Bystander) -> None:
+    """An array count of 2^32 in an 18-byte request aborted the process in kio's decoder (issue 11 item 1)."""
+    from test_decode_bounds import SERVED, killer_frames
+
+    for api_key, version in SERVED:
+        for frame in killer_frames(api_key, version):
+            with RawConnection(broker.bootstrap) as bad:
+                bad.send_frame(frame)
+                bad.closed_by_broker(timeout=5)  # refused: closed; a valid alignment: answered
+            assert broker.running, f"broker died on api {api_key} v{version}: {frame.hex()}"
+    bystander.assert_still_served()
+    assert "Traceback" not in broker.read_log()
