@@ -17,7 +17,7 @@ from ..config import BrokerConfig
 from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
 from .context import RawResponse
-from .server import KafkaConnection
+from .server import Connections, KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Broker:
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
         self.group_coordinator = GroupCoordinator(self)
         self.metadata_cache: dict[int, RawResponse] = {}
-        self.connections: set[KafkaConnection] = set()
+        self.connections = Connections(config)
         self.stopping = False
         self._server: asyncio.AbstractServer | None = None
 
@@ -80,8 +80,7 @@ class Broker:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        for connection in list(self.connections):
-            connection.close()
+        self.connections.close_all()
         self.group_coordinator.stop()
         await self.logs.shutdown()
         await self.metadata.close()
