@@ -21,9 +21,11 @@ twice the CPU of copying freshly written ones: a loopback consumer of 1 KB recor
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import os
+import socket
 from collections import Counter, deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -147,6 +149,117 @@ class Connections:
                 connection.close()
         if self._open:
             self._schedule_sweep()
+
+
+class Listener:
+    """The listening socket and its accept loop, in place of the event loop's server.
+
+    uvloop closes its server for good, without a log line, when an accept fails with EMFILE
+    (libuv passes the error to the listen callback and uvloop treats it as fatal): one burst of
+    connections while partitions hold most descriptors, and the broker never accepts again.
+    Here accept runs in Python and keeps one spare descriptor for that moment: on EMFILE/ENFILE
+    the spare is closed, the pending connection accepted and closed at once (its client sees a
+    close, not a hang), and the spare reopened. Without a spare, accepting pauses briefly
+    instead of spinning on a readable socket it cannot accept from.
+    """
+
+    ACCEPTS_PER_WAKEUP = 128  # then other callbacks get a turn
+    RETRY_WITHOUT_SPARE_S = 0.1
+
+    def __init__(self, broker: Broker, sock: socket.socket) -> None:
+        self.broker = broker
+        self.sock = sock
+        self.port: int = sock.getsockname()[1]
+        self._loop = asyncio.get_running_loop()
+        self._spare: int | None = None
+        self._serving = False
+        self._reopen_spare()
+
+    @classmethod
+    def bind(cls, broker: Broker, host: str, port: int, backlog: int) -> Listener:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return cls(broker, sock)
+
+    def start_serving(self) -> None:
+        self._serving = True
+        self._loop.add_reader(self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        if self._serving:
+            self._loop.remove_reader(self.sock.fileno())
+            self._serving = False
+        self.sock.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+    def _accept(self) -> None:
+        for _ in range(self.ACCEPTS_PER_WAKEUP):
+            try:
+                client, _address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    log.warning("accept failed: %s", exc)
+                    return
+                if not self._shed_one():
+                    return
+                continue
+            self._loop.create_task(self._serve(client))
+
+    def _shed_one(self) -> bool:
+        """Out of descriptors: accept one pending connection on the spare and close it."""
+        if self._spare is None:
+            log.warning("out of file descriptors; not accepting for %.1f s", self.RETRY_WITHOUT_SPARE_S)
+            self._loop.remove_reader(self.sock.fileno())
+            self._loop.call_later(self.RETRY_WITHOUT_SPARE_S, self._resume_accepting)
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            client, address = self.sock.accept()
+        except OSError:
+            pass
+        else:
+            client.close()
+            log.warning("out of file descriptors; closed a new connection from %s", address[0])
+        self._reopen_spare()
+        return True
+
+    def _resume_accepting(self) -> None:
+        if self._serving and self.sock.fileno() >= 0:
+            self._reopen_spare()
+            self._loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _reopen_spare(self) -> None:
+        if self._spare is None:
+            try:
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._spare = None
+
+    async def _serve(self, client: socket.socket) -> None:
+        try:
+            client.setblocking(False)
+            if client.family in (socket.AF_INET, socket.AF_INET6):
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await self._loop.connect_accepted_socket(lambda: KafkaConnection(self.broker), client)
+        except OSError as exc:
+            log.warning("cannot serve a new connection: %s", exc)
+            client.close()
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
