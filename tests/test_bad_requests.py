@@ -9,6 +9,7 @@ import itertools
 import os
 import struct
 import time
+import uuid
 from collections.abc import Iterator
 
 import crc32c
@@ -41,7 +42,7 @@ BROKER_CONFIG = {
 }
 NONE, OFFSET_OUT_OF_RANGE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 2, 3
 MESSAGE_TOO_LARGE, COORDINATOR_NOT_AVAILABLE, INVALID_TOPIC_EXCEPTION, UNSUPPORTED_VERSION = 10, 15, 17, 35
-KAFKA_STORAGE_ERROR = 56
+KAFKA_STORAGE_ERROR, INVALID_REQUEST = 56, 42
 FIND_COORDINATOR = 10
 INVALID_TOPIC_NAMES = ["has space", "slash/topic", ".", "..", "x" * 250, "ümlaut"]
 _topic_numbers = itertools.count()
@@ -315,3 +316,29 @@ def test_huge_counts_of_every_served_api_version_close_only_their_connection(bro
             assert broker.running, f"broker died on api {api_key} v{version}: {frame.hex()}"
     bystander.assert_still_served()
     assert "Traceback" not in broker.read_log()
+
+
+def test_fetch_v4_to_v8_reads_an_existing_partition(broker: BrokerProcess, bystander: Bystander) -> None:
+    """Found by the end-to-end fuzz target: versions before v9 carry no current_leader_epoch."""
+    from kio.schema.fetch.v4 import request as fetch_v4
+
+    partition = fetch_v4.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=65536)
+    response = raw_request(
+        broker.bootstrap, FETCH, 4, replica_id=-1, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1,
+        max_bytes=65536, isolation_level=0,
+        topics=(fetch_v4.FetchTopic(topic=bystander.topic, partitions=(partition,)),),
+    )
+    assert int(response.responses[0].partitions[0].error_code) == NONE
+    assert response.responses[0].partitions[0].records
+
+
+def test_metadata_by_topic_id_before_v12_is_invalid_request(broker: BrokerProcess, bystander: Bystander) -> None:
+    """Found by the end-to-end fuzz target: the v10-v11 response cannot carry a null name (Kafka:
+    "Topic IDs are not supported in requests for version 11")."""
+    from kio.schema.metadata.v11 import request as metadata_v11
+
+    topic = metadata_v11.MetadataRequestTopic(topic_id=uuid.uuid4(), name=None)
+    response = raw_request(broker.bootstrap, METADATA, 11, topics=(topic,), allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+    assert int(response.topics[0].error_code) == INVALID_REQUEST
+    bystander.assert_still_served()

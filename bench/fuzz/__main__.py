@@ -9,7 +9,8 @@ the child restarted; an exception escaping `fuzz_one` is an unmapped exception, 
 Inputs are seeds mutated at random (bit flips, interesting integers such as 2^31-1 and huge
 varints written anywhere, insertions, deletions, splices, truncations), so no instrumentation is
 needed. Per target: at most `--inputs` inputs and `--seconds` seconds. Reported per target and in
-total: inputs run, crashes, unmapped exceptions (first few with their traceback), the child's
+total: inputs run, crashes, unmapped exceptions (one traceback per
+exception type and place), the child's
 peak RSS. Failing inputs go to `--out` (default $TMPDIR/logbus-fuzz-findings) as
 <target>-<kind>-<n>.bin.
 Exit status 1 if anything was found.
@@ -109,7 +110,7 @@ def _child(name: str, inputs: int, deadline: float, seed: int, slot: Any, result
     corpus = list(getattr(target, "SEEDS", None) or [b""])
     rng = random.Random(seed)
     done = unmapped = 0
-    reported = 0
+    seen: set[tuple[str, str, int]] = set()  # one report per exception type and place raised
     while done < inputs and time.monotonic() < deadline:
         data = corpus[done] if done < len(corpus) else mutate(rng, corpus)
         slot.seek(0)
@@ -118,8 +119,10 @@ def _child(name: str, inputs: int, deadline: float, seed: int, slot: Any, result
             target.fuzz_one(data)
         except Exception as exc:  # noqa: BLE001 - anything escaping the target is a finding
             unmapped += 1
-            if reported < 5:
-                reported += 1
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            signature = (type(exc).__name__, where.filename, where.lineno or 0)
+            if signature not in seen and len(seen) < 20:
+                seen.add(signature)
                 results.put(("unmapped", data, "".join(traceback.format_exception(exc))[-2000:]))
         done += 1
         if done % 1000 == 0:
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.json:
             print(f"{name:>12}: {report.inputs:>9,} inputs in {report.seconds:>7.1f} s, {report.crashes} crashes, "
                   f"{report.unmapped} unmapped exceptions, peak RSS {report.peak_rss_mb:.0f} MB", flush=True)
-            for finding in report.findings[:5]:
+            for finding in report.findings[:20]:
                 print("    " + finding.replace("\n", "\n    "))
     total = {"seed": seed, "inputs": sum(r.inputs for r in reports), "crashes": sum(r.crashes for r in reports),
              "unmapped": sum(r.unmapped for r in reports),
