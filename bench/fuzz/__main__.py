@@ -6,20 +6,22 @@ optional `SEEDS: list[bytes]` starts the corpus. Each target runs in its own chi
 crash (SIGABRT from a native decoder, a segfault, the OOM killer) is counted, its input saved, and
 the child restarted; an exception escaping `fuzz_one` is an unmapped exception, counted and saved.
 
-Inputs are seeds mutated at random (bit flips, interesting integers such as 2^31-1 and huge
-varints written anywhere, insertions, deletions, splices, truncations), so no instrumentation is
-needed. Per target: at most `--inputs` inputs and `--seconds` seconds. Reported per target and in
-total: inputs run, crashes, unmapped exceptions (one traceback per
-exception type and place), the child's
-peak RSS. Failing inputs go to `--out` (default $TMPDIR/logbus-fuzz-findings) as
-<target>-<kind>-<n>.bin.
-Exit status 1 if anything was found.
+With atheris installed (`pip install atheris`), libFuzzer mutates the seeds guided by coverage
+of the instrumented Python code (`--engine atheris`, the default when available). Without it, the
+built-in mutator (`--engine random`) mutates seeds at random: bit flips, interesting integers such
+as 2^31-1 and huge varints written anywhere, insertions, deletions, splices, truncations.
+
+Per target: at most `--inputs` inputs and `--seconds` seconds. Reported per target and in total:
+inputs run, crashes, unmapped exceptions (one traceback per exception type and place), the
+child's peak RSS. Failing inputs go to `--out` (default $TMPDIR/logbus-fuzz-findings) as
+<target>-<kind>-<n>.bin. Exit status 1 if anything was found.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import mmap
 import multiprocessing
@@ -103,35 +105,81 @@ def _mutate_once(rng: random.Random, data: bytearray, corpus: list[bytes]) -> No
 # ---------------------------------------------------------------------------- child process
 
 
-def _child(name: str, inputs: int, deadline: float, seed: int, slot: Any, results: Any) -> None:
+def _child(name: str, inputs: int, deadline: float, seed: int, slot: Any, results: Any, engine: str) -> None:
     """Run target `name`; before each input, write it to `slot` so the parent can save it if the
     process dies. Exceptions escaping fuzz_one are reported through `results`."""
+    if engine == "atheris":
+        _child_atheris(name, inputs, deadline, slot, results)
+        return
     target = load(name)
     corpus = list(getattr(target, "SEEDS", None) or [b""])
     rng = random.Random(seed)
-    done = unmapped = 0
-    seen: set[tuple[str, str, int]] = set()  # one report per exception type and place raised
-    while done < inputs and time.monotonic() < deadline:
-        data = corpus[done] if done < len(corpus) else mutate(rng, corpus)
-        slot.seek(0)
-        slot.write(struct.pack(">i", len(data)) + data)
+    runner = _Runner(target, slot, results)
+    while runner.done < inputs and time.monotonic() < deadline:
+        runner(corpus[runner.done] if runner.done < len(corpus) else mutate(rng, corpus))
+    runner.finish()
+
+
+class _Runner:
+    """Runs one input at a time, keeping it in the shared slot, counting and reporting findings."""
+
+    def __init__(self, target: Any, slot: Any, results: Any) -> None:
+        self.target, self.slot, self.results = target, slot, results
+        self.done = self.unmapped = 0
+        self.seen: set[tuple[str, str, int]] = set()  # one report per exception type and place raised
+
+    def __call__(self, data: bytes) -> None:
+        self.slot.seek(0)
+        self.slot.write(struct.pack(">i", len(data)) + data)
         try:
-            target.fuzz_one(data)
+            self.target.fuzz_one(data)
         except Exception as exc:  # noqa: BLE001 - anything escaping the target is a finding
-            unmapped += 1
+            self.unmapped += 1
             where = traceback.extract_tb(exc.__traceback__)[-1]
             signature = (type(exc).__name__, where.filename, where.lineno or 0)
-            if signature not in seen and len(seen) < 20:
-                seen.add(signature)
-                results.put(("unmapped", data, "".join(traceback.format_exception(exc))[-2000:]))
-        done += 1
-        if done % 1000 == 0:
-            results.put(("progress", done, unmapped))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    results.put(("done", done, unmapped, peak))
+            if signature not in self.seen and len(self.seen) < 20:
+                self.seen.add(signature)
+                self.results.put(("unmapped", data, "".join(traceback.format_exception(exc))[-2000:]))
+        self.done += 1
+        if self.done % 1000 == 0:
+            self.results.put(("progress", self.done, self.unmapped))
+
+    def finish(self) -> None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.results.put(("done", self.done, self.unmapped, peak))
 
 
-def run_target(name: str, inputs: int, seconds: float, seed: int, out: str) -> TargetReport:
+def _child_atheris(name: str, inputs: int, deadline: float, slot: Any, results: Any) -> None:
+    """Coverage-guided: libFuzzer (through atheris) mutates, guided by the instrumented code of
+    the target and of everything it imports; the seeds are its starting corpus."""
+    import atheris
+
+    with atheris.instrument_imports(include=["logbus", "bench"]):  # not kio, asyncio, ...: startup
+        target = load(name)
+    corpus_dir = os.path.join(tempfile.gettempdir(), "logbus-fuzz-corpus", name)  # grows run after run
+    os.makedirs(corpus_dir, exist_ok=True)
+    for number, seed in enumerate(getattr(target, "SEEDS", None) or [b""]):
+        with open(os.path.join(corpus_dir, f"seed-{number}"), "wb") as handle:
+            handle.write(seed)
+    dictionary = corpus_dir + ".dict"  # the interesting integers, as libFuzzer tokens
+    with open(dictionary, "w", encoding="ascii") as handle:
+        handle.writelines('"' + "".join(f"\\x{byte:02x}" for byte in token) + '"\n' for token in INTERESTING)
+    runner = _Runner(target, slot, results)
+
+    def test_one(data: bytes) -> None:
+        runner(data)
+        if runner.done >= inputs or time.monotonic() >= deadline:
+            runner.finish()
+            results.close()
+            results.join_thread()
+            os._exit(0)
+
+    atheris.Setup([sys.argv[0], f"-max_len={MAX_INPUT}", "-rss_limit_mb=4096", "-print_final_stats=0",
+                   f"-dict={dictionary}", f"-artifact_prefix={corpus_dir}-", corpus_dir], test_one)
+    atheris.Fuzz()
+
+
+def run_target(name: str, inputs: int, seconds: float, seed: int, out: str, engine: str) -> TargetReport:
     report = TargetReport(name)
     began = time.monotonic()
     deadline = began + seconds
@@ -141,7 +189,7 @@ def run_target(name: str, inputs: int, seconds: float, seed: int, out: str) -> T
         slot = mmap.mmap(-1, MAX_INPUT + 4)
         results = context.Queue()
         child = context.Process(target=_child, args=(name, inputs - report.inputs, deadline, round_seed, slot,
-                                                     results))
+                                                     results, engine))
         child.start()
         counted = finished = unmapped = reported = 0
         while True:
@@ -209,18 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "logbus-fuzz-findings"),
                         help="where failing inputs go (default: $TMPDIR/logbus-fuzz-findings)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_argument("--engine", choices=("auto", "random", "atheris"), default="auto",
+                        help="atheris: coverage-guided (libFuzzer); random: the built-in mutator; "
+                             "auto (default): atheris when it is installed")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time())
+    engine = args.engine
+    if engine == "auto":
+        engine = "atheris" if importlib.util.find_spec("atheris") else "random"
     reports = []
     for name in args.target or discover():
-        report = run_target(name, args.inputs, args.seconds, seed, args.out)
+        report = run_target(name, args.inputs, args.seconds, seed, args.out, engine)
         reports.append(report)
         if not args.json:
             print(f"{name:>12}: {report.inputs:>9,} inputs in {report.seconds:>7.1f} s, {report.crashes} crashes, "
                   f"{report.unmapped} unmapped exceptions, peak RSS {report.peak_rss_mb:.0f} MB", flush=True)
             for finding in report.findings[:20]:
                 print("    " + finding.replace("\n", "\n    "))
-    total = {"seed": seed, "inputs": sum(r.inputs for r in reports), "crashes": sum(r.crashes for r in reports),
+    total = {"engine": engine, "seed": seed, "inputs": sum(r.inputs for r in reports),
+             "crashes": sum(r.crashes for r in reports),
              "unmapped": sum(r.unmapped for r in reports),
              "peak_rss_mb": max((r.peak_rss_mb for r in reports), default=0.0),
              "targets": [asdict(r) for r in reports]}
@@ -228,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(total))
     else:
         print(f"{'total':>12}: {total['inputs']:,} inputs, {total['crashes']} crashes, {total['unmapped']} unmapped "
-              f"exceptions, peak RSS {total['peak_rss_mb']:.0f} MB (seed {seed})")
+              f"exceptions, peak RSS {total['peak_rss_mb']:.0f} MB ({engine}, seed {seed})")
     return 1 if total["crashes"] or total["unmapped"] else 0
 
 
