@@ -166,47 +166,58 @@ class Listener:
     ACCEPTS_PER_WAKEUP = 128  # then other callbacks get a turn
     RETRY_WITHOUT_SPARE_S = 0.1
 
-    def __init__(self, broker: Broker, sock: socket.socket) -> None:
+    def __init__(self, broker: Broker, sockets: list[socket.socket]) -> None:
         self.broker = broker
-        self.sock = sock
-        self.port: int = sock.getsockname()[1]
+        self.sockets = sockets
+        self.port: int = sockets[0].getsockname()[1]
         self._loop = asyncio.get_running_loop()
         self._spare: int | None = None
         self._serving = False
+        self._starting: set[asyncio.Task] = set()  # connections being set up (strong references)
         self._reopen_spare()
 
     @classmethod
     def bind(cls, broker: Broker, host: str, port: int, backlog: int) -> Listener:
-        family, kind, proto, _name, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind, proto)
+        """Listen on every address `host` resolves to (all interfaces for "" or None), as
+        `loop.create_server` does; with port 0, all on the port the first one got."""
+        sockets: list[socket.socket] = []
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.listen(backlog)
-            sock.setblocking(False)
+            for family, kind, proto, _name, address in socket.getaddrinfo(
+                    host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if sockets[0] is not sock:
+                    address = (address[0], sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(backlog)
+                sock.setblocking(False)
         except OSError:
-            sock.close()
+            for sock in sockets:
+                sock.close()
             raise
-        return cls(broker, sock)
+        return cls(broker, sockets)
 
     def start_serving(self) -> None:
         self._serving = True
-        self._loop.add_reader(self.sock.fileno(), self._accept)
+        for sock in self.sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     def close(self) -> None:
-        if self._serving:
-            self._loop.remove_reader(self.sock.fileno())
-            self._serving = False
-        self.sock.close()
+        self._serving = False
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None
 
-    def _accept(self) -> None:
+    def _accept(self, sock: socket.socket) -> None:
         for _ in range(self.ACCEPTS_PER_WAKEUP):
             try:
-                client, _address = self.sock.accept()
+                client, _address = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:
@@ -215,22 +226,24 @@ class Listener:
                 if exc.errno not in (errno.EMFILE, errno.ENFILE):
                     log.warning("accept failed: %s", exc)
                     return
-                if not self._shed_one():
+                if not self._shed_one(sock):
                     return
                 continue
-            self._loop.create_task(self._serve(client))
+            task = self._loop.create_task(self._serve(client))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
 
-    def _shed_one(self) -> bool:
+    def _shed_one(self, sock: socket.socket) -> bool:
         """Out of descriptors: accept one pending connection on the spare and close it."""
         if self._spare is None:
             log.warning("out of file descriptors; not accepting for %.1f s", self.RETRY_WITHOUT_SPARE_S)
-            self._loop.remove_reader(self.sock.fileno())
-            self._loop.call_later(self.RETRY_WITHOUT_SPARE_S, self._resume_accepting)
+            self._loop.remove_reader(sock.fileno())
+            self._loop.call_later(self.RETRY_WITHOUT_SPARE_S, self._resume_accepting, sock)
             return False
         os.close(self._spare)
         self._spare = None
         try:
-            client, address = self.sock.accept()
+            client, address = sock.accept()
         except OSError:
             pass
         else:
@@ -239,10 +252,10 @@ class Listener:
         self._reopen_spare()
         return True
 
-    def _resume_accepting(self) -> None:
-        if self._serving and self.sock.fileno() >= 0:
+    def _resume_accepting(self, sock: socket.socket) -> None:
+        if self._serving:
             self._reopen_spare()
-            self._loop.add_reader(self.sock.fileno(), self._accept)
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     def _reopen_spare(self) -> None:
         if self._spare is None:
