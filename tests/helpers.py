@@ -6,6 +6,7 @@ import datetime
 import os
 import socket
 import struct
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -17,6 +18,10 @@ from kio.serial import entity_reader
 from logbus.protocol import codec
 
 T = TypeVar("T")
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # bench.fuzz.samples: well-formed frames of every served API version
 
 QUIET = {"log_level": 0}  # librdkafka logs every reconnect to stderr otherwise
 

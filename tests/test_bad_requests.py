@@ -9,6 +9,7 @@ import itertools
 import os
 import struct
 import time
+import uuid
 from collections.abc import Iterator
 
 import crc32c
@@ -26,9 +27,13 @@ from helpers import (
     wait_until,
 )
 from kio.schema.create_topics.v7 import request as create_topics_v7
+from kio.schema.fetch.v4 import request as fetch_v4
 from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.metadata.v11 import request as metadata_v11
 from kio.schema.metadata.v12 import request as metadata_v12
+from test_decode_bounds import NULL_ARRAY_REQUESTS, SERVED, killer_frames
 
+from bench.fuzz.samples import request_frame
 from logbus.protocol.records import build_batch
 from logbus.testing import BrokerProcess, running_broker
 
@@ -41,7 +46,7 @@ BROKER_CONFIG = {
 }
 NONE, OFFSET_OUT_OF_RANGE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 2, 3
 MESSAGE_TOO_LARGE, COORDINATOR_NOT_AVAILABLE, INVALID_TOPIC_EXCEPTION, UNSUPPORTED_VERSION = 10, 15, 17, 35
-KAFKA_STORAGE_ERROR = 56
+KAFKA_STORAGE_ERROR, INVALID_REQUEST = 56, 42
 FIND_COORDINATOR = 10
 INVALID_TOPIC_NAMES = ["has space", "slash/topic", ".", "..", "x" * 250, "ümlaut"]
 _topic_numbers = itertools.count()
@@ -297,3 +302,50 @@ def test_partition_past_the_topics_count_is_unknown(broker: BrokerProcess, bysta
         assert raw_produce(connection, topic, batch(b"x"), partition=-1)[0] == UNKNOWN_TOPIC_OR_PARTITION
     assert fetch_error(broker.bootstrap, f"never-created-{os.getpid()}", 0) == UNKNOWN_TOPIC_OR_PARTITION
     bystander.assert_still_served()
+
+
+# ------------------------------------------------------------------------ counts larger than the frame
+
+
+def test_huge_counts_of_every_served_api_version_close_only_their_connection(broker: BrokerProcess,
+                                                                              bystander: Bystander) -> None:
+    """An array count of 2^32 in an 18-byte request aborted the process in kio's decoder (issue 11 item 1)."""
+    for api_key, version in SERVED:
+        for frame in killer_frames(api_key, version):
+            with RawConnection(broker.bootstrap) as bad:
+                bad.send_frame(frame)
+                bad.closed_by_broker(timeout=5)  # refused: closed; a valid alignment: answered
+            assert broker.running, f"broker died on api {api_key} v{version}: {frame.hex()}"
+    bystander.assert_still_served()
+    assert "Traceback" not in broker.read_log()
+
+
+def test_fetch_v4_to_v8_reads_an_existing_partition(broker: BrokerProcess, bystander: Bystander) -> None:
+    """Found by the end-to-end fuzz target: versions before v9 carry no current_leader_epoch."""
+    partition = fetch_v4.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=65536)
+    response = raw_request(
+        broker.bootstrap, FETCH, 4, replica_id=-1, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1,
+        max_bytes=65536, isolation_level=0,
+        topics=(fetch_v4.FetchTopic(topic=bystander.topic, partitions=(partition,)),),
+    )
+    assert int(response.responses[0].partitions[0].error_code) == NONE
+    assert response.responses[0].partitions[0].records
+
+
+def test_metadata_by_topic_id_before_v12_is_invalid_request(broker: BrokerProcess, bystander: Bystander) -> None:
+    """Found by the end-to-end fuzz target: the v10-v11 response cannot carry a null name (Kafka:
+    "Topic IDs are not supported in requests for version 11")."""
+    topic = metadata_v11.MetadataRequestTopic(topic_id=uuid.uuid4(), name=None)
+    response = raw_request(broker.bootstrap, METADATA, 11, topics=(topic,), allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+    assert int(response.topics[0].error_code) == INVALID_REQUEST
+    bystander.assert_still_served()
+
+
+@pytest.mark.parametrize("case", ["produce-v9-topic_data", "offset_fetch-v8-groups", "list_offsets-v6-topics"])
+def test_null_in_a_non_nullable_array_closes_only_its_connection(broker: BrokerProcess, bystander: Bystander,
+                                                                 case: str) -> None:
+    """These reached the handlers and logged tracebacks (issue 11 item 7); Kafka's parser refuses them."""
+    api_key, version, _name, body = NULL_ARRAY_REQUESTS[case]
+    assert_closed_alone(broker, framed(request_frame(api_key, version, body)), bystander)
+    assert "Traceback" not in broker.read_log()

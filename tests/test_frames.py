@@ -50,3 +50,27 @@ def test_an_oversized_frame_is_refused_before_it_is_buffered() -> None:
 def test_a_negative_size_is_refused() -> None:
     with pytest.raises(FrameError):
         feed(FrameSplitter(max_size=100), struct.pack(">i", -1), [4])
+
+
+def test_memory_follows_the_bytes_received_not_the_announced_size() -> None:
+    """A 100 MB size prefix and a trickle of bytes cost about one read's worth of buffer (issue 11 item 4)."""
+    splitter = FrameSplitter(max_size=200 << 20)
+    assert splitter.capacity == 0  # nothing allocated before the first byte
+    assert feed(splitter, struct.pack(">i", 100 << 20), [4]) == []
+    for _ in range(1000):
+        assert feed(splitter, b"x" * 10, [10]) == []
+    assert splitter.pending == 4 + 10_000
+    assert splitter.capacity <= 128 << 10
+
+
+def test_the_buffer_grows_geometrically_with_what_arrived() -> None:
+    splitter = FrameSplitter(max_size=200 << 20)
+    frame_size = 10 << 20
+    feed(splitter, struct.pack(">i", frame_size), [4])
+    received = 0
+    while received < frame_size - 65_536:
+        feed(splitter, bytes(65_536), [65_536])
+        received += 65_536
+        assert splitter.capacity <= 2 * splitter.pending + 65_536
+    frames = feed(splitter, bytes(frame_size - received), [frame_size - received])
+    assert [len(frame) for frame in frames] == [frame_size]

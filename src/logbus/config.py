@@ -183,6 +183,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("socket.request.max.bytes", INT, 100 * MIB, "Largest request frame accepted.", minimum=1),
         _key("socket.sendfile", STR, "remote", "Fetched records by sendfile: remote (readers not on loopback), "
              "always or never.", choices=("remote", "always", "never")),
+        _key("queued.max.request.bytes", LONG, -1, "Received request bytes not yet processed, broker-wide, "
+             "before no more requests are read; -1: no limit.", minimum=-1),
+        _key("max.connections", INT, 2147483647, "Open connections; new ones over it are closed.", minimum=0),
+        _key("max.connections.per.ip", INT, 2147483647, "Open connections per client address; new ones over "
+             "it are closed.", minimum=0),
+        _key("connections.max.idle.ms", LONG, 600000, "Close connections idle this long; -1: never.", minimum=-1),
         _key("min.insync.replicas", INT, 1, "Replicas that must acknowledge acks=all.", minimum=1),
         _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", minimum=1),
         _key("offsets.topic.replication.factor", ConfigType.SHORT, 1, "Replicas of __consumer_offsets."),

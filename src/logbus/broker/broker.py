@@ -7,7 +7,6 @@ Shutdown reverses it: stop accepting, close connections, fsync and checkpoint ev
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 
@@ -17,7 +16,7 @@ from ..config import BrokerConfig
 from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
 from .context import RawResponse
-from .server import KafkaConnection
+from .server import Connections, Listener
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +36,9 @@ class Broker:
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
         self.group_coordinator = GroupCoordinator(self)
         self.metadata_cache: dict[int, RawResponse] = {}
-        self.connections: set[KafkaConnection] = set()
+        self.connections = Connections(config)
         self.stopping = False
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Listener | None = None
 
     async def start(self) -> tuple[str, int]:
         """Load everything and listen; returns the address actually bound."""
@@ -47,12 +46,8 @@ class Broker:
         await self.metadata.start()
         self.metadata.add_listener(self._forget_cached_metadata)
         self.logs.open(self.broker_id, self.metadata.cluster_id)
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=1024,
-            start_serving=False,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = Listener.bind(self, self.host, self.port, backlog=1024)
+        self.port = self._server.port
         await self.metadata.register_broker(BrokerInfo(self.broker_id, *self._advertised_address()))
         self.replicas.start()
         self.logs.start(
@@ -62,7 +57,7 @@ class Broker:
             self.config["log.cleaner.backoff.ms"] if self.config["log.cleaner.enable"] else None,
         )
         self.group_coordinator.start()
-        await self._server.start_serving()
+        self._server.start_serving()
         return self.host, self.port
 
     def _advertised_address(self) -> tuple[str, int]:
@@ -84,8 +79,7 @@ class Broker:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        for connection in list(self.connections):
-            connection.close()
+        self.connections.close_all()
         self.group_coordinator.stop()
         await self.logs.shutdown()
         await self.metadata.close()

@@ -21,10 +21,13 @@ twice the CPU of copying freshly written ones: a loopback consumer of 1 KB recor
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import os
-from collections import deque
+import socket
+from collections import Counter, deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..protocol import codec
@@ -43,12 +46,233 @@ from .apis.api_versions import unsupported_version_response
 from .context import RawResponse, RequestContext
 
 if TYPE_CHECKING:
+    from ..config import BrokerConfig
     from .broker import Broker
 
 log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY = 18
-MAX_QUEUED_FRAMES = 64
+MAX_QUEUED_FRAMES = 64  # per connection: received, waiting to be processed, before reading pauses
+MAX_QUEUED_BYTES = 16 << 20  # per connection: the same in bytes (a frame in progress always completes)
+
+
+class Connections:
+    """Every open connection, and the limits that apply across them.
+
+    `max.connections` and `max.connections.per.ip`: a connection over either is closed as soon
+    as it is accepted. `connections.max.idle.ms`: a connection with no request in progress and no
+    bytes in either direction for that long is closed (swept a few times per period).
+    `queued.max.request.bytes`: the bytes received and not yet answered, summed over connections;
+    above it, connections stop reading at their next frame boundary (a frame in progress is read
+    to its end, so the bound can be passed by at most one frame per connection) and resume as
+    requests complete. -1, Kafka's default, sets no bound: memory then follows the bytes clients
+    actually send (receive buffers grow as bytes arrive, see FrameSplitter).
+    """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.max_connections: int = config["max.connections"]
+        self.max_per_ip: int = config["max.connections.per.ip"]
+        self.idle_seconds: float | None = None if config["connections.max.idle.ms"] < 0 \
+            else config["connections.max.idle.ms"] / 1000
+        bound = config["queued.max.request.bytes"]
+        self.queued_max: int | None = None if bound < 0 else bound
+        self.queued_bytes = 0
+        self._open: set[KafkaConnection] = set()
+        self._per_ip: Counter[str] = Counter()
+        self._waiting: set[KafkaConnection] = set()  # paused until queued bytes drain
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def __iter__(self) -> Iterator[KafkaConnection]:
+        return iter(list(self._open))
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def admit(self, connection: KafkaConnection) -> bool:
+        """Register a new connection; False (it is to be closed) when a limit is reached."""
+        host = connection.client_host
+        if len(self._open) >= self.max_connections:
+            log.info("refusing connection from %s: max.connections=%d reached", host, self.max_connections)
+            return False
+        if self._per_ip[host] >= self.max_per_ip:
+            log.info("refusing connection from %s: max.connections.per.ip=%d reached", host, self.max_per_ip)
+            return False
+        self._open.add(connection)
+        self._per_ip[host] += 1
+        if self.idle_seconds is not None and self._sweeper is None:
+            self._schedule_sweep()
+        return True
+
+    def discard(self, connection: KafkaConnection) -> None:
+        if connection in self._open:
+            self._open.discard(connection)
+            self._per_ip[connection.client_host] -= 1
+            if not self._per_ip[connection.client_host]:
+                del self._per_ip[connection.client_host]
+        self._waiting.discard(connection)
+
+    def close_all(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for connection in list(self._open):
+            connection.close()
+
+    # ------------------------------------------------------------------ queued.max.request.bytes
+
+    def over_bound(self) -> bool:
+        return self.queued_max is not None and self.queued_bytes > self.queued_max
+
+    def queued(self, delta: int) -> None:
+        """Account for request bytes received (+) or answered (-)."""
+        self.queued_bytes += delta
+        if delta < 0 and self._waiting and not self.over_bound():
+            waiting, self._waiting = self._waiting, set()
+            for connection in waiting:
+                connection.update_reading()
+
+    def wait_for_room(self, connection: KafkaConnection) -> None:
+        self._waiting.add(connection)
+
+    # ------------------------------------------------------------------ connections.max.idle.ms
+
+    def _schedule_sweep(self) -> None:
+        interval = min(max(self.idle_seconds / 4, 0.01), 10.0)
+        self._sweeper = asyncio.get_running_loop().call_later(interval, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = asyncio.get_running_loop().time()
+        for connection in list(self._open):
+            if connection.idle_since(now) > self.idle_seconds:
+                log.debug("closing connection from %s: idle over connections.max.idle.ms", connection.client_host)
+                connection.close()
+        if self._open:
+            self._schedule_sweep()
+
+
+class Listener:
+    """The listening socket and its accept loop, in place of the event loop's server.
+
+    uvloop closes its server for good, without a log line, when an accept fails with EMFILE
+    (libuv passes the error to the listen callback and uvloop treats it as fatal): one burst of
+    connections while partitions hold most descriptors, and the broker never accepts again.
+    Here accept runs in Python and keeps one spare descriptor for that moment: on EMFILE/ENFILE
+    the spare is closed, the pending connection accepted and closed at once (its client sees a
+    close, not a hang), and the spare reopened. Without a spare, accepting pauses briefly
+    instead of spinning on a readable socket it cannot accept from.
+    """
+
+    ACCEPTS_PER_WAKEUP = 128  # then other callbacks get a turn
+    RETRY_WITHOUT_SPARE_S = 0.1
+
+    def __init__(self, broker: Broker, sockets: list[socket.socket]) -> None:
+        self.broker = broker
+        self.sockets = sockets
+        self.port: int = sockets[0].getsockname()[1]
+        self._loop = asyncio.get_running_loop()
+        self._spare: int | None = None
+        self._serving = False
+        self._starting: set[asyncio.Task] = set()  # connections being set up (strong references)
+        self._reopen_spare()
+
+    @classmethod
+    def bind(cls, broker: Broker, host: str, port: int, backlog: int) -> Listener:
+        """Listen on every address `host` resolves to (all interfaces for "" or None), as
+        `loop.create_server` does; with port 0, all on the port the first one got."""
+        sockets: list[socket.socket] = []
+        try:
+            for family, kind, proto, _name, address in socket.getaddrinfo(
+                    host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if sockets[0] is not sock:
+                    address = (address[0], sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(backlog)
+                sock.setblocking(False)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        return cls(broker, sockets)
+
+    def start_serving(self) -> None:
+        self._serving = True
+        for sock in self.sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def close(self) -> None:
+        self._serving = False
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(self.ACCEPTS_PER_WAKEUP):
+            try:
+                client, _address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    log.warning("accept failed: %s", exc)
+                    return
+                if not self._shed_one(sock):
+                    return
+                continue
+            task = self._loop.create_task(self._serve(client))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    def _shed_one(self, sock: socket.socket) -> bool:
+        """Out of descriptors: accept one pending connection on the spare and close it."""
+        if self._spare is None:
+            log.warning("out of file descriptors; not accepting for %.1f s", self.RETRY_WITHOUT_SPARE_S)
+            self._loop.remove_reader(sock.fileno())
+            self._loop.call_later(self.RETRY_WITHOUT_SPARE_S, self._resume_accepting, sock)
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            client, address = sock.accept()
+        except OSError:
+            pass
+        else:
+            client.close()
+            log.warning("out of file descriptors; closed a new connection from %s", address[0])
+        self._reopen_spare()
+        return True
+
+    def _resume_accepting(self, sock: socket.socket) -> None:
+        if self._serving:
+            self._reopen_spare()
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _reopen_spare(self) -> None:
+        if self._spare is None:
+            try:
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._spare = None
+
+    async def _serve(self, client: socket.socket) -> None:
+        try:
+            client.setblocking(False)
+            if client.family in (socket.AF_INET, socket.AF_INET6):
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await self._loop.connect_accepted_socket(lambda: KafkaConnection(self.broker), client)
+        except OSError as exc:
+            log.warning("cannot serve a new connection: %s", exc)
+            client.close()
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -60,40 +284,76 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.client_host = "?"
         self.sendfile = False
         self._frames: deque[bytes] = deque()
+        self._queued_bytes = 0  # received and not yet answered: partial frame, queued frames, the one in work
         self._worker: asyncio.Task | None = None
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._reading_paused = False
         self._closed = False
+        self._last_active = 0.0
 
     # ------------------------------------------------------------------ transport callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
         peer = transport.get_extra_info("peername")
         self.client_host = peer[0] if peer else "?"
+        self._last_active = asyncio.get_running_loop().time()
+        if not self.broker.connections.admit(self):
+            self._closed = True
+            transport.abort()
+            return
+        self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
         self.sendfile = _uses_sendfile(self.broker.socket_sendfile, self.client_host)
-        self.broker.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.splitter.writable(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._last_active = asyncio.get_running_loop().time()
+        self._account(nbytes)
         try:
             frames = self.splitter.received(nbytes)
         except FrameError as exc:
             log.warning("closing connection from %s: %s", self.client_host, exc)
             self.close()
             return
-        if not frames:
-            return
         self._frames.extend(frames)
-        if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
-        if self._worker is None or self._worker.done():
+        self.update_reading()
+        if frames and (self._worker is None or self._worker.done()):
             self._worker = asyncio.get_running_loop().create_task(self._process())
+
+    def update_reading(self) -> None:
+        """Pause reading while this connection has too much queued (resume at half), or while the
+        broker is over queued.max.request.bytes and this connection has requests in work or sits
+        between frames. A connection in the middle of a frame with nothing else in work reads on,
+        so the memory it holds is always on its way to being released: no wedge."""
+        if self._closed or self.transport is None:
+            return
+        connections = self.broker.connections
+        limit = 2 if self._reading_paused else 1
+        queued_frame_bytes = self._queued_bytes - self.splitter.pending
+        too_much = len(self._frames) >= MAX_QUEUED_FRAMES // limit or queued_frame_bytes >= MAX_QUEUED_BYTES // limit
+        wait_for_memory = connections.over_bound() and bool(self._frames or not self.splitter.pending)
+        if wait_for_memory:
+            connections.wait_for_room(self)
+        pause = too_much or wait_for_memory
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _account(self, delta: int) -> None:
+        self._queued_bytes += delta
+        self.broker.connections.queued(delta)
+
+    def idle_since(self, now: float) -> float:
+        """Seconds without bytes in either direction and with no request in progress."""
+        if self._frames or (self._worker is not None and not self._worker.done()):
+            return 0.0
+        return now - self._last_active
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -105,6 +365,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         self._can_write.set()
         self.broker.connections.discard(self)
+        self._account(-self._queued_bytes)
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
 
@@ -118,10 +379,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _process(self) -> None:
         while self._frames and not self._closed:
-            frame = self._frames.popleft()
-            if self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2:
-                self._reading_paused = False
-                self.transport.resume_reading()
+            frame = self._frames[0]
             try:
                 chunks = await self._respond(frame)
             except MalformedRequestError as exc:
@@ -143,6 +401,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     log.warning("closing connection from %s while sending: %s", self.client_host, exc)
                     self.close()
                     return
+            self._done(frame)
+
+    def _done(self, frame: bytes) -> None:
+        """A request answered: its bytes no longer count as queued."""
+        if self._closed:  # connection_lost accounts for everything still queued
+            return
+        if self._frames and self._frames[0] is frame:
+            self._frames.popleft()
+        self._last_active = asyncio.get_running_loop().time()
+        self._account(-(4 + len(frame)))
+        self.update_reading()
 
     async def _send(self, chunks: list[bytes | memoryview | FileRegion]) -> None:
         """Write one response in order; each file region once everything before it is out."""

@@ -8,6 +8,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import resource
 import signal
 import sys
 
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
     data_dir = args.data_dir or values.get("log.dirs", "").split(",")[0] or values.get("log.dir") or "data"
     keep_freed_memory_for_reuse()
+    raise_descriptor_limit()
     try:
         import uvloop
 
@@ -73,6 +75,18 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # uvloop is not built for every platform
         runner = asyncio.run
     return runner(_serve(config, broker_id, host, port, os.path.abspath(data_dir)))
+
+
+def raise_descriptor_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as Kafka's packaging advises: every segment
+    and index of every partition, and every connection, holds a descriptor, and a default soft
+    limit of 1024 runs out at a few hundred partitions. No-op where the limit cannot be read."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        logging.getLogger("logbus").warning("cannot raise the open-files limit: %s", exc)
 
 
 _M_TRIM_THRESHOLD = -1

@@ -17,7 +17,7 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from . import tolerant
+from . import bounds, tolerant
 from .frames import MalformedRequestError
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -89,12 +89,14 @@ def _writer(cls: type) -> Any:
 
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
-    """The request body at `offset`; MalformedRequestError when it does not decode.
+    """The request body at `offset`; MalformedRequestError when it does not decode, or claims
+    more than the frame holds, or has a null the schema forbids (`bounds`).
 
     kio's native reader refuses an unknown tagged field with a KeyError naming it; only then
     is the frame decoded again, more slowly, by `tolerant.decode`, which skips such fields.
     """
     cls = request_class(api_key, version)
+    bounds.check_request(cls, frame, offset)  # before kio allocates what the counts claim
     try:
         value, _size = _reader(cls)(frame, offset)
         return value

@@ -1,7 +1,8 @@
 """Kafka framing, sans I/O: a 4-byte big-endian size, then the request or response.
 
 `FrameSplitter` takes bytes as they arrive and hands out whole frames; it refuses a frame over
-`max_size` before buffering it (the connection is then closed, as Kafka does). Request
+`max_size` before buffering it (the connection is then closed, as Kafka does), and allocates
+for the bytes that arrived, never for the size a frame announces. Request
 headers are parsed here (v1 fields; v2 adds tagged fields, which are skipped) and response
 headers written (v0: correlation id; v1: plus an empty tagged-field section).
 """
@@ -17,6 +18,7 @@ _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, 
 _CORRELATION = struct.Struct(">i")
 _API = struct.Struct(">hhi")  # api key, api version, correlation id
 _KEEP_CAPACITY = 4 << 20  # an idle connection keeps at most this much receive buffer
+_MIN_READ, _MAX_READ = 4096, 1 << 20  # free room offered to a read (the event loop's hint, bounded)
 
 
 class FrameError(ValueError):
@@ -37,24 +39,50 @@ class RequestHeader:
 
 
 class FrameSplitter:
-    """Accumulates received bytes into a reusable buffer and yields whole frames."""
+    """Accumulates received bytes into a reusable buffer and yields whole frames.
+
+    Memory follows what has arrived, not what a size prefix announces: the buffer is allocated
+    when the first bytes come and grows geometrically with the bytes actually received (a
+    connection that announces 100 MB and sends a trickle holds about 64 KB), and an empty
+    buffer larger than `_KEEP_CAPACITY` is given back.
+    """
 
     def __init__(self, max_size: int, initial: int = 1 << 16) -> None:
         self.max_size = max_size
-        self._buffer = bytearray(initial)
+        self._initial = initial
+        self._buffer = bytearray(0)  # allocated when the first bytes arrive
         self._start = 0
         self._end = 0
 
+    @property
+    def pending(self) -> int:
+        """Bytes received and not yet handed out as frames (a partial frame)."""
+        return self._end - self._start
+
+    @property
+    def capacity(self) -> int:
+        return len(self._buffer)
+
     def writable(self, hint: int = 0) -> memoryview:
-        """Room to receive into (for `recv_into` / BufferedProtocol.get_buffer)."""
-        needed = max(hint, 4096)
+        """Room to receive into (for `recv_into` / BufferedProtocol.get_buffer); never empty."""
         if self._start == self._end:
             self._start = self._end = 0
             if len(self._buffer) > _KEEP_CAPACITY:  # give back the room a huge frame needed
                 self._buffer = bytearray(_KEEP_CAPACITY)
-        if len(self._buffer) - self._end < needed:
-            self._make_room(self._end - self._start + needed)
+        room = min(max(hint, _MIN_READ), _MAX_READ)
+        if len(self._buffer) - self._end < room:
+            self._make_room(self._grown_capacity(room))
         return memoryview(self._buffer)[self._end :]
+
+    def _grown_capacity(self, room: int) -> int:
+        """`room` past what is pending, and twice what is pending (at least `initial`) while
+        the frame in progress needs that much: growth is paid for by bytes received."""
+        pending = self._end - self._start
+        capacity = max(self._initial, 2 * pending, pending + room)
+        if pending >= 4:
+            (size,) = _SIZE.unpack_from(self._buffer, self._start)
+            capacity = min(capacity, max(pending + room, 4 + size))
+        return capacity
 
     def _make_room(self, capacity: int) -> None:
         """Move pending bytes to the front of a buffer of at least `capacity` bytes.
@@ -64,7 +92,7 @@ class FrameSplitter:
         """
         pending = self._end - self._start
         if capacity > len(self._buffer):
-            buffer = bytearray(max(capacity, 2 * len(self._buffer)))
+            buffer = bytearray(capacity)
             buffer[:pending] = self._buffer[self._start : self._end]
             self._buffer = buffer
         elif self._start:
@@ -80,8 +108,6 @@ class FrameSplitter:
             if size < 0 or size > self.max_size:
                 raise FrameError(f"frame of {size} bytes (socket.request.max.bytes={self.max_size})")
             if self._end - self._start < 4 + size:
-                if len(self._buffer) - self._start < 4 + size:
-                    self._make_room(4 + size)
                 break
             begin = self._start + 4
             frames.append(bytes(memoryview(self._buffer)[begin : begin + size]))  # one copy, not two

@@ -14,11 +14,16 @@ import dataclasses
 from functools import cache
 from typing import Any
 
-from kio._kio_native import get_field_reader, read_compact_array_length, read_int8, read_legacy_array_length
-from kio.serial._implicit_defaults import get_tagged_field_default
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
-
 from .frames import MalformedRequestError, read_uvarint
+from .kio_adapter import (
+    ENTITY,
+    ENTITY_ARRAY,
+    FieldSchema,
+    entity_schema,
+    read_compact_array_length,
+    read_int8,
+    read_legacy_array_length,
+)
 
 FieldDecoder = Any  # (buffer, offset) -> (value, offset after it)
 
@@ -72,24 +77,22 @@ def _entity_decoder(cls: type) -> _EntityLayout:
     plain: list[tuple[str, FieldDecoder]] = []
     tagged: dict[int, tuple[str, Any]] = {}
     defaults: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        tag = get_field_tag(field)
-        if tag is None:
-            plain.append((field.name, _field_decoder(cls, field, flexible)))
+    for field in entity_schema(cls):
+        if field.tagged:
+            tagged[field.tag] = (field.name, field.reader)
+            defaults[field.name] = field.tagged_default
         else:
-            tagged[tag] = (field.name, get_field_reader(cls, field, False, True))
-            defaults[field.name] = get_tagged_field_default(field)
+            plain.append((field.name, _field_decoder(field, flexible)))
     return _EntityLayout(cls, flexible, tuple(plain), tagged, defaults)
 
 
-def _field_decoder(cls: type, field: dataclasses.Field, flexible: bool) -> FieldDecoder:
+def _field_decoder(field: FieldSchema, flexible: bool) -> FieldDecoder:
     """Nested entities decode through this module (they may carry unknown tags too)."""
-    kind = classify_field(field)
-    if isinstance(kind, EntityTupleField):
-        return _array_decoder(kind.type_, flexible)
-    if isinstance(kind, EntityField):
-        return _nullable_decoder(kind.type_) if is_optional(field) else _entity_decoder(kind.type_)
-    return _advancing(get_field_reader(cls, field, False, False))
+    if field.kind == ENTITY_ARRAY:
+        return _array_decoder(field.entity, flexible)
+    if field.kind == ENTITY:
+        return _nullable_decoder(field.entity) if field.nullable else _entity_decoder(field.entity)
+    return _advancing(field.reader)
 
 
 def _advancing(reader: Any) -> FieldDecoder:

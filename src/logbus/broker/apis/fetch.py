@@ -94,7 +94,7 @@ def _read_partition(
     if partition is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
         return _answer(module, fetch.partition, error), 0
-    epoch_error = _check_leader_epoch(partition, fetch.current_leader_epoch)
+    epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
     if epoch_error is not None:
         return _answer(module, fetch.partition, epoch_error), 0
     max_bytes = min(fetch.partition_max_bytes, budget)

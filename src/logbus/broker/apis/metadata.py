@@ -41,6 +41,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     wanted = []
     for topic in request.topics:
         name = topic.name
+        if name is None and version < 12:  # Kafka: topic ids are not supported before v12
+            wanted.append(("", ErrorCode.invalid_request))
+            continue
         if name is None:
             resolved = broker.metadata.topic_by_id(str(topic.topic_id))
             wanted.append((resolved.name if resolved else None, ErrorCode.none if resolved else
