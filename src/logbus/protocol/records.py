@@ -174,7 +174,8 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
 
 def check_client_batch(header: BatchHeader) -> None:
     """What Kafka's LogValidator.validateBatch asks of a batch a client produced (INVALID_RECORD):
-    no control batch, and producer fields that go together."""
+    no control batch, and a sequence whenever there is a producer id. A sequence without a
+    producer id is accepted and ignored, as Kafka does: aiokafka sends base sequence 0 there."""
     if header.is_control:
         raise KafkaApiError(ErrorCode.invalid_record, "clients are not allowed to write control records")
     if header.producer_id < NO_PRODUCER_ID:
@@ -183,10 +184,6 @@ def check_client_batch(header: BatchHeader) -> None:
         raise KafkaApiError(
             ErrorCode.invalid_record,
             f"invalid sequence number {header.base_sequence} in a batch of producer {header.producer_id}",
-        )
-    if header.producer_id == NO_PRODUCER_ID and header.base_sequence != NO_SEQUENCE:
-        raise KafkaApiError(
-            ErrorCode.invalid_record, f"sequence number {header.base_sequence} in a batch without producer id"
         )
 
 

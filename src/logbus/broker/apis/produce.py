@@ -233,6 +233,12 @@ def _apply_compression_type(
     if target is None or target == header.compression:
         return records, headers
     rebuilt = recompress_batch(header, _body(config, records, header), target)
+    if len(rebuilt) > config.max_message_bytes:  # Kafka checks the recompressed batch too
+        raise KafkaApiError(
+            ErrorCode.message_too_large,
+            f"batch recompressed as {config.compression_type} is {len(rebuilt)} bytes, "
+            f"over max.message.bytes={config.max_message_bytes}",
+        )
     return rebuilt, validate_batches(rebuilt)
 
 
