@@ -17,7 +17,7 @@ from helpers import CREATE_TOPICS, RawConnection, consume_partition, produce_all
 from kio.schema.create_topics.v7 import request as create_topics_v7
 
 from logbus.config import BrokerConfig, log_config
-from logbus.protocol.records import build_batch, iter_headers, validate_batches
+from logbus.protocol.records import build_batch, iter_headers, validate_batches, whole_batches_length
 from logbus.storage.log import PartitionLog
 from logbus.testing import BrokerProcess, running_broker
 
@@ -145,3 +145,35 @@ def test_log_rolls_before_a_relative_offset_could_overflow(tmp_path) -> None:
     assert reopened.load(0, 0, clean_shutdown=False) == 0, "nothing to cut"
     assert reopened.log_end_offset == end
     assert len(glob.glob(os.path.join(directory, "*.log"))) == 3
+
+
+@pytest.mark.parametrize("damage", ["snapshot", "stray-log-file"])
+def test_a_partition_whose_load_fails_is_recovered_not_fatal(broker: BrokerProcess, damage: str) -> None:
+    """A producer-state snapshot of the wrong shape, or a `.log` file that is no segment, used to
+    make the load raise and the broker exit; now the partition is recovered and served."""
+    create_topic(broker.bootstrap, "odd")
+    produce_all(broker.bootstrap, "odd", [(None, b"kept-%d" % i) for i in range(3)])
+    assert broker.stop() == 0
+    directory = os.path.join(broker.data_dir, "odd-0")
+    if damage == "snapshot":
+        snapshots = glob.glob(os.path.join(directory, "*.snapshot"))
+        assert snapshots
+        for path in snapshots:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write('{"5": []}')
+    else:
+        with open(os.path.join(directory, "notes.log"), "w", encoding="utf-8") as handle:
+            handle.write("an operator's notes\n")
+    broker.restart()
+    produce_all(broker.bootstrap, "odd", [(None, b"after")])
+    assert values_read(broker, "odd", 4) == [b"kept-0", b"kept-1", b"kept-2", b"after"]
+
+
+def test_fetch_never_serves_a_batch_with_an_impossible_header() -> None:
+    """The cut every fetched range goes through stops before a batch whose magic is not 2."""
+    first = build_batch([(None, b"a")], 0)
+    second = bytearray(build_batch([(None, b"b")], 0, base_offset=1))
+    assert whole_batches_length(first + bytes(second)) == len(first) + len(second)
+    second[16] = 3
+    assert whole_batches_length(first + bytes(second)) == len(first)
+    assert [h.base_offset for h in iter_headers(first + bytes(second))] == [0]

@@ -98,9 +98,7 @@ class PartitionLog:
             for leftover in glob.glob(os.path.join(self.directory, "*" + suffix)):
                 os.unlink(leftover)
         self._complete_swaps()
-        bases = sorted(
-            int(os.path.basename(p)[:-4]) for p in glob.glob(os.path.join(self.directory, "*.log"))
-        )
+        bases = self._segment_bases()
         for base in bases or [max(log_start_offset, 0)]:
             self._add_segment(base)
         cut = self._load_segments(recovery_point, clean_shutdown)
@@ -114,6 +112,17 @@ class PartitionLog:
         self.epochs = [(e, s) for e, s in self.epochs if s <= self.log_end_offset]
         self._rebuild_producer_state()
         return cut
+
+    def _segment_bases(self) -> list[int]:
+        """Base offsets of the `<20 digits>.log` files; any other `.log` file is left alone."""
+        bases = []
+        for path in glob.glob(os.path.join(self.directory, "*.log")):
+            stem = os.path.basename(path)[:-4]
+            if stem.isdigit() and stem.isascii():
+                bases.append(int(stem))
+            else:
+                log.warning("%s: ignoring %s, not a segment file name", self.directory, os.path.basename(path))
+        return sorted(bases)
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
         """Load each segment, recovering those past the recovery point and those with bad indexes.
