@@ -19,6 +19,7 @@ from kio.schema.create_topics.v7 import request as create_topics_v7
 from logbus.config import BrokerConfig, log_config
 from logbus.protocol.records import build_batch, iter_headers, validate_batches, whole_batches_length
 from logbus.storage.log import PartitionLog
+from logbus.storage.segment import LogSegment
 from logbus.testing import BrokerProcess, running_broker
 
 NONE, INVALID_RECORD = 0, 87
@@ -177,3 +178,18 @@ def test_fetch_never_serves_a_batch_with_an_impossible_header() -> None:
     second[16] = 3
     assert whole_batches_length(first + bytes(second)) == len(first)
     assert [h.base_offset for h in iter_headers(first + bytes(second))] == [0]
+
+
+def test_an_append_that_fails_after_its_write_is_cut_back(tmp_path) -> None:
+    """Below the log's roll guard: a segment asked to index an offset it cannot hold fails after
+    the bytes are written, and leaves file, indexes and counters as they were."""
+    segment = LogSegment(str(tmp_path), 0, index_interval_bytes=0)
+    good = bytearray(build_batch([(None, b"a")], 1_000))
+    segment.append(good, list(iter_headers(good)))
+    state = (segment.size, segment.next_offset, segment.max_timestamp, len(segment.offset_index))
+    unindexable = bytearray(build_batch([(None, b"b")], 2_000, base_offset=1 << 33))
+    with pytest.raises(struct.error):
+        segment.append(unindexable, list(iter_headers(unindexable)))
+    assert (segment.size, segment.next_offset, segment.max_timestamp, len(segment.offset_index)) == state
+    assert os.path.getsize(segment.path) == len(good)
+    segment.close()
