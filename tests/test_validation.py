@@ -309,3 +309,18 @@ def test_recompressed_batch_over_max_message_bytes_is_message_too_large(broker: 
     small_on_the_wire = compressed(batch(b"a" * 10_000), COMPRESSION_ZSTD)
     assert len(small_on_the_wire) < 2000
     assert_refused(broker.bootstrap, topic, small_on_the_wire, MESSAGE_TOO_LARGE)
+
+
+def test_large_batches_are_checked_off_the_event_loop_with_the_same_answers(broker: BrokerProcess) -> None:
+    """Batches of 4,096+ records that are opened (compressed, or on a compacted topic) are checked
+    in a thread; the answers are the same: record_errors for keyless records, offsets for good ones."""
+    compacted = new_topic(broker.bootstrap, **{"cleanup.policy": "compact"})
+    keys = tuple(None if i in (7, 4500) else b"k%d" % i for i in range(5000))
+    big = compressed(batch(*[b"v"] * 5000, keys=keys), COMPRESSION_LZ4)
+    result = produce(broker.bootstrap, compacted, big)
+    assert (result.error_code, [e.batch_index for e in result.record_errors]) == (INVALID_RECORD, [7, 4500])
+    plain = new_topic(broker.bootstrap)
+    assert produce(broker.bootstrap, plain, compressed(batch(*[b"v"] * 5000), COMPRESSION_ZSTD)).base_offset == 0
+    garbage = compressed(patched(batch(b"x"), record_count=5000, last_offset_delta=4999), COMPRESSION_GZIP,
+                         body=os.urandom(300))
+    assert produce(broker.bootstrap, plain, garbage).error_code == CORRUPT_MESSAGE

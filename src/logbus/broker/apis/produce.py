@@ -17,7 +17,9 @@ in `record_errors` (batch index and message), as Kafka does. acks=0 gets no resp
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -53,6 +55,10 @@ MAX_VERSION = 13
 ZSTD_MIN_VERSION = 7
 DECOMPRESSED_MIN_LIMIT = 64 << 20  # bytes a compressed batch may decode to, at least
 DECOMPRESSED_LIMIT_FACTOR = 4  # ... or this many times max.message.bytes
+OFF_LOOP_RECORDS = 4096  # a batch opened record by record with this many records is checked in a thread
+# One thread: heavy checks are GIL-bound anyway, and one decompression buffer at a time off the
+# loop (plus one on it) bounds what decompression bombs sent at once can hold.
+_CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbus-produce-check")
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -89,7 +95,7 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         if partition is None:
             raise _missing_partition_error(topic)
         records, header = _validate(partition.log.config, data.records, request, ctx.api_version)
-        record_errors = _check_records(partition.log.config, records, header)
+        record_errors = await _check_records_off_loop_if_heavy(ctx, partition, records, header)
         if record_errors:
             return _rejected_records(module, data.index, record_errors)
         info = _append(partition, records, [header], request.acks)
@@ -155,6 +161,22 @@ def _record_rules(config: LogConfig) -> RecordRules:
         max_timestamp=now + config.message_timestamp_after_max_ms,
         require_keys=config.compact,
     )
+
+
+async def _check_records_off_loop_if_heavy(
+    ctx: RequestContext, partition: Partition, records: bytes, header: BatchHeader
+) -> list[RecordError]:
+    """`_check_records`, in a thread when it will open a batch of many records, so other
+    connections are served meanwhile (the GIL is handed back every switch interval; cramjam
+    decompresses without it). The partition must still be the one hosted when it is done."""
+    config = partition.log.config
+    opened = header.compression != COMPRESSION_NONE or config.compact
+    if not opened or header.record_count < OFF_LOOP_RECORDS:
+        return _check_records(config, records, header)
+    errors = await asyncio.get_running_loop().run_in_executor(_CHECKER, _check_records, config, records, header)
+    if ctx.broker.replicas.get(partition.topic, partition.index) is not partition:
+        raise KafkaApiError(ErrorCode.not_leader_or_follower, f"{partition} changed while its batch was checked")
+    return errors
 
 
 def _check_records(config: LogConfig, records: bytes, header: BatchHeader) -> list[RecordError]:
