@@ -140,6 +140,7 @@ def _gzip_level(value: object) -> None:
         raise ValueError("must be between 1 and 9, or -1")
 
 _TS_TYPES = ("CreateTime", "LogAppendTime")
+_COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
@@ -172,6 +173,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.index.size.max.bytes", INT, 10 * MIB, "Max index size; a full index rolls the segment."),
         _key("log.cleanup.policy", ConfigType.LIST, "delete", "delete and/or compact.", choices=_POLICIES),
         _key("log.message.timestamp.type", STR, "CreateTime", "CreateTime or LogAppendTime.", choices=_TS_TYPES),
+        _key("log.message.timestamp.before.max.ms", LONG, LONG_MAX,
+             "Refuse CreateTime records older than this (INVALID_TIMESTAMP).", minimum=0),
+        _key("log.message.timestamp.after.max.ms", LONG, 3600000,
+             "Refuse CreateTime records further in the future than this (INVALID_TIMESTAMP).", minimum=0),
+        _key("compression.type", STR, "producer", "Codec batches are stored with; producer keeps the client's.",
+             choices=_COMPRESSION_TYPES),
         _key("log.cleaner.enable", BOOL, True, "Run the log cleaner for compacted topics."),
         _key("log.cleaner.delete.retention.ms", LONG, 86400000, "How long tombstones are kept."),
         _key("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, "Dirty ratio that makes a log cleanable.", minimum=0,
@@ -304,6 +311,13 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         _topic("max.compaction.lag.ms", LONG, ("log.cleaner.max.compaction.lag.ms", _same), minimum=1),
         _topic("file.delete.delay.ms", LONG, ("log.segment.delete.delay.ms", _same), minimum=0),
         _topic("min.insync.replicas", INT, ("min.insync.replicas", _same), minimum=1),
+        _topic(
+            "message.timestamp.before.max.ms", LONG, ("log.message.timestamp.before.max.ms", _same), minimum=0
+        ),
+        _topic(
+            "message.timestamp.after.max.ms", LONG, ("log.message.timestamp.after.max.ms", _same), minimum=0
+        ),
+        _topic("compression.type", STR, ("compression.type", _same), choices=_COMPRESSION_TYPES),
     ]
 }
 
@@ -471,6 +485,9 @@ class LogConfig:
     max_compaction_lag_ms: int
     file_delete_delay_ms: int
     min_insync_replicas: int
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
+    compression_type: str
 
     @property
     def compact(self) -> bool:

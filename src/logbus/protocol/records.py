@@ -1,9 +1,11 @@
 """Record batches, magic v2, as they travel and as they are stored.
 
-The broker works per batch, never per record, on the produce and fetch paths: it reads the
-61-byte header with `struct`, verifies the CRC32C, and patches the base offset and partition
-leader epoch in place (neither is covered by the CRC). Per-record decoding (`iter_records`) is
-for the few paths that need it: timestamp lookups and compaction.
+On the produce path the broker reads the 61-byte header with `struct`, verifies the CRC32C
+and the header's own rules (`validate_batches`, `check_client_batch`), then walks the records
+once without building objects (`check_records`: framing, offset deltas, keys, timestamps; a
+compressed batch is decompressed into a bounded buffer first), and patches the base offset and
+partition leader epoch in place (neither is covered by the CRC). Per-record decoding
+(`iter_records`) is for the few paths that need it: timestamp lookups and compaction.
 
 Layout of the header (big-endian):
     baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 | crc u32 |
@@ -20,6 +22,9 @@ from typing import NamedTuple
 
 import cramjam
 import crc32c
+from kio.schema.errors import ErrorCode
+
+from ..errors import KafkaApiError
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
@@ -44,7 +49,8 @@ _CRC = struct.Struct(">I")
 
 
 class CorruptRecordError(ValueError):
-    """A batch failed validation: bad length, magic or CRC."""
+    """Bytes that are not a batch: bad framing or CRC, or a compressed body that does not decode
+    (CORRUPT_MESSAGE). A batch that is well-formed but breaks a rule gets a KafkaApiError."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,28 +114,31 @@ def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
     end = len(buf)
     while position + HEADER_SIZE <= end:
         header = read_header(buf, position)
-        if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
+        if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end or header.magic != 2:
             return
         yield header
         position += header.size
 
 
 def whole_batches_length(buf: bytes | bytearray | memoryview) -> int:
-    """How many leading bytes of `buf` are whole batches (per batch: one 12-byte read)."""
+    """How many leading bytes of `buf` are whole batches (per batch: one 12-byte read and the
+    magic byte); a batch whose header is impossible ends them, so it is never served."""
     position = 0
     end = len(buf)
     while position + LOG_OVERHEAD <= end:
         _, length = _OFFSET_AND_LENGTH.unpack_from(buf, position)
-        if length < MIN_BATCH_LENGTH or position + LOG_OVERHEAD + length > end:
+        if length < MIN_BATCH_LENGTH or position + LOG_OVERHEAD + length > end or buf[position + MAGIC_OFFSET] != 2:
             break
         position += LOG_OVERHEAD + length
     return position
 
 
 def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
-    """Check every batch of a produced blob: framing, magic 2 and CRC32C.
+    """Check every batch of a blob: framing and CRC32C (CorruptRecordError), magic 2 and an offset
+    range that matches the record count (KafkaApiError INVALID_RECORD). Returns the headers.
 
-    Raises CorruptRecordError naming what is wrong; returns the headers otherwise.
+    The count rule protects storage: the log trusts `last_offset_delta` for every offset it
+    assigns and indexes, so a batch claiming 2^31 offsets for one record would overflow them.
     """
     headers: list[BatchHeader] = []
     position = 0
@@ -142,19 +151,40 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
             raise CorruptRecordError(f"truncated batch header at byte {position}")
         header = read_header(buf, position)
         if header.magic != 2:
-            raise CorruptRecordError(f"unsupported record batch magic {header.magic}")
+            raise KafkaApiError(
+                ErrorCode.invalid_record, f"record batch magic {header.magic}: only magic 2 is accepted"
+            )
         if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
             raise CorruptRecordError(f"batch length {header.batch_length} out of bounds")
-        if header.last_offset_delta < 0 or header.record_count < 0:
-            raise CorruptRecordError("negative record count or offset delta")
         actual = crc32c.crc32c(view[position + CRC_START : position + header.size])
         if actual != header.crc:
             raise CorruptRecordError(
                 f"CRC mismatch at batch {len(headers)}: stored {header.crc:#x}, computed {actual:#x}"
             )
+        if header.record_count < 1 or header.record_count != header.last_offset_delta + 1:
+            raise KafkaApiError(
+                ErrorCode.invalid_record,
+                f"record count {header.record_count} does not match the offset range "
+                f"[0, {header.last_offset_delta}] of batch {len(headers)}",
+            )
         headers.append(header)
         position += header.size
     return headers
+
+
+def check_client_batch(header: BatchHeader) -> None:
+    """What Kafka's LogValidator.validateBatch asks of a batch a client produced (INVALID_RECORD):
+    no control batch, and a sequence whenever there is a producer id. A sequence without a
+    producer id is accepted and ignored, as Kafka does: aiokafka sends base sequence 0 there."""
+    if header.is_control:
+        raise KafkaApiError(ErrorCode.invalid_record, "clients are not allowed to write control records")
+    if header.producer_id < NO_PRODUCER_ID:
+        raise KafkaApiError(ErrorCode.invalid_record, f"invalid producer id {header.producer_id}")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise KafkaApiError(
+            ErrorCode.invalid_record,
+            f"invalid sequence number {header.base_sequence} in a batch of producer {header.producer_id}",
+        )
 
 
 def batch_is_intact(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
@@ -234,6 +264,248 @@ def _snappy_decompress(data: bytes) -> bytes:
         out += cramjam.snappy.decompress_raw(data[position : position + length])
         position += length
     return bytes(out)
+
+
+class DecompressionLimitError(CorruptRecordError):
+    """A compressed body that decodes to more bytes than it may (a decompression bomb)."""
+
+
+_DECOMPRESS_INTO = {
+    COMPRESSION_GZIP: cramjam.gzip.decompress_into,
+    COMPRESSION_LZ4: cramjam.lz4.decompress_into,
+    COMPRESSION_ZSTD: cramjam.zstd.decompress_into,
+}
+_DECOMPRESS = {COMPRESSION_GZIP: cramjam.gzip.decompress, COMPRESSION_LZ4: cramjam.lz4.decompress}
+# The most a byte of input can expand to: deflate 1032:1, LZ4 255:1 (zstd has no useful bound).
+_MAX_RATIO = {COMPRESSION_GZIP: 1032, COMPRESSION_LZ4: 255}
+_FIRST_GUESS = 1 << 16  # bytes; then 4x the compressed size, growing 4x up to the limit
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def decompress_bounded(codec: int, data: bytes | memoryview, limit: int) -> bytes | bytearray:
+    """A batch body decompressed, or CorruptRecordError when it does not decode or would exceed
+    `limit` bytes.
+
+    Input too small to reach the limit at its codec's largest ratio is decompressed directly.
+    Otherwise cramjam writes into a buffer of bounded size and stops when it is full, so a bomb
+    costs at most `limit` bytes and as much work: the buffer is sized from the zstd frame's content
+    size when it has one, else 4x the input, and grows 4x at a time (a retry redoes the work).
+    """
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_decompress_bounded(bytes(data), limit)
+    decompress_into = _DECOMPRESS_INTO.get(codec)
+    if decompress_into is None:
+        raise CorruptRecordError(f"unknown compression codec {codec}")
+    try:
+        if len(data) * _MAX_RATIO.get(codec, limit + 1) <= limit:
+            return bytes(_DECOMPRESS[codec](data))
+    except cramjam.DecompressionError as exc:
+        raise CorruptRecordError(f"compressed records do not decode: {exc}") from None
+    announced = _zstd_content_size(data) if codec == COMPRESSION_ZSTD else None
+    size = min(limit, announced if announced is not None else max(4 * len(data), _FIRST_GUESS))
+    while True:
+        out = bytearray(size)
+        try:
+            written = decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if "whole buffer" not in str(exc):
+                raise CorruptRecordError(f"compressed records do not decode: {exc}") from None
+            if size >= limit:
+                raise DecompressionLimitError(f"compressed records decode to more than {limit} bytes") from None
+            size = min(limit, max(size, len(data)) * 4)
+            continue
+        del out[written:]
+        return out
+
+
+def _zstd_content_size(data: bytes | memoryview) -> int | None:
+    """The decompressed size a zstd frame header announces (RFC 8878 3.1.1.1), if it does."""
+    if len(data) < 6 or bytes(data[:4]) != _ZSTD_MAGIC:
+        return None
+    descriptor = data[4]
+    single_segment = descriptor & 0x20
+    size_flag = descriptor >> 6
+    field_size = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if not field_size:
+        return None
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03]
+    if start + field_size > len(data):
+        return None
+    size = int.from_bytes(bytes(data[start : start + field_size]), "little")
+    return size + 256 if field_size == 2 else size
+
+
+def _snappy_decompress_bounded(data: bytes, limit: int) -> bytes:
+    try:
+        if not data.startswith(_XERIAL_MAGIC):
+            _check_snappy_length(cramjam.snappy.decompress_raw_len(data), limit)
+            return bytes(cramjam.snappy.decompress_raw(data))
+        out = bytearray()
+        position = 16  # magic (8) + version (4) + compatible version (4)
+        while position < len(data):
+            if position + 4 > len(data):
+                raise CorruptRecordError("truncated xerial snappy block length")
+            (length,) = struct.unpack_from(">i", data, position)
+            position += 4
+            if length < 0 or position + length > len(data):
+                raise CorruptRecordError(f"xerial snappy block of {length} bytes out of bounds")
+            block = data[position : position + length]
+            _check_snappy_length(len(out) + cramjam.snappy.decompress_raw_len(block), limit)
+            out += cramjam.snappy.decompress_raw(block)
+            position += length
+        return bytes(out)
+    except cramjam.DecompressionError as exc:
+        raise CorruptRecordError(f"compressed records do not decode: {exc}") from None
+
+
+def _check_snappy_length(length: int, limit: int) -> None:
+    if length > limit:
+        raise DecompressionLimitError(f"compressed records decode to more than {limit} bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRules:
+    """What a topic asks of every record of a produced batch (Kafka's LogValidator settings).
+
+    `min_timestamp`/`max_timestamp` bound CreateTime record timestamps (now minus
+    message.timestamp.before.max.ms, now plus message.timestamp.after.max.ms); a LogAppendTime
+    topic checks none (the broker's clock replaces them).
+    """
+
+    check_timestamps: bool
+    min_timestamp: int
+    max_timestamp: int
+    require_keys: bool
+
+
+class RecordError(NamedTuple):
+    """One rejected record: its index in the batch, why, and the code (Kafka's RecordError)."""
+
+    batch_index: int
+    message: str
+    code: ErrorCode
+
+
+NO_TIMESTAMP = -1
+_MAX_VARINT_BYTES = 10
+
+
+def _invalid(message: str) -> KafkaApiError:
+    return KafkaApiError(ErrorCode.invalid_record, message)
+
+
+def check_records(body: bytes | bytearray | memoryview, header: BatchHeader, rules: RecordRules
+                  ) -> tuple[int, list[RecordError]]:
+    """Walk the `record_count` records of a (decompressed) batch body once, as Kafka's record
+    reader and LogValidator.validateRecord do, without building objects.
+
+    Framing that does not hold (a length or varint running past its record or the body, offset
+    deltas that are not 0, 1, 2, ..., a negative header count or header key length, bytes left
+    over) raises KafkaApiError INVALID_RECORD. Records that are well formed but break a topic
+    rule (no key on a compacted topic, a timestamp out of range) are returned as RecordErrors.
+    Also returns the largest record timestamp (-1 when none).
+    """
+    errors: list[RecordError] = []
+    base_timestamp = header.base_timestamp
+    max_timestamp = NO_TIMESTAMP
+    end = len(body)
+    position = 0
+    varint = _checked_varint
+    try:
+        for index in range(header.record_count):
+            length, position = varint(body, position)
+            record_end = position + length
+            if length < 6 or record_end > end:  # attributes, 4 one-byte varints, a header count
+                raise _invalid(f"record {index}: length {length} out of bounds")
+            timestamp_delta, position = varint(body, position + 1)
+            offset_delta, position = varint(body, position)
+            if offset_delta != index:
+                raise _invalid(f"record {index}: offset delta {offset_delta}, expected {index}")
+            key_length, position = varint(body, position)
+            if key_length > 0:
+                position += key_length
+            value_length, position = varint(body, position)
+            if value_length > 0:
+                position += value_length
+            header_count, position = varint(body, position)
+            if header_count < 0:
+                raise _invalid(f"record {index}: invalid number of record headers {header_count}")
+            for _ in range(header_count):
+                name_length, position = varint(body, position)
+                if name_length < 0:
+                    raise _invalid(f"record {index}: negative header key size {name_length}")
+                header_value_length, position = varint(body, position + name_length)
+                if header_value_length > 0:
+                    position += header_value_length
+                if position > record_end:
+                    break
+            if position != record_end:
+                raise _invalid(f"record {index}: its fields do not fill its {length} bytes")
+            if rules.require_keys and key_length < 0:
+                errors.append(RecordError(index, "Compacted topic cannot accept message without key.",
+                                          ErrorCode.invalid_record))
+            timestamp = base_timestamp + timestamp_delta
+            if timestamp > max_timestamp:
+                max_timestamp = timestamp
+            if rules.check_timestamps and timestamp != NO_TIMESTAMP and not (
+                rules.min_timestamp <= timestamp <= rules.max_timestamp
+            ):
+                errors.append(RecordError(
+                    index, f"Timestamp {timestamp} of message with offset {index} is out of range. The timestamp "
+                    f"should be within [{rules.min_timestamp}, {rules.max_timestamp}]", ErrorCode.invalid_timestamp,
+                ))
+    except IndexError:
+        raise _invalid(f"records end before the {header.record_count} the batch holds") from None
+    if position != end:
+        raise _invalid(f"{end - position} bytes after the last of {header.record_count} records")
+    return max_timestamp, errors
+
+
+def check_record_lengths(body: bytes | bytearray | memoryview, count: int) -> None:
+    """The cheap framing check: `count` length-prefixed records tile the body exactly (else
+    INVALID_RECORD). One varint per record, decoded inline for the 1- and 2-byte lengths of
+    records under 8 KiB (a function call per record would double the cost)."""
+    position = 0
+    try:
+        for index in range(count):
+            byte = body[position]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            elif body[position + 1] < 0x80:
+                zigzag = (byte & 0x7F) | (body[position + 1] << 7)
+                length = (zigzag >> 1) ^ -(zigzag & 1)
+                position += 2
+            else:
+                length, position = _checked_varint(body, position)
+            if length < 6:
+                raise _invalid(f"record {index}: length {length} out of bounds")
+            position += length
+    except IndexError:
+        raise _invalid(f"records end before the {count} the batch holds") from None
+    if position != len(body):
+        raise _invalid(f"the {count} records take {position} bytes of a {len(body)}-byte body")
+
+
+def _checked_varint(buf: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+    """A zigzag varint (IndexError past the end; INVALID_RECORD when longer than 10 bytes)."""
+    byte = buf[position]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), position + 1
+    shift = 0
+    result = 0
+    start = position
+    while True:
+        byte = buf[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if position - start >= _MAX_VARINT_BYTES:
+            raise _invalid("varint longer than 10 bytes")
 
 
 def _varint(buf: bytes, position: int) -> tuple[int, int]:
@@ -436,6 +708,26 @@ def rebuild_batch(header: BatchHeader, retained: list[RawRecord]) -> bytes:
         out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
         attributes, header.last_offset_delta, header.base_timestamp, max_timestamp,
         header.producer_id, header.producer_epoch, header.base_sequence, len(retained),
+    )
+    _CRC.pack_into(out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+CODECS = {
+    "uncompressed": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD,
+}
+
+
+def recompress_batch(header: BatchHeader, body: bytes | bytearray | memoryview, codec: int) -> bytes:
+    """The batch of `header` with its decompressed records `body` compressed with `codec`
+    (a topic's compression.type): only the codec bits, batch length and CRC change."""
+    out = bytearray(HEADER_SIZE) + compress(codec, bytes(body))
+    _HEADER.pack_into(
+        out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
+        (header.attributes & ~COMPRESSION_MASK) | codec, header.last_offset_delta, header.base_timestamp,
+        header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+        header.record_count,
     )
     _CRC.pack_into(out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)

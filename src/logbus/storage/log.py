@@ -98,9 +98,7 @@ class PartitionLog:
             for leftover in glob.glob(os.path.join(self.directory, "*" + suffix)):
                 os.unlink(leftover)
         self._complete_swaps()
-        bases = sorted(
-            int(os.path.basename(p)[:-4]) for p in glob.glob(os.path.join(self.directory, "*.log"))
-        )
+        bases = self._segment_bases()
         for base in bases or [max(log_start_offset, 0)]:
             self._add_segment(base)
         cut = self._load_segments(recovery_point, clean_shutdown)
@@ -114,6 +112,17 @@ class PartitionLog:
         self.epochs = [(e, s) for e, s in self.epochs if s <= self.log_end_offset]
         self._rebuild_producer_state()
         return cut
+
+    def _segment_bases(self) -> list[int]:
+        """Base offsets of the `<20 digits>.log` files; any other `.log` file is left alone."""
+        bases = []
+        for path in glob.glob(os.path.join(self.directory, "*.log")):
+            stem = os.path.basename(path)[:-4]
+            if stem.isdigit() and stem.isascii():
+                bases.append(int(stem))
+            else:
+                log.warning("%s: ignoring %s, not a segment file name", self.directory, os.path.basename(path))
+        return sorted(bases)
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
         """Load each segment, recovering those past the recovery point and those with bad indexes.
@@ -248,7 +257,7 @@ class PartitionLog:
             append_time = now_ms()
             set_log_append_time(data, headers, append_time)
         headers = self._reread(data, headers)
-        self._maybe_roll(len(data), max(h.max_timestamp for h in headers))
+        self._maybe_roll(len(data), max(h.max_timestamp for h in headers), headers[-1].last_offset)
         self._track_epoch(leader_epoch, base)  # before the data: a failure here must leave no records
         self.active_segment.append(data, headers)
         for header in headers:
@@ -276,10 +285,12 @@ class PartitionLog:
                 )
         return None
 
-    def _maybe_roll(self, incoming_bytes: int, incoming_max_ts: int) -> None:
+    def _maybe_roll(self, incoming_bytes: int, incoming_max_ts: int, incoming_last_offset: int) -> None:
+        """Roll when the segment is due (size, age, a full index), or before the incoming batches'
+        offsets would overflow its indexes' relative offsets (Kafka's canConvertToRelativeOffset)."""
         segment = self.active_segment
         index_full = len(segment.offset_index) * 8 >= self.config.segment_index_bytes
-        if index_full or segment.roll_due(
+        if index_full or not segment.can_index(incoming_last_offset) or segment.roll_due(
             self.config.segment_bytes, self.config.max_segment_ms, incoming_bytes, incoming_max_ts
         ):
             self.roll()
@@ -476,6 +487,14 @@ class PartitionLog:
             for segment in self.segments:
                 segment.close()
             self.deleted = True
+
+    def close_files(self) -> None:
+        """Close every open segment's files, whatever state a failed `load` left them in."""
+        for segment in self.segments:
+            with contextlib.suppress(OSError):
+                segment.close()
+        self.segments = []
+        self._base_offsets = []
 
     async def delete(self) -> None:
         """Remove the partition's files (DeleteTopics)."""

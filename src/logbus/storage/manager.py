@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import glob
 import logging
 import os
 import shutil
@@ -131,10 +132,17 @@ class LogManager:
     def load_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
         key = (topic, partition)
-        log_ = PartitionLog(self._path(partition_dir_name(topic, partition)), topic, partition, config)
-        cut = log_.load(
-            self._recovery_points.get(key, 0), self._log_starts.get(key, 0), self.clean_shutdown
-        )
+        directory = self._path(partition_dir_name(topic, partition))
+        log_ = PartitionLog(directory, topic, partition, config)
+        try:
+            cut = log_.load(self._recovery_points.get(key, 0), self._log_starts.get(key, 0), self.clean_shutdown)
+        except Exception:  # one partition must never keep the broker from starting
+            log.exception("loading %s-%d failed: recovering all its segments and producer state", topic, partition)
+            log_.close_files()
+            for snapshot in glob.glob(os.path.join(directory, "*.snapshot")):
+                os.unlink(snapshot)  # derived data: rebuilt from the log
+            log_ = PartitionLog(directory, topic, partition, config)
+            cut = log_.load(0, self._log_starts.get(key, 0), clean_shutdown=False)
         if cut:
             log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
         self.logs[key] = log_

@@ -27,6 +27,7 @@ from ..protocol.records import (
 from .index import OffsetIndex, TimeIndex
 
 SCAN_CHUNK = 1 << 20
+MAX_RELATIVE_OFFSET = (1 << 31) - 1  # what an index entry's relative offset may hold (Kafka: an int)
 
 
 def segment_name(base_offset: int) -> str:
@@ -95,6 +96,7 @@ class LogSegment:
         self.max_timestamp = -1
         self.created_ms = int(time.time() * 1000)
         self.first_batch_timestamp = -1
+        self._offset_of_max_timestamp = -1
         self._bytes_since_index = 0
 
     # ------------------------------------------------------------------ writes
@@ -106,18 +108,36 @@ class LogSegment:
         propagates: nothing half-written stays in the log.
         """
         start = self.size
+        state = self._append_state()
         try:
             written = os.pwrite(self._fd, data, start)
             if written != len(data):
                 raise OSError(28, "short write (disk full?)")
-        except OSError:
-            os.ftruncate(self._fd, start)
+            self.size = start + len(data)
+            for header in headers:
+                self._index_batch(header, start + header.position)
+        except BaseException:
+            self._cut_back(start, state)
             raise
-        self.size = start + len(data)
-        for header in headers:
-            self._index_batch(header, start + header.position)
         self.offset_index.flush()
         self.time_index.flush()
+
+    def _append_state(self) -> tuple[int, int, int, int, int]:
+        return (self.next_offset, self.max_timestamp, self._offset_of_max_timestamp,
+                self.first_batch_timestamp, self._bytes_since_index)
+
+    def _cut_back(self, position: int, state: tuple[int, int, int, int, int]) -> None:
+        """Undo a failed append: the file, the index entries and the counters as they were."""
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(state[0])
+        (self.next_offset, self.max_timestamp, self._offset_of_max_timestamp,
+         self.first_batch_timestamp, self._bytes_since_index) = state
+
+    def can_index(self, last_offset: int) -> bool:
+        """Kafka's canConvertToRelativeOffset: `last_offset` fits the indexes' relative offsets."""
+        return 0 <= last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
     def _index_batch(self, header: BatchHeader, file_position: int) -> None:
         """Account for one batch now at `file_position`: next offset, timestamps, indexes."""
@@ -162,8 +182,8 @@ class LogSegment:
             if len(raw) < HEADER_SIZE:
                 return
             header = read_header(raw)
-            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
-                return
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end or header.magic != 2:
+                return  # an impossible header ends the readable log: it is never served
             yield dataclasses.replace(header, position=position)
             position += header.size
 
@@ -204,11 +224,14 @@ class LogSegment:
     # ------------------------------------------------------------------ recovery
 
     def load_state(self) -> bool:
-        """Set next offset and timestamps from the log tail, trusting the file (clean start).
+        """Set next offset and timestamps from the log tail, trusting the file up to the last
+        index entry (clean start) and checking the batches after it (framing, CRC, offsets).
 
         Returns False when the indexes cannot be trusted (a file missing, a torn entry, entries
-        out of order or pointing outside the log or at no batch): the caller then rebuilds them
-        with `recover`, as Kafka does after its index sanity check fails.
+        out of order or pointing outside the log or at no batch), or when the tail holds damage
+        (bytes written while the broker was stopped): the caller then runs `recover`, which cuts
+        the log at the first bad batch and rebuilds the indexes, as Kafka does after its index
+        sanity check fails. Damage before the last index entry is not looked for (nor by Kafka).
         """
         if self.size and not self._offset_index_usable():
             return False
@@ -218,11 +241,18 @@ class LogSegment:
         max_ts_offset = self.time_index.last_offset
         self.max_timestamp = self.time_index.last_timestamp
         self._offset_of_max_timestamp = max_ts_offset
+        end = start
         for header in self.headers_from(start):
+            batch = self.read_bytes(header.position, header.size)
+            if not self._recoverable(batch, dataclasses.replace(header, position=0)):
+                return False
             self.next_offset = header.last_offset + 1
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self._offset_of_max_timestamp = header.last_offset
+            end = header.position + header.size
+        if end != self.size:
+            return False  # damage after the last good batch: recover cuts it off
         self.first_batch_timestamp = self._first_timestamp()
         return self.time_index.is_consistent(self.next_offset)
 
@@ -252,7 +282,7 @@ class LogSegment:
         valid_end = 0
         for chunk_start, chunk, headers in self._scan_chunks():
             for header in headers:
-                if header.base_offset < self.next_offset or not batch_is_intact(chunk, header):
+                if not self._recoverable(chunk, header):
                     break
                 self._index_batch(header, chunk_start + header.position)
                 valid_end = chunk_start + header.position + header.size
@@ -266,6 +296,15 @@ class LogSegment:
             os.ftruncate(self._fd, valid_end)
             self.size = valid_end
         return cut
+
+    def _recoverable(self, buf: bytes, header: BatchHeader) -> bool:
+        """A batch recovery keeps: intact, after the previous one, its offsets indexable here."""
+        return (
+            header.base_offset >= self.next_offset
+            and header.last_offset_delta >= 0
+            and self.can_index(header.last_offset)
+            and batch_is_intact(buf, header)
+        )
 
     def _scan_chunks(self) -> Iterator[tuple[int, bytes, list[BatchHeader]]]:
         """Read the file in large chunks of whole batches, yielding their headers."""

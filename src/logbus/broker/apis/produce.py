@@ -2,31 +2,63 @@
 
 Kafka advertises v0 so that librdkafka keeps gzip/snappy/lz4 enabled (KAFKA-18659); v0–v2
 requests are refused by closing the connection. v13 names topics by id.
-Per partition, per batch only: size check (MESSAGE_TOO_LARGE), framing, magic and CRC32C
-(CORRUPT_MESSAGE), idempotent sequence checks, then one write of the whole blob with base
-offsets and leader epoch patched in place. acks=0 gets no response; acks=1 and -1 are
-answered once the batches are in the log (and fsynced when the flush policy says so).
+
+Per partition, as Kafka's ProduceRequest.validateRecords and LogValidator do: no internal topic
+(INVALID_TOPIC_EXCEPTION), exactly one magic-2 batch (INVALID_RECORD), zstd only from v7
+(UNSUPPORTED_COMPRESSION_TYPE), framing and CRC32C (CORRUPT_MESSAGE), max.message.bytes
+(MESSAGE_TOO_LARGE), a record count matching the offset range, no control batch and consistent
+producer fields (INVALID_RECORD), no transactional batch while transactions are not served
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id, as Kafka answers; else
+INVALID_TXN_STATE), then the records (see `_check_records`), idempotent sequence checks, and one
+write of the blob with base offsets and leader epoch patched in place. A rejected record is named
+in `record_errors` (batch index and message), as Kafka does. acks=0 gets no response; acks=1 and
+-1 are answered once the batches are in the log (and fsynced when the flush policy says so).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ...config import LogConfig
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
-from ...protocol.records import BatchHeader, CorruptRecordError, iter_records, validate_batches
-from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError
+from ...protocol.records import (
+    CODECS,
+    COMPRESSION_NONE,
+    COMPRESSION_ZSTD,
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    RecordError,
+    RecordRules,
+    check_client_batch,
+    check_record_lengths,
+    check_records,
+    decompress_bounded,
+    recompress_batch,
+    validate_batches,
+)
+from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError, now_ms
 from ..context import RequestContext
-from ..topics import validate_topic_name
+from ..topics import INTERNAL_TOPICS, validate_topic_name
 
 API_KEY = 0
 MIN_VERSION = 0
 MIN_SERVED = 3
 MAX_VERSION = 13
+ZSTD_MIN_VERSION = 7
+DECOMPRESSED_MIN_LIMIT = 64 << 20  # bytes a compressed batch may decode to, at least
+DECOMPRESSED_LIMIT_FACTOR = 4  # ... or this many times max.message.bytes
+OFF_LOOP_RECORDS = 4096  # a batch opened record by record with this many records is checked in a thread
+# One thread: heavy checks are GIL-bound anyway, and one decompression buffer at a time off the
+# loop (plus one on it) bounds what decompression bombs sent at once can hold.
+_CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbus-produce-check")
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -36,7 +68,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         topic = _resolve(ctx, topic_data)
         responses = []
         for data in topic_data.partition_data:
-            responses.append(await _produce_partition(ctx, module, topic, data, request.acks))
+            responses.append(await _produce_partition(ctx, module, topic, data, request))
         topics.append(
             make(module.TopicProduceResponse, name=getattr(topic_data, "name", None),
                  topic_id=getattr(topic_data, "topic_id", None), partition_responses=tuple(responses))
@@ -54,15 +86,19 @@ def _resolve(ctx: RequestContext, topic_data: Any) -> str | None:
     return metadata.name if metadata else None
 
 
-async def _produce_partition(
-    ctx: RequestContext, module: Any, topic: str | None, data: Any, acks: int
-) -> Any:
+async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None, data: Any, request: Any) -> Any:
     broker = ctx.broker
     partition = broker.replicas.get(topic, data.index) if topic is not None else None
     try:
+        if topic in INTERNAL_TOPICS:
+            raise KafkaApiError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}")
         if partition is None:
             raise _missing_partition_error(topic)
-        info = _append(partition, data.records, acks)
+        records, header = _validate(partition.log.config, data.records, request, ctx.api_version)
+        record_errors = await _check_records_off_loop_if_heavy(ctx, partition, records, header)
+        if record_errors:
+            return _rejected_records(module, data.index, record_errors)
+        info = _append(partition, records, [header], request.acks)
         await broker.replicas.flush_if_due(partition)
     except KafkaApiError as exc:
         return _partition_response(module, data.index, exc.code, -1, -1, -1, exc.message)
@@ -84,24 +120,117 @@ def _missing_partition_error(topic: str | None) -> KafkaApiError:
     return KafkaApiError(ErrorCode.unknown_topic_or_partition)
 
 
-def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
-    if acks not in (-1, 0, 1):
-        raise KafkaApiError(ErrorCode.invalid_required_acks, f"acks={acks} is not -1, 0 or 1")
+def _validate(config: LogConfig, records: bytes | None, request: Any, version: int) -> tuple[bytes, BatchHeader]:
+    """The request-level and batch-level rules; returns the one batch and its header."""
+    if request.acks not in (-1, 0, 1):
+        raise KafkaApiError(ErrorCode.invalid_required_acks, f"acks={request.acks} is not -1, 0 or 1")
     if not records:
-        raise KafkaApiError(ErrorCode.corrupt_message, "no records")
+        raise KafkaApiError(ErrorCode.invalid_record, "a produce request must carry one record batch per partition")
     try:
         headers = validate_batches(records)
     except CorruptRecordError as exc:
         raise KafkaApiError(ErrorCode.corrupt_message, str(exc)) from None
-    limit = partition.log.config.max_message_bytes
-    for header in headers:
-        if header.size > limit:
+    if len(headers) != 1:
+        raise KafkaApiError(
+            ErrorCode.invalid_record,
+            f"produce requests must carry exactly one record batch per partition, not {len(headers)}",
+        )
+    header = headers[0]
+    if header.compression == COMPRESSION_ZSTD and version < ZSTD_MIN_VERSION:
+        raise KafkaApiError(ErrorCode.unsupported_compression_type, f"Produce v{version} may not use zstd")
+    if header.size > config.max_message_bytes:
+        raise KafkaApiError(
+            ErrorCode.message_too_large,
+            f"batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
+        )
+    check_client_batch(header)
+    if header.is_transactional:
+        if request.transactional_id is None:
             raise KafkaApiError(
-                ErrorCode.message_too_large,
-                f"batch of {header.size} bytes exceeds max.message.bytes={limit}",
+                ErrorCode.transactional_id_authorization_failed, "transactional batch without a transactional id"
             )
-    if partition.log.config.compact:
-        _require_keys(records, headers)
+        raise KafkaApiError(ErrorCode.invalid_txn_state, "transactions are not supported by this broker")
+    return records, header
+
+
+def _record_rules(config: LogConfig) -> RecordRules:
+    now = now_ms()
+    return RecordRules(
+        check_timestamps=not config.log_append_time,
+        min_timestamp=now - config.message_timestamp_before_max_ms,
+        max_timestamp=now + config.message_timestamp_after_max_ms,
+        require_keys=config.compact,
+    )
+
+
+async def _check_records_off_loop_if_heavy(
+    ctx: RequestContext, partition: Partition, records: bytes, header: BatchHeader
+) -> list[RecordError]:
+    """`_check_records`, in a thread when it will open a batch of many records, so other
+    connections are served meanwhile (the GIL is handed back every switch interval; cramjam
+    decompresses without it). The partition must still be the one hosted when it is done."""
+    config = partition.log.config
+    opened = header.compression != COMPRESSION_NONE or config.compact
+    if not opened or header.record_count < OFF_LOOP_RECORDS:
+        return _check_records(config, records, header)
+    errors = await asyncio.get_running_loop().run_in_executor(_CHECKER, _check_records, config, records, header)
+    if ctx.broker.replicas.get(partition.topic, partition.index) is not partition:
+        raise KafkaApiError(ErrorCode.not_leader_or_follower, f"{partition} changed while its batch was checked")
+    return errors
+
+
+def _check_records(config: LogConfig, records: bytes, header: BatchHeader) -> list[RecordError]:
+    """Check the batch's records; returns the rejected ones (Kafka's RecordErrors).
+
+    Kafka walks every record. Here every record is walked (`check_records`: framing, offset
+    deltas, keys, timestamps) only when the topic is compacted, or when the header's timestamps
+    break the topic's range (to name the records). Otherwise a compressed batch is decompressed
+    into a bounded buffer and its record lengths walked (an undecodable or overlong body is
+    CORRUPT_MESSAGE), and an uncompressed one is trusted past its CRC and header: its offsets come
+    from the validated header, so storage never depends on its records, and a Python walk of
+    every record would cost the produce path several times its per-record CPU (docs/architecture.md).
+    """
+    rules = _record_rules(config)
+    timestamps_in_range = not rules.check_timestamps or (
+        rules.min_timestamp <= header.base_timestamp and header.max_timestamp <= rules.max_timestamp
+    )
+    if header.compression == COMPRESSION_NONE and timestamps_in_range and not rules.require_keys:
+        return []
+    body = _body(config, records, header)
+    if timestamps_in_range and not rules.require_keys:
+        check_record_lengths(body, header.record_count)
+        return []
+    return check_records(body, header, rules)[1]
+
+
+def _body(config: LogConfig, records: bytes, header: BatchHeader) -> bytes | bytearray | memoryview:
+    """The batch's records section, decompressed into at most a bounded number of bytes."""
+    limit = max(DECOMPRESSED_MIN_LIMIT, DECOMPRESSED_LIMIT_FACTOR * config.max_message_bytes)
+    try:
+        return decompress_bounded(header.compression, memoryview(records)[HEADER_SIZE : header.size], limit)
+    except CorruptRecordError as exc:
+        raise KafkaApiError(ErrorCode.corrupt_message, str(exc)) from None
+
+
+def _rejected_records(module: Any, index: int, errors: list[RecordError]) -> Any:
+    """A batch refused for some of its records: every one named, the first three in the message."""
+    code = ErrorCode.invalid_timestamp if any(
+        e.code == ErrorCode.invalid_timestamp for e in errors
+    ) else ErrorCode.invalid_record
+    shown = ", ".join(f"RecordError(batchIndex={e.batch_index}, message='{e.message}')" for e in errors[:3])
+    message = (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )
+    record_errors = tuple(
+        make(module.BatchIndexAndErrorMessage, batch_index=e.batch_index, batch_index_error_message=e.message)
+        for e in errors
+    ) if hasattr(module, "BatchIndexAndErrorMessage") else ()
+    return _partition_response(module, index, code, -1, -1, -1, message, record_errors)
+
+
+def _append(partition: Partition, records: bytes, headers: list[BatchHeader], acks: int) -> Any:
+    records, headers = _apply_compression_type(partition.log.config, records, headers)
     try:
         return partition.append_as_leader(bytearray(records), headers, acks)
     except NotLeaderError as exc:
@@ -116,21 +245,33 @@ def _append(partition: Partition, records: bytes | None, acks: int) -> Any:
         raise KafkaApiError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
 
 
-def _require_keys(records: bytes, headers: list[BatchHeader]) -> None:
-    """A compacted topic takes only keyed records (Kafka: INVALID_RECORD)."""
-    for header in headers:
-        if not header.is_control and any(record.key is None for record in iter_records(records, header)):
-            raise KafkaApiError(ErrorCode.invalid_record, "Compacted topic cannot accept message without key.")
+def _apply_compression_type(
+    config: LogConfig, records: bytes, headers: list[BatchHeader]
+) -> tuple[bytes, list[BatchHeader]]:
+    """compression.type as Kafka means it: `producer` keeps the batch as sent; a codec the
+    batch does not have already recompresses it (cramjam)."""
+    target = CODECS.get(config.compression_type)
+    header = headers[0]
+    if target is None or target == header.compression:
+        return records, headers
+    rebuilt = recompress_batch(header, _body(config, records, header), target)
+    if len(rebuilt) > config.max_message_bytes:  # Kafka checks the recompressed batch too
+        raise KafkaApiError(
+            ErrorCode.message_too_large,
+            f"batch recompressed as {config.compression_type} is {len(rebuilt)} bytes, "
+            f"over max.message.bytes={config.max_message_bytes}",
+        )
+    return rebuilt, validate_batches(rebuilt)
 
 
 def _partition_response(
     module: Any, index: int, error: ErrorCode, base_offset: int, append_time: int,
-    log_start: int, message: str | None,
+    log_start: int, message: str | None, record_errors: tuple = (),
 ) -> Any:
     return make(
         module.PartitionProduceResponse, index=index, error_code=error, base_offset=base_offset,
         log_append_time=None if append_time < 0 else _datetime(append_time),
-        log_start_offset=log_start, record_errors=(), error_message=message,
+        log_start_offset=log_start, record_errors=record_errors, error_message=message,
     )
 
 
