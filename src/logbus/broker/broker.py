@@ -14,7 +14,7 @@ import socket
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..config import BrokerConfig
-from ..coordinator import GroupCoordinator
+from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import KafkaConnection
@@ -35,7 +35,10 @@ class Broker:
         self.metadata = metadata or EmbeddedMetadataStore(data_dir, broker_id)
         self.logs = LogManager(data_dir, config["num.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
-        self.group_coordinator = GroupCoordinator(self)
+        clock = LoopClock()
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
+        )
         self.metadata_cache: dict[int, RawResponse] = {}
         self.connections: set[KafkaConnection] = set()
         self.stopping = False

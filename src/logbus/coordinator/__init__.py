@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .coordinator import GroupCoordinator
+from .clock import Clock, LoopClock
+from .coordinator import GroupConfig, GroupCoordinator
+from .store import OffsetsTopic
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
 
-__all__ = ["GroupCoordinator", "group_coordinator"]
+__all__ = ["Clock", "GroupConfig", "GroupCoordinator", "LoopClock", "OffsetsTopic", "group_coordinator"]
 
 
 def group_coordinator(broker: Broker) -> GroupCoordinator:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -36,7 +35,10 @@ from .records import (
 )
 
 if TYPE_CHECKING:
-    from ..broker.broker import Broker
+    from ..cluster.metadata import MetadataStore
+    from ..cluster.replica_manager import ReplicaManager
+    from ..config import BrokerConfig
+    from .clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +48,19 @@ LOAD_CHUNK_BYTES = 1 << 20
 Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class OffsetsTopic:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.num_partitions: int = broker.config["offsets.topic.num.partitions"]
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore, replicas: ReplicaManager,
+                 clock: Clock) -> None:
+        self.metadata = metadata
+        self.replicas = replicas
+        self.clock = clock
+        self.num_partitions: int = config["offsets.topic.num.partitions"]
+        self.replication_factor: int = config["offsets.topic.replication.factor"]
+        self.segment_bytes: int = config["offsets.topic.segment.bytes"]
         self._creation: asyncio.Task | None = None
 
     def exists(self) -> bool:
-        return self.broker.metadata.topic(TOPIC) is not None
+        return self.metadata.topic(TOPIC) is not None
 
     async def create(self) -> None:
         """Create the topic (idempotent), as Kafka does on the first FindCoordinator.
@@ -75,14 +78,12 @@ class OffsetsTopic:
 
     async def _create(self) -> str | None:
         """Create the topic; on a disk error return why (a caller that hung up must not leak it)."""
-        config = self.broker.config
-        replication = min(config["offsets.topic.replication.factor"], len(self.broker.metadata.brokers()))
+        replication = min(self.replication_factor, len(self.metadata.brokers()))
         configs = {
-            "cleanup.policy": "compact", "compression.type": "producer",
-            "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(self.segment_bytes),
         }
         try:
-            await self.broker.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
+            await self.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
                                                     internal=True)
         except TopicExistsError:
             pass
@@ -92,14 +93,14 @@ class OffsetsTopic:
         return None
 
     def partition_count(self) -> int:
-        topic = self.broker.metadata.topic(TOPIC)
+        topic = self.metadata.topic(TOPIC)
         return len(topic.partitions) if topic is not None else self.num_partitions
 
     def partition(self, index: int) -> Partition | None:
-        return self.broker.replicas.get(TOPIC, index)
+        return self.replicas.get(TOPIC, index)
 
     def leader_of(self, index: int) -> int | None:
-        topic = self.broker.metadata.topic(TOPIC)
+        topic = self.metadata.topic(TOPIC)
         if topic is None or index >= len(topic.partitions):
             return None
         return topic.partitions[index].leader
@@ -111,7 +112,7 @@ class OffsetsTopic:
         partition = self.partition(index)
         if partition is None:
             raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
-        data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], now_ms()))
+        data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], self.clock.now_ms()))
         try:
             partition.append_as_leader(data, validate_batches(data), acks=-1)
         except NotLeaderError as exc:
@@ -120,7 +121,7 @@ class OffsetsTopic:
             raise KafkaApiError(ErrorCode.coordinator_not_available, str(exc)) from None
         except OSError as exc:
             raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
-        await self.broker.replicas.flush_if_due(partition)
+        await self.replicas.flush_if_due(partition)
 
     # ------------------------------------------------------------ reads
 
