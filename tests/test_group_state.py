@@ -458,6 +458,9 @@ async def test_groups_and_offsets_are_rebuilt_from_consumer_offsets(tmp_path: Pa
         first, second = await stable_group(env)
         assert await commit(env, first.generation, first.member_id, offset=99) == ErrorCode.none
     async with coordinator_env(tmp_path, clock=clock) as env:
+        assert env.coordinator.heartbeat(GROUP, first.generation, first.member_id, None) == (
+            ErrorCode.coordinator_load_in_progress)  # the partition loads in the background
+        await until(lambda: 0 in env.coordinator.loaded_partitions, "the load")
         group = env.group()
         assert (group.state, group.generation) == (GroupState.STABLE, first.generation)
         assert set(group.members) == {first.member_id, second.member_id}

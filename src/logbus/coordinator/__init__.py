@@ -1,7 +1,7 @@
 """Coordinators: consumer groups (classic protocol) and, later, transactions.
 
-The broker creates its `GroupCoordinator` and starts it (loading the groups of its
-__consumer_offsets partitions, scheduling offset expiry) before it listens; API handlers reach
+The broker creates its `GroupCoordinator` and starts it (starting the background load of the
+groups of its __consumer_offsets partitions, scheduling offset expiry) before it listens; API handlers reach
 it through `group_coordinator(broker)`.
 """
 

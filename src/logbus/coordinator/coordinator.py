@@ -117,6 +117,7 @@ class GroupCoordinator:
         self.retention_check_ms = config.retention_check_ms
         self._expiry_timer: Timer | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._loading: dict[int, asyncio.Task] = {}  # partition index -> its load
 
     # ================================================================ lifecycle
 
@@ -124,12 +125,14 @@ class GroupCoordinator:
         """Rebuild the groups of every __consumer_offsets partition this broker leads; start expiry."""
         if self.store.exists():
             for index in range(self.store.partition_count()):
-                self._load_if_needed(index)
+                self._ensure_loaded(index)
         self._schedule_expiry()
 
     def stop(self) -> None:
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
+        for task in list(self._loading.values()):
+            task.cancel()
         for group in self.groups.values():
             self._cancel_timers(group)
 
@@ -144,7 +147,8 @@ class GroupCoordinator:
         partition = self.store.partition(index)
         if partition is None or not partition.is_leader:
             return ErrorCode.not_coordinator
-        self._load_if_needed(index)
+        if not self._ensure_loaded(index):
+            return ErrorCode.coordinator_load_in_progress
         return None
 
     # ================================================================ JoinGroup
@@ -734,28 +738,51 @@ class GroupCoordinator:
         except KafkaApiError as exc:
             log.warning("could not store group %s: %s", group.group_id, exc)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
-    def _load_if_needed(self, index: int) -> None:
-        """Rebuild the groups of partition `index` from its records (once)."""
+    def _ensure_loaded(self, index: int) -> bool:
+        """True once partition `index`'s groups are in memory; otherwise start loading it (once).
+
+        An empty partition is loaded at once; others load in the background, a chunk at a time,
+        and their groups' requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile, as in Kafka.
+        """
+        if index in self.loaded_partitions:
+            return True
         partition = self.store.partition(index)
-        if index in self.loaded_partitions or partition is None or not partition.is_leader:
-            return
-        self.loaded_partitions.add(index)
+        if partition is None or not partition.is_leader:
+            return False
+        if self.store.is_empty(index):
+            self.loaded_partitions.add(index)
+            return True
+        if index not in self._loading:
+            task = self._spawn(self._load(index))
+            self._loading[index] = task
+            task.add_done_callback(lambda _: self._loading.pop(index, None))
+        return False
+
+    @property
+    def loading(self) -> bool:
+        """Is any partition's group state still being read (ListGroups answers LOAD_IN_PROGRESS)."""
+        return bool(self._loading)
+
+    async def _load(self, index: int) -> None:
+        """Rebuild the groups of partition `index` from its records."""
         offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         metadata: dict[str, GroupValue | None] = {}
-        for key, value in self.store.read_all(index):
-            if isinstance(key, OffsetKey):
-                group_offsets = offsets.setdefault(key.group, {})
-                if value is None:
-                    group_offsets.pop((key.topic, key.partition), None)
+        async for entries in self.store.read_latest(index):
+            for key, value in entries:
+                if isinstance(key, OffsetKey):
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if value is None:
+                        group_offsets.pop((key.topic, key.partition), None)
+                    else:
+                        group_offsets[(key.topic, key.partition)] = value
                 else:
-                    group_offsets[(key.topic, key.partition)] = value
-            else:
-                metadata[key.group] = value
+                    metadata[key.group] = value
         for group_id in set(offsets) | set(metadata):
             record = metadata.get(group_id)
             if record is None and not offsets.get(group_id):
@@ -763,7 +790,8 @@ class GroupCoordinator:
             group = self._group_from_record(group_id, record)
             group.offsets = offsets.get(group_id, {})
             self.groups[group_id] = group
-        log.info("loaded %s: %d groups in total", partition, len(self.groups))
+        self.loaded_partitions.add(index)
+        log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
 
     def _group_from_record(self, group_id: str, record: GroupValue | None) -> ClassicGroup:
         group = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())

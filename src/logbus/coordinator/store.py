@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 1 << 20
+LOAD_CHUNK_BYTES = 16 * 1024  # load steps of a few ms each on the event loop
+LOAD_DECODE_STEP = 512
 
 Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 
@@ -125,8 +126,38 @@ class OffsetsTopic:
 
     # ------------------------------------------------------------ reads
 
-    def read_all(self, index: int) -> Iterator[Entry]:
-        """Every record of partition `index` in offset order (unknown kinds skipped)."""
+    def is_empty(self, index: int) -> bool:
+        partition = self.partition(index)
+        return partition is None or partition.log.log_start_offset >= partition.log.log_end_offset
+
+    async def read_latest(self, index: int) -> AsyncIterator[list[Entry]]:
+        """The last record of each key of partition `index` (a tombstone as `(key, None)`), in chunks.
+
+        The partition is scanned `LOAD_CHUNK_BYTES` at a time keeping each key's last value
+        undecoded (most records of a busy group are overwritten commits), then the survivors are
+        decoded `LOAD_DECODE_STEP` at a time; the loop gets a turn between steps, so a big
+        partition loads without stalling the broker's other clients.
+        """
+        latest: dict[bytes, bytes | None] = {}
+        async for records in self._read_chunks(index):
+            for key, value in records:
+                latest[_canonical_key(key)] = value
+        items = list(latest.items())
+        latest.clear()
+        for start in range(0, len(items), LOAD_DECODE_STEP):
+            entries: list[Entry] = []
+            for key, value in items[start : start + LOAD_DECODE_STEP]:
+                try:
+                    entry = decode_entry(key, value)
+                except (RecordFormatError, UnicodeDecodeError):
+                    continue
+                if entry is not None:
+                    entries.append(entry)
+            yield entries
+            await asyncio.sleep(0)
+
+    async def _read_chunks(self, index: int) -> AsyncIterator[list[tuple[bytes, bytes | None]]]:
+        """The keyed records of partition `index` in offset order, one chunk of log at a time."""
         partition = self.partition(index)
         if partition is None:
             return
@@ -138,24 +169,20 @@ class OffsetsTopic:
                 return
             data = fetched.slice.read()
             start = offset
+            records: list[tuple[bytes, bytes | None]] = []
             for header in iter_headers(data):
                 if not header.is_control:
-                    yield from _decode_batch(data, header)
+                    records.extend((r.key, r.value) for r in iter_records(data, header) if r.key is not None)
                 offset = header.next_offset
             if offset == start:  # nothing whole was read: a damaged tail; stop there
                 return
+            yield records
+            await asyncio.sleep(0)
 
 
-def _decode_batch(data: bytes, header: object) -> Iterator[Entry]:
-    for record in iter_records(data, header):
-        if record.key is None:
-            continue
-        try:
-            entry = decode_entry(record.key, record.value)
-        except (RecordFormatError, UnicodeDecodeError):
-            continue
-        if entry is not None:
-            yield entry
+def _canonical_key(key: bytes) -> bytes:
+    """OffsetCommitKey v0 and v1 have one layout: the same offset under either version is one key."""
+    return b"\x00\x01" + key[2:] if key[:2] == b"\x00\x00" else key
 
 
 def encode_entry(key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None) -> tuple[bytes, bytes | None]:
