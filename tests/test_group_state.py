@@ -307,14 +307,15 @@ async def test_initial_rebalance_delay_waits_and_extends_while_members_arrive(tm
 async def test_initial_delay_is_capped_by_the_rebalance_timeout(tmp_path: Path) -> None:
     async with coordinator_env(tmp_path, initial_delay_ms=3000) as env:
         tasks = [await join(env, rebalance_ms=7000)]
-        for _ in range(4):  # a newcomer every 3 s would extend the wait forever without the cap
-            await env.clock.advance(3000)
-            if tasks[0].done():
-                break
+        for arrival in (2000, 3000, 1500):  # newcomers at 2000, 5000, 6500 ms keep extending the delay...
+            await env.clock.advance(arrival)
             tasks.append(await join(env, rebalance_ms=7000))
-        assert env.clock.now - 1_700_000_000_000 <= 9000
-        results = [await answered(t) for t in tasks if t.done()]
-        assert results and results[0].error == ErrorCode.none
+        await env.clock.advance(499)
+        assert not any(task.done() for task in tasks)
+        await env.clock.advance(1)  # ...but not past the rebalance timeout: 7000 ms after the first join
+        results = [await answered(task) for task in tasks]
+        assert {(r.error, r.generation) for r in results} == {(ErrorCode.none, 1)}
+        assert len(env.group().members) == 4
 
 
 @in_loop
@@ -469,3 +470,17 @@ async def test_groups_and_offsets_are_rebuilt_from_consumer_offsets(tmp_path: Pa
         assert fetched[0].offset == 99
         await env.clock.advance(SESSION_MS)  # the loaded members' sessions run from the load
         await until(lambda: group.state is GroupState.EMPTY, "the loaded members to expire")
+
+
+@in_loop
+async def test_member_that_joined_but_is_silent_is_removed_at_its_session_timeout(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path) as env:
+        results = await joined_group(env)  # nobody syncs; only the leader heartbeats
+        leader = next(r for r in results if r.leader == r.member_id)
+        follower = next(r for r in results if r is not leader)
+        await env.clock.advance(SESSION_MS - 1)
+        assert heartbeat(env, leader) == ErrorCode.none
+        assert follower.member_id in env.group().members
+        await env.clock.advance(1)  # well before the rebalance timeout
+        assert follower.member_id not in env.group().members
+        assert env.group().state is GroupState.PREPARING_REBALANCE
