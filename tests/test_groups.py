@@ -734,7 +734,7 @@ def test_restart_restores_group_metadata_and_deletions() -> None:
         member.close()  # static: no LeaveGroup, the member stays until its session expires
         broker.stop()
         broker.restart()
-        after = raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False).groups[0]
+        after = wait_until(lambda: _described_once_loaded(broker.bootstrap, kept), 15, message="the group's load")
         assert (after.group_state, after.protocol_data) == ("Stable", "range")
         assert [(m.member_id, m.group_instance_id, m.member_assignment) for m in after.members] == [
             (m.member_id, m.group_instance_id, m.member_assignment) for m in before.members]
@@ -742,6 +742,12 @@ def test_restart_restores_group_metadata_and_deletions() -> None:
         assert gone.groups[0].error_code == ErrorCode.group_id_not_found
         wait_until(lambda: raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False)
                    .groups[0].group_state == "Empty", 15, message="restored member expired")
+
+
+def _described_once_loaded(bootstrap: str, group: str) -> Any:
+    """DescribeGroups' answer for `group`, or None while its __consumer_offsets partition loads."""
+    described = raw_request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False).groups[0]
+    return None if described.error_code == ErrorCode.coordinator_load_in_progress else described
 
 
 # ---------------------------------------------------------------- the `logbus groups` CLI
