@@ -88,7 +88,7 @@ def test_kafkajs_admin_produce_consume_in_a_group_and_commit(kafkajs: str, broke
 
 def test_kafkajs_idempotent_producer_writes_each_record_once_with_a_producer_id(kafkajs: str) -> None:
     topic, count = unique("kafkajs-idempotent"), 500
-    with running_broker(config={"num.partitions": "1"}) as broker:
+    with running_broker(config={"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}) as broker:
         sent = node(kafkajs, "produce.js", broker.bootstrap, topic, str(count), "idempotent")["sent"]
         assert [s["baseOffset"] for s in sent] == [str(i) for i in range(0, count, 100)]
         consumed = node(kafkajs, "consume.js", broker.bootstrap, topic, unique("group"), str(count))["records"]
@@ -100,3 +100,14 @@ def test_kafkajs_idempotent_producer_writes_each_record_once_with_a_producer_id(
     assert len(batches) == count // 100
     assert len({b.producer_id for b in batches}) == 1 and batches[0].producer_id >= 0
     assert [b.base_sequence for b in batches] == list(range(0, count, 100))
+
+
+def test_two_kafkajs_members_split_the_partitions(kafkajs: str, broker: BrokerProcess) -> None:
+    topic, group, count = unique("kafkajs-shared"), unique("kafkajs-pair"), 200
+    node(kafkajs, "admin.js", broker.bootstrap, topic, group)  # creates it with 3 partitions
+    node(kafkajs, "produce.js", broker.bootstrap, topic, str(count))
+    result = node(kafkajs, "group.js", broker.bootstrap, topic, group, "3", str(count))
+    first, second = (a["partitions"] for a in result["assignments"])
+    assert first and second and sorted(first + second) == [0, 1, 2]  # a rebalance gave each a share
+    assert sorted(a["isLeader"] for a in result["assignments"]) == [False, True]
+    assert result["read"] == count
