@@ -114,10 +114,13 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def coordinator_env(data_dir: Path, initial_delay_ms: int = 0, clock: ManualClock | None = None
-                          ) -> AsyncIterator[Env]:
+async def coordinator_env(data_dir: Path, initial_delay_ms: int = 0, clock: ManualClock | None = None,
+                          **config_overrides: str) -> AsyncIterator[Env]:
+    """A started coordinator over a real store in `data_dir`; `config_overrides`: broker config keys
+    with "_" for "." (offsets_retention_minutes="1")."""
     config = BrokerConfig({"offsets.topic.num.partitions": "1",
-                           "group.initial.rebalance.delay.ms": str(initial_delay_ms)})
+                           "group.initial.rebalance.delay.ms": str(initial_delay_ms),
+                           **{key.replace("_", "."): value for key, value in config_overrides.items()}})
     clock = clock or ManualClock()
     metadata = EmbeddedMetadataStore(str(data_dir), 0)
     await metadata.start()
@@ -213,9 +216,10 @@ def heartbeat(env: Env, result: JoinResult, generation: int | None = None, insta
                                      result.member_id, instance_id)
 
 
-async def commit(env: Env, generation: int, member_id: str, offset: int = 5, instance_id: str | None = None) -> int:
+async def commit(env: Env, generation: int, member_id: str, offset: int = 5, instance_id: str | None = None,
+                 topic: str = "t") -> int:
     (error,) = await env.coordinator.commit_offsets(GROUP, generation, member_id, instance_id,
-                                                    [OffsetCommit("t", 0, offset, -1, "meta")])
+                                                    [OffsetCommit(topic, 0, offset, -1, "meta")])
     return error
 
 
@@ -484,3 +488,39 @@ async def test_member_that_joined_but_is_silent_is_removed_at_its_session_timeou
         await env.clock.advance(1)  # well before the rebalance timeout
         assert follower.member_id not in env.group().members
         assert env.group().state is GroupState.PREPARING_REBALANCE
+
+
+RETENTION = {"offsets_retention_minutes": "1", "offsets_retention_check_interval_ms": "1000"}
+
+
+async def advance_in_checks(env: Env, ms: int, *alive: JoinResult) -> None:
+    """Advance `ms` one expiry check (1 s) at a time, letting each check's writes finish; `alive`
+    members heartbeat at every step."""
+    for _ in range(ms // 1000):
+        await env.clock.advance(1000)
+        await until(lambda: not env.coordinator._tasks, "the expiry check")
+        for member in alive:
+            assert heartbeat(env, member) == ErrorCode.none
+
+
+@in_loop
+async def test_offsets_of_an_empty_group_expire_after_the_retention_then_the_group_goes(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path, **RETENTION) as env:
+        assert await commit(env, -1, "", offset=7) == ErrorCode.none  # no protocol: counted from the commit
+        await advance_in_checks(env, 59_000)
+        assert ("t", 0) in env.group().offsets
+        await advance_in_checks(env, 1000)
+        assert GROUP not in env.coordinator.groups
+        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        assert (error, fetched[0].offset) == (ErrorCode.none, -1)
+
+
+@in_loop
+async def test_a_stable_group_loses_only_the_offsets_of_topics_it_no_longer_reads(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path, **RETENTION) as env:
+        first, second = await stable_group(env)  # both subscribe to "t" only
+        assert await commit(env, first.generation, first.member_id, topic="t") == ErrorCode.none
+        assert await commit(env, first.generation, first.member_id, topic="left") == ErrorCode.none
+        await advance_in_checks(env, 60_000, first, second)
+        assert set(env.group().offsets) == {("t", 0)}  # KIP-496
+        assert env.group().state is GroupState.STABLE
