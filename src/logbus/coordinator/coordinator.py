@@ -25,6 +25,7 @@ Semantics follow Kafka's GroupCoordinator for classic groups (see `group.py` for
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Coroutine
@@ -761,8 +762,14 @@ class GroupCoordinator:
         if index not in self._loading:
             task = self._spawn(self._load(index))
             self._loading[index] = task
-            task.add_done_callback(lambda _: self._loading.pop(index, None))
+            task.add_done_callback(functools.partial(self._on_load_done, index))
         return False
+
+    def _on_load_done(self, index: int, task: asyncio.Task) -> None:
+        """A failed load (a read error) is logged; the next request for one of its groups retries it."""
+        self._loading.pop(index, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cannot load the groups of %s: %r", self.store.partition(index), task.exception())
 
     @property
     def loading(self) -> bool:
