@@ -141,3 +141,4 @@ def test_results_md_never_prints_a_flagged_figure_and_says_what_kind_of_run(tmp_
     again = Path(report.write(saved["results"], saved["notes"], saved["header"], str(out), str(raw))).read_text(
         encoding="utf-8")
     assert f"## Throughput ({mode} run)" in again
+    assert again.count("2 run(s) gave an impossible figure") == 1

@@ -190,9 +190,10 @@ def write(results: list[dict], notes: list[str], header: list[str], out_dir: str
     mode = mode or run_mode(header)
     results = rates.flag_all(results)
     flagged = sum(1 for row in results if "flagged" in row)
-    if flagged:
-        notes = [*notes, f"{flagged} run(s) gave an impossible figure (negative, or above the machine's measured "
-                         "limits) and are flagged in the notes column instead of counted"]
+    flagged_note = (f"{flagged} run(s) gave an impossible figure (negative, or above the machine's measured "
+                    "limits) and are flagged in the notes column instead of counted")
+    if flagged and flagged_note not in notes:
+        notes = [*notes, flagged_note]
     table = aggregate(results)
     charts = [("produce", "records_s", "Produce throughput (median, min–max)", "records/s", True),
               ("consume", "mb_s", "Consume a backlog from the start", "MB/s", False),
