@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -733,7 +734,7 @@ def test_restart_restores_group_metadata_and_deletions() -> None:
         member.close()  # static: no LeaveGroup, the member stays until its session expires
         broker.stop()
         broker.restart()
-        after = raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False).groups[0]
+        after = wait_until(lambda: _described_once_loaded(broker.bootstrap, kept), 15, message="the group's load")
         assert (after.group_state, after.protocol_data) == ("Stable", "range")
         assert [(m.member_id, m.group_instance_id, m.member_assignment) for m in after.members] == [
             (m.member_id, m.group_instance_id, m.member_assignment) for m in before.members]
@@ -741,6 +742,12 @@ def test_restart_restores_group_metadata_and_deletions() -> None:
         assert gone.groups[0].error_code == ErrorCode.group_id_not_found
         wait_until(lambda: raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False)
                    .groups[0].group_state == "Empty", 15, message="restored member expired")
+
+
+def _described_once_loaded(bootstrap: str, group: str) -> Any:
+    """DescribeGroups' answer for `group`, or None while its __consumer_offsets partition loads."""
+    described = raw_request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False).groups[0]
+    return None if described.error_code == ErrorCode.coordinator_load_in_progress else described
 
 
 # ---------------------------------------------------------------- the `logbus groups` CLI
@@ -914,3 +921,61 @@ def test_stable_group_loses_offsets_of_topics_it_left(broker: BrokerProcess) -> 
         wait_until(lambda: offsets() == (3, -1), 10, message="the abandoned topic's offset expired")
     finally:
         connection.close()
+
+
+# ---------------------------------------------------------------- loading __consumer_offsets at start-up
+
+
+def _write_big_offsets_partition(data_dir: str, topic: str, group: str, copies: int) -> None:
+    """A data dir whose one __consumer_offsets partition holds `copies` x 1000 commits of a bulk
+    group, then one commit of `group` (offset 1234) at its very end; and a topic to produce to."""
+    from test_group_state import coordinator_env  # the in-process coordinator over a real store
+
+    from logbus.coordinator.coordinator import OffsetCommit
+    from logbus.coordinator.records import OffsetKey, OffsetValue
+    from logbus.coordinator.store import encode_entry
+    from logbus.protocol.records import build_batch, validate_batches
+
+    async def write() -> None:
+        async with coordinator_env(Path(data_dir)) as env:
+            await env.coordinator.store.metadata.create_topic(topic, 1, 1, {})
+            partition = env.coordinator.store.partition(0)
+            bulk = build_batch([encode_entry(OffsetKey("bulk", topic, p), OffsetValue(p, -1, "", 0, -1))
+                                for p in range(1000)], 0)
+            for _ in range(copies):
+                data = bytearray(bulk)
+                partition.append_as_leader(data, validate_batches(data), acks=-1)
+            errors = await env.coordinator.commit_offsets(group, -1, "", None, [OffsetCommit(topic, 0, 1234, -1, "")])
+            assert errors == [ErrorCode.none]
+
+    asyncio.run(write())
+
+
+def test_big_consumer_offsets_loads_in_the_background_while_other_requests_are_served(tmp_path: Path) -> None:
+    from helpers import RawConnection as Connection
+    from helpers import raw_produce
+
+    from logbus.protocol.records import build_batch
+
+    topic, group = "load-topic", "load-group"
+    data_dir = str(tmp_path / "data")
+    _write_big_offsets_partition(data_dir, topic, group, copies=400)  # 400k records, ~20 MB
+    with running_broker(config={"offsets.topic.num.partitions": "1"}, data_dir=data_dir) as process, \
+            Connection(process.bootstrap) as connection:
+        def join_error() -> int:
+            return connection.call(11, 9, **join_fields(group)).error_code
+
+        assert join_error() == ErrorCode.coordinator_load_in_progress
+        began = time.monotonic()
+        latencies = []
+        for i in range(5):
+            sent = time.monotonic()
+            assert connection.call(3, 1, topics=None).brokers  # Metadata
+            assert raw_produce(connection, topic, build_batch([(None, b"during the load")], 0)) == (0, i)
+            latencies.append(time.monotonic() - sent)
+        assert join_error() == ErrorCode.coordinator_load_in_progress  # so both were served during the load
+        wait_until(lambda: join_error() == ErrorCode.member_id_required, 60, message="the load to finish")
+        loaded_in = time.monotonic() - began
+        reply = connection.call(9, 1, group_id=group, topics=(_fetch_topic_v1(topic, (0,)),))
+        assert reply.topics[0].partitions[0].committed_offset == 1234  # the last record was loaded too
+        print(f"Metadata + Produce answered in {[round(t * 1000) for t in latencies]} ms, load {loaded_in:.1f} s")

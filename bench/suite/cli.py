@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_from:
         with open(args.report_from, encoding="utf-8") as handle:
             saved = json.load(handle)
-        print(report.write(saved["results"], saved["notes"], saved.get("header", []), args.out, args.raw))
+        print(report.write(saved["results"], saved["notes"], saved.get("header", []), args.out, args.raw,
+                           saved.get("mode")))
         return 0
     tools = install.ensure_all(say)
     if args.install_only:
@@ -114,6 +115,6 @@ def main(argv: list[str] | None = None) -> int:
             PHASES[phase](runner)
         else:
             PHASES[phase](runner, tools)
-    path = report.write(runner.results, runner.notes, top, args.out, args.raw)
+    path = report.write(runner.results, runner.notes, top, args.out, args.raw, "quick" if args.quick else "full")
     runner.say(f"done; results in {path}")
     return 0

@@ -13,6 +13,8 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.suite.rates import transfer_seconds
+
 PRODUCER_CONFIG = {"linger.ms": "5", "batch.size": "1000000", "queue.buffering.max.messages": "1000000",
                    "queue.buffering.max.kbytes": "1048576", "compression.codec": "none"}
 # receive.message.max.bytes at its maximum: noida-db 0.2.3 ignores the fetch size limits and answers with
@@ -120,7 +122,8 @@ def consume(tool: str, bootstrap: str, topic: str, count: int, size: int, timeou
 
     rdkafka_performance's own clock starts at the first record *received*: a server that answers the
     first fetch with the whole backlog gets its transfer for free. With `startup_s` (see
-    `startup_seconds`) the rate is over the process' wall time less that fixed start-up instead.
+    `startup_seconds`) the rate is over the process' wall time less that start-up instead, but never
+    over less than the first-record clock (`rates.transfer_seconds`).
     """
     where = ["-G", group, "-X", "auto.offset.reset=earliest"] if group else ["-p", "0", "-o", "beginning"]
     args = ["-C", "-t", topic, "-b", bootstrap, "-c", str(count), *where, *_settings(CONSUMER_CONFIG)]
@@ -129,7 +132,7 @@ def consume(tool: str, bootstrap: str, topic: str, count: int, size: int, timeou
     if row.get("msgs", 0) < count:
         raise LoadError(f"consume: {row or output[-500:]}")
     first_record_s = row["elapsed"] / 1000 if row.get("elapsed") else wall
-    seconds = wall - startup_s if startup_s is not None else first_record_s
+    seconds = transfer_seconds(wall, startup_s, first_record_s)
     return {"records_s": count / seconds, "mb_s": count * size / seconds / 1e6, "seconds": seconds, "records": count,
             "first_record_records_s": count / first_record_s}
 

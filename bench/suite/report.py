@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.suite import rates  # noqa: E402
 from bench.suite.profile import summarise  # noqa: E402
 
 KAFKA_PEERS = ("tansu", "noida")
@@ -173,9 +174,26 @@ def _bar_chart(table: dict, workload: str, metric: str, title: str, ylabel: str,
     plt.close(fig)
 
 
-def write(results: list[dict], notes: list[str], header: list[str], out_dir: str, raw_dir: str) -> str:
-    """Write results.md and the charts to `out_dir`, every single run to `raw_dir`/results.json."""
+def run_mode(header: list[str]) -> str:
+    """"full" or "quick", from the header line `cli.header` writes (results.json of older runs)."""
+    title = header[0] if header else ""
+    return "quick" if "(quick mode)" in title else "full" if "(full mode)" in title else "unknown"
+
+
+def write(results: list[dict], notes: list[str], header: list[str], out_dir: str, raw_dir: str,
+          mode: str | None = None) -> str:
+    """Write results.md and the charts to `out_dir`, every single run to `raw_dir`/results.json.
+
+    Impossible figures are flagged first (`rates.flag_all`); every table says which kind of run it
+    comes from (`mode`: "quick" or "full"), as a quick run flatters systems that defer work."""
     os.makedirs(out_dir, exist_ok=True)
+    mode = mode or run_mode(header)
+    results = rates.flag_all(results)
+    flagged = sum(1 for row in results if "flagged" in row)
+    flagged_note = (f"{flagged} run(s) gave an impossible figure (negative, or above the machine's measured "
+                    "limits) and are flagged in the notes column instead of counted")
+    if flagged and flagged_note not in notes:
+        notes = [*notes, flagged_note]
     table = aggregate(results)
     charts = [("produce", "records_s", "Produce throughput (median, min–max)", "records/s", True),
               ("consume", "mb_s", "Consume a backlog from the start", "MB/s", False),
@@ -186,11 +204,12 @@ def write(results: list[dict], notes: list[str], header: list[str], out_dir: str
     for workload, metric, title, ylabel, log in charts:
         _bar_chart(table, workload, metric, title, ylabel,
                    os.path.join(out_dir, f"{workload.replace(' ', '-')}.png"), log)
-    lines = [*header, "", "## Targets (ratios from this run)", "", *targets(table), "",
-             "## Throughput", "", *throughput_table(table, ("produce", "consume", "fan-out", "large-log fill",
-                                                              "large log", "machine",
-                                                              "profiled (py-spy)")),
-             "", "## End-to-end latency (100 B records, consumer and producer in separate processes)", "",
+    lines = [*header, "", f"## Targets (ratios from this {mode} run)", "", *targets(table), "",
+             f"## Throughput ({mode} run)", "",
+             *throughput_table(table, ("produce", "consume", "fan-out", "large-log fill", "large log", "machine",
+                                       "profiled (py-spy)")),
+             "", f"## End-to-end latency ({mode} run; 100 B records, consumer and producer in separate processes)",
+             "",
              *latency_table(table), ""]
     profiles = sorted(name for name in os.listdir(raw_dir) if name.startswith("profile-") and name.endswith(".txt"))
     for name in profiles:
@@ -203,5 +222,5 @@ def write(results: list[dict], notes: list[str], header: list[str], out_dir: str
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("\n".join(lines))
     with open(os.path.join(raw_dir, "results.json"), "w", encoding="utf-8") as handle:
-        json.dump({"header": header, "results": results, "notes": notes}, handle, indent=1)
+        json.dump({"header": header, "mode": mode, "results": results, "notes": notes}, handle, indent=1)
     return path

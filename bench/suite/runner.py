@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.suite import rates
 from bench.suite.procmon import cpu_seconds, rss_mib
 
 
@@ -66,7 +67,8 @@ class Runner:
             self.say("note: " + text)
 
     def measure(self, labels: dict, server_pid: int | None, step: Callable[[], dict]) -> dict | None:
-        """Run one step, recording its metrics with client and server CPU; failures become a noted error row."""
+        """Run one step, recording its metrics with client and server CPU; failures become a noted error row,
+        and so do impossible figures (`rates.flag`: a step returning one is not a failure of the system)."""
         self.steps += 1
         title = " ".join(f"{value}" for value in labels.values())
         if self.time_left() <= 0:
@@ -94,8 +96,9 @@ class Runner:
         if server_pid:
             row["server_cpu_s"] = cpu_seconds(server_pid) - server_before
             row["server_rss_mib"] = rss.peak
+        row = rates.flag(row, rates.Limits.from_results(self.results))
         self.results.append(row)
-        self.say(f"{title}: {_summary(row)}")
+        self.say(f"{title}: {row['error'] if 'error' in row else _summary(row)}")
         return row
 
 

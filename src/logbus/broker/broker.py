@@ -13,7 +13,7 @@ import socket
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..config import BrokerConfig
-from ..coordinator import GroupCoordinator
+from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import Connections, Listener
@@ -34,7 +34,10 @@ class Broker:
         self.metadata = metadata or EmbeddedMetadataStore(data_dir, broker_id)
         self.logs = LogManager(data_dir, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
-        self.group_coordinator = GroupCoordinator(self)
+        clock = LoopClock()
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
+        )
         self.metadata_cache: dict[int, RawResponse] = {}
         self.connections = Connections(config)
         self.stopping = False

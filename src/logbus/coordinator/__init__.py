@@ -1,7 +1,7 @@
 """Coordinators: consumer groups (classic protocol) and, later, transactions.
 
-The broker creates its `GroupCoordinator` and starts it (loading the groups of its
-__consumer_offsets partitions, scheduling offset expiry) before it listens; API handlers reach
+The broker creates its `GroupCoordinator` and starts it (starting the background load of the
+groups of its __consumer_offsets partitions, scheduling offset expiry) before it listens; API handlers reach
 it through `group_coordinator(broker)`.
 """
 
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .coordinator import GroupCoordinator
+from .clock import Clock, LoopClock
+from .coordinator import GroupConfig, GroupCoordinator
+from .store import OffsetsTopic
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
 
-__all__ = ["GroupCoordinator", "group_coordinator"]
+__all__ = ["Clock", "GroupConfig", "GroupCoordinator", "LoopClock", "OffsetsTopic", "group_coordinator"]
 
 
 def group_coordinator(broker: Broker) -> GroupCoordinator:

@@ -10,8 +10,11 @@ Semantics follow Kafka's GroupCoordinator for classic groups (see `group.py` for
   while members keep arriving (Kafka's InitialDelayedJoin). Members that did not rejoin are
   removed. The leader gets every member's subscription and hands the assignment out through
   SyncGroup; the group is Stable once the leader's SyncGroup is written to __consumer_offsets.
-- Sessions are asyncio timers (no polling): a member silent for its session timeout is removed
-  and the group rebalances. Requests waiting for a rebalance are futures.
+- Sessions are timers of the injected `Clock` (no polling; the event loop's in production): a
+  member silent for its session timeout is removed and the group rebalances. Once a join
+  completes, members that have not sent SyncGroup within the rebalance timeout are removed too
+  (Kafka's pending-sync expiry), so one member that heartbeats but never syncs cannot hold the
+  group. Requests waiting for a rebalance are futures.
 - State lives in memory and in `__consumer_offsets` (records as Kafka writes them); a
   partition's groups are rebuilt from its records when the coordinator starts.
 - Offsets of Empty groups expire after `offsets.retention.minutes` (counted from when the group
@@ -22,6 +25,7 @@ Semantics follow Kafka's GroupCoordinator for classic groups (see `group.py` for
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Coroutine
@@ -31,12 +35,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
+from .clock import Clock, Timer
 from .group import ClassicGroup, GroupState, JoinResult, Member
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue, partition_for_group
-from .store import Entry, OffsetsTopic, now_ms
+from .store import Entry, OffsetsTopic
 
 if TYPE_CHECKING:
-    from ..broker.broker import Broker
+    from ..config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +81,44 @@ class FetchedOffset:
     error: ErrorCode = ErrorCode.none
 
 
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The broker config values the coordinator uses (Kafka's keys, in ms)."""
+
+    min_session_ms: int
+    max_session_ms: int
+    initial_delay_ms: int
+    max_group_size: int
+    retention_ms: int
+    retention_check_ms: int
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
+        return cls(
+            min_session_ms=config["group.min.session.timeout.ms"],
+            max_session_ms=config["group.max.session.timeout.ms"],
+            initial_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_group_size=config["group.max.size"],
+            retention_ms=config["offsets.retention.minutes"] * 60_000,
+            retention_check_ms=config["offsets.retention.check.interval.ms"],
+        )
+
+
 class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        config = broker.config
-        self.broker = broker
-        self.store = OffsetsTopic(broker)
+    def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
         self.loaded_partitions: set[int] = set()
-        self.min_session_ms: int = config["group.min.session.timeout.ms"]
-        self.max_session_ms: int = config["group.max.session.timeout.ms"]
-        self.initial_delay_ms: int = config["group.initial.rebalance.delay.ms"]
-        self.max_group_size: int = config["group.max.size"]
-        self.retention_ms: int = config["offsets.retention.minutes"] * 60_000
-        self.retention_check_ms: int = config["offsets.retention.check.interval.ms"]
-        self._expiry_timer: asyncio.TimerHandle | None = None
+        self.min_session_ms = config.min_session_ms
+        self.max_session_ms = config.max_session_ms
+        self.initial_delay_ms = config.initial_delay_ms
+        self.max_group_size = config.max_group_size
+        self.retention_ms = config.retention_ms
+        self.retention_check_ms = config.retention_check_ms
+        self._expiry_timer: Timer | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._loading: dict[int, asyncio.Task] = {}  # partition index -> its load
 
     # ================================================================ lifecycle
 
@@ -98,12 +126,14 @@ class GroupCoordinator:
         """Rebuild the groups of every __consumer_offsets partition this broker leads; start expiry."""
         if self.store.exists():
             for index in range(self.store.partition_count()):
-                self._load_if_needed(index)
+                self._ensure_loaded(index)
         self._schedule_expiry()
 
     def stop(self) -> None:
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
+        for task in list(self._loading.values()):
+            task.cancel()
         for group in self.groups.values():
             self._cancel_timers(group)
 
@@ -118,7 +148,8 @@ class GroupCoordinator:
         partition = self.store.partition(index)
         if partition is None or not partition.is_leader:
             return ErrorCode.not_coordinator
-        self._load_if_needed(index)
+        if not self._ensure_loaded(index):
+            return ErrorCode.coordinator_load_in_progress
         return None
 
     # ================================================================ JoinGroup
@@ -135,7 +166,7 @@ class GroupCoordinator:
         if group is None:
             if request.member_id:
                 return JoinResult(ErrorCode.unknown_member_id, request.member_id)
-            group = self.groups[request.group_id] = ClassicGroup(request.group_id, state_timestamp=now_ms())
+            group = self.groups[request.group_id] = ClassicGroup(request.group_id, state_timestamp=self.clock.now_ms())
         if group.is_in(GroupState.DEAD):
             return JoinResult(ErrorCode.coordinator_not_available, request.member_id)
         if not group.supports(request.protocol_type, request.protocols):
@@ -250,20 +281,16 @@ class GroupCoordinator:
                 if member.awaiting_sync:
                     member.sync_waiter.set_result((ErrorCode.rebalance_in_progress, b""))
         was_empty = group.is_in(GroupState.EMPTY)
-        group.transition(GroupState.PREPARING_REBALANCE, now_ms())
+        group.transition(GroupState.PREPARING_REBALANCE, self.clock.now_ms())
         self._cancel_join_timer(group)
-        loop = asyncio.get_running_loop()
+        self._cancel_sync_timer(group)
         if was_empty and self.initial_delay_ms > 0:
             group.new_member_added = False
             group.in_initial_delay = True
             remaining = max(group.max_rebalance_timeout_ms() - self.initial_delay_ms, 0)
-            group.join_timer = loop.call_later(
-                self.initial_delay_ms / 1000, self._on_initial_delay, group, remaining
-            )
+            group.join_timer = self.clock.call_later(self.initial_delay_ms, self._on_initial_delay, group, remaining)
             return
-        group.join_timer = loop.call_later(
-            group.max_rebalance_timeout_ms() / 1000, self._complete_join, group
-        )
+        group.join_timer = self.clock.call_later(group.max_rebalance_timeout_ms(), self._complete_join, group)
         self._maybe_complete_join(group)
 
     def _on_initial_delay(self, group: ClassicGroup, remaining_ms: int) -> None:
@@ -271,8 +298,8 @@ class GroupCoordinator:
         if group.new_member_added and remaining_ms > 0:
             group.new_member_added = False
             delay = min(self.initial_delay_ms, remaining_ms)
-            group.join_timer = asyncio.get_running_loop().call_later(
-                delay / 1000, self._on_initial_delay, group, max(remaining_ms - delay, 0)
+            group.join_timer = self.clock.call_later(
+                delay, self._on_initial_delay, group, max(remaining_ms - delay, 0)
             )
             return
         group.join_timer = None
@@ -292,7 +319,7 @@ class GroupCoordinator:
             self._cancel_session(member)
             group.remove(member.member_id)
         group.generation += 1
-        now = now_ms()
+        now = self.clock.now_ms()
         if group.is_empty:
             group.protocol_name = None
             group.transition(GroupState.EMPTY, now)
@@ -305,6 +332,34 @@ class GroupCoordinator:
             member.assignment = b""
             member.join_waiter.set_result(self._join_result(group, member))
             self._reset_session(group, member)
+        self._schedule_pending_sync(group)
+
+    def _schedule_pending_sync(self, group: ClassicGroup) -> None:
+        """Kafka's DelayedSync: who has not sent SyncGroup within the rebalance timeout is removed."""
+        self._cancel_sync_timer(group)
+        group.pending_sync = set(group.members)
+        group.sync_timer = self.clock.call_later(
+            group.max_rebalance_timeout_ms(), self._on_pending_sync_expired, group, group.generation
+        )
+
+    def _on_pending_sync_expired(self, group: ClassicGroup, generation: int) -> None:
+        group.sync_timer = None
+        if group.generation != generation or not group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        missing = [group.members[member_id] for member_id in group.pending_sync if member_id in group.members]
+        if not missing:
+            return
+        log.info("group %s: members %s did not sync generation %d in time", group.group_id,
+                 [m.member_id for m in missing], generation)
+        for member in missing:
+            self._remove_member_and_rebalance(group, member)
+
+    @staticmethod
+    def _cancel_sync_timer(group: ClassicGroup) -> None:
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+        group.pending_sync.clear()
 
     # ================================================================ SyncGroup
 
@@ -325,6 +380,7 @@ class GroupCoordinator:
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return ErrorCode.rebalance_in_progress, b"", group
         self._reset_session(group, member)
+        self._mark_synced(group, member_id)
         if group.is_in(GroupState.STABLE):
             return ErrorCode.none, member.assignment, group
         waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
@@ -348,7 +404,12 @@ class GroupCoordinator:
             for member in group.members.values():
                 if member.awaiting_sync:
                     member.sync_waiter.set_result((ErrorCode.none, member.assignment))
-            group.transition(GroupState.STABLE, now_ms())
+            group.transition(GroupState.STABLE, self.clock.now_ms())
+
+    def _mark_synced(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            self._cancel_sync_timer(group)
 
     @staticmethod
     def _fail_sync_waiters(group: ClassicGroup, code: ErrorCode) -> None:
@@ -435,8 +496,8 @@ class GroupCoordinator:
 
     def _reset_session(self, group: ClassicGroup, member: Member) -> None:
         self._cancel_session(member)
-        member.session_timer = asyncio.get_running_loop().call_later(
-            member.session_timeout_ms / 1000, self._on_session_expired, group, member.member_id
+        member.session_timer = self.clock.call_later(
+            member.session_timeout_ms, self._on_session_expired, group, member.member_id
         )
 
     @staticmethod
@@ -462,7 +523,7 @@ class GroupCoordinator:
                 group.pending_members.discard(member_id)
                 self._maybe_complete_join(group)
 
-        asyncio.get_running_loop().call_later(session_ms / 1000, expire)
+        self.clock.call_later(session_ms, expire)
 
     def _cancel_join_timer(self, group: ClassicGroup) -> None:
         if group.join_timer is not None:
@@ -472,6 +533,7 @@ class GroupCoordinator:
 
     def _cancel_timers(self, group: ClassicGroup) -> None:
         self._cancel_join_timer(group)
+        self._cancel_sync_timer(group)
         for member in group.members.values():
             self._cancel_session(member)
 
@@ -484,7 +546,7 @@ class GroupCoordinator:
         if error is not None:
             return [error] * len(commits)
         group = self.groups[group_id]
-        now = now_ms()
+        now = self.clock.now_ms()
         errors: list[ErrorCode] = []
         entries: list[Entry] = []
         for commit in commits:
@@ -516,7 +578,7 @@ class GroupCoordinator:
         if group is None:
             if generation >= 0:
                 return ErrorCode.illegal_generation
-            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms())
+            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
             return None
         if group.is_in(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
@@ -610,7 +672,7 @@ class GroupCoordinator:
         entries: list[Entry] = [(OffsetKey(group.group_id, *key), None) for key in group.offsets]
         entries.append((GroupKey(group.group_id), None))
         await self.store.append(self.partition_for(group.group_id), entries)
-        group.transition(GroupState.DEAD, now_ms())
+        group.transition(GroupState.DEAD, self.clock.now_ms())
         self._cancel_timers(group)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
@@ -618,13 +680,13 @@ class GroupCoordinator:
     # ================================================================ expiry
 
     def _schedule_expiry(self) -> None:
-        self._expiry_timer = asyncio.get_running_loop().call_later(
-            self.retention_check_ms / 1000, lambda: self._spawn(self._expire_offsets())
+        self._expiry_timer = self.clock.call_later(
+            self.retention_check_ms, lambda: self._spawn(self._expire_offsets())
         )
 
     async def _expire_offsets(self) -> None:
         try:
-            now = now_ms()
+            now = self.clock.now_ms()
             for group in list(self.groups.values()):
                 await self._expire_group_offsets(group, now)
         finally:
@@ -677,28 +739,57 @@ class GroupCoordinator:
         except KafkaApiError as exc:
             log.warning("could not store group %s: %s", group.group_id, exc)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
-    def _load_if_needed(self, index: int) -> None:
-        """Rebuild the groups of partition `index` from its records (once)."""
+    def _ensure_loaded(self, index: int) -> bool:
+        """True once partition `index`'s groups are in memory; otherwise start loading it (once).
+
+        An empty partition is loaded at once; others load in the background, a chunk at a time,
+        and their groups' requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile, as in Kafka.
+        """
+        if index in self.loaded_partitions:
+            return True
         partition = self.store.partition(index)
-        if index in self.loaded_partitions or partition is None or not partition.is_leader:
-            return
-        self.loaded_partitions.add(index)
+        if partition is None or not partition.is_leader:
+            return False
+        if self.store.is_empty(index):
+            self.loaded_partitions.add(index)
+            return True
+        if index not in self._loading:
+            task = self._spawn(self._load(index))
+            self._loading[index] = task
+            task.add_done_callback(functools.partial(self._on_load_done, index))
+        return False
+
+    def _on_load_done(self, index: int, task: asyncio.Task) -> None:
+        """A failed load (a read error) is logged; the next request for one of its groups retries it."""
+        self._loading.pop(index, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cannot load the groups of %s: %r", self.store.partition(index), task.exception())
+
+    @property
+    def loading(self) -> bool:
+        """Is any partition's group state still being read (ListGroups answers LOAD_IN_PROGRESS)."""
+        return bool(self._loading)
+
+    async def _load(self, index: int) -> None:
+        """Rebuild the groups of partition `index` from its records."""
         offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         metadata: dict[str, GroupValue | None] = {}
-        for key, value in self.store.read_all(index):
-            if isinstance(key, OffsetKey):
-                group_offsets = offsets.setdefault(key.group, {})
-                if value is None:
-                    group_offsets.pop((key.topic, key.partition), None)
+        async for entries in self.store.read_latest(index):
+            for key, value in entries:
+                if isinstance(key, OffsetKey):
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if value is None:
+                        group_offsets.pop((key.topic, key.partition), None)
+                    else:
+                        group_offsets[(key.topic, key.partition)] = value
                 else:
-                    group_offsets[(key.topic, key.partition)] = value
-            else:
-                metadata[key.group] = value
+                    metadata[key.group] = value
         for group_id in set(offsets) | set(metadata):
             record = metadata.get(group_id)
             if record is None and not offsets.get(group_id):
@@ -706,10 +797,11 @@ class GroupCoordinator:
             group = self._group_from_record(group_id, record)
             group.offsets = offsets.get(group_id, {})
             self.groups[group_id] = group
-        log.info("loaded %s: %d groups in total", partition, len(self.groups))
+        self.loaded_partitions.add(index)
+        log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
 
     def _group_from_record(self, group_id: str, record: GroupValue | None) -> ClassicGroup:
-        group = ClassicGroup(group_id, state_timestamp=now_ms())
+        group = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
         if record is None:
             return group
         group.generation = record.generation

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .clock import Timer
 from .records import GroupValue, MemberValue, OffsetValue
 
 
@@ -58,7 +59,7 @@ class Member:
     assignment: bytes = b""
     join_waiter: asyncio.Future[JoinResult] | None = None
     sync_waiter: asyncio.Future[tuple[int, bytes]] | None = None
-    session_timer: asyncio.TimerHandle | None = None
+    session_timer: Timer | None = None
     is_new: bool = False  # joined during the current rebalance (new-member join timeout applies)
 
     @property
@@ -95,7 +96,9 @@ class ClassicGroup:
     pending_members: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
     state_timestamp: int = -1  # ms when the state last changed (Kafka's currentStateTimestamp)
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
-    join_timer: asyncio.TimerHandle | None = None
+    join_timer: Timer | None = None
+    pending_sync: set[str] = field(default_factory=set)  # joined this generation, no SyncGroup yet
+    sync_timer: Timer | None = None  # removes `pending_sync` members after the rebalance timeout
     new_member_added: bool = False  # during the initial delayed join
     in_initial_delay: bool = False  # waiting group.initial.rebalance.delay.ms: no early completion
 
@@ -127,6 +130,7 @@ class ClassicGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.pending_sync.discard(member_id)
         if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
@@ -146,6 +150,9 @@ class ClassicGroup:
         member.member_id = new_member_id
         self.members[new_member_id] = member
         self.static_members[instance_id] = new_member_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_member_id)
         if self.leader_id == old_id:
             self.leader_id = new_member_id
         return member

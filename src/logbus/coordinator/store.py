@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -36,28 +35,33 @@ from .records import (
 )
 
 if TYPE_CHECKING:
-    from ..broker.broker import Broker
+    from ..cluster.metadata import MetadataStore
+    from ..cluster.replica_manager import ReplicaManager
+    from ..config import BrokerConfig
+    from .clock import Clock
 
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 1 << 20
+LOAD_CHUNK_BYTES = 16 * 1024  # load steps of a few ms each on the event loop
+LOAD_DECODE_STEP = 512
 
 Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class OffsetsTopic:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.num_partitions: int = broker.config["offsets.topic.num.partitions"]
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore, replicas: ReplicaManager,
+                 clock: Clock) -> None:
+        self.metadata = metadata
+        self.replicas = replicas
+        self.clock = clock
+        self.num_partitions: int = config["offsets.topic.num.partitions"]
+        self.replication_factor: int = config["offsets.topic.replication.factor"]
+        self.segment_bytes: int = config["offsets.topic.segment.bytes"]
         self._creation: asyncio.Task | None = None
 
     def exists(self) -> bool:
-        return self.broker.metadata.topic(TOPIC) is not None
+        return self.metadata.topic(TOPIC) is not None
 
     async def create(self) -> None:
         """Create the topic (idempotent), as Kafka does on the first FindCoordinator.
@@ -75,14 +79,12 @@ class OffsetsTopic:
 
     async def _create(self) -> str | None:
         """Create the topic; on a disk error return why (a caller that hung up must not leak it)."""
-        config = self.broker.config
-        replication = min(config["offsets.topic.replication.factor"], len(self.broker.metadata.brokers()))
+        replication = min(self.replication_factor, len(self.metadata.brokers()))
         configs = {
-            "cleanup.policy": "compact", "compression.type": "producer",
-            "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(self.segment_bytes),
         }
         try:
-            await self.broker.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
+            await self.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
                                                     internal=True)
         except TopicExistsError:
             pass
@@ -92,14 +94,14 @@ class OffsetsTopic:
         return None
 
     def partition_count(self) -> int:
-        topic = self.broker.metadata.topic(TOPIC)
+        topic = self.metadata.topic(TOPIC)
         return len(topic.partitions) if topic is not None else self.num_partitions
 
     def partition(self, index: int) -> Partition | None:
-        return self.broker.replicas.get(TOPIC, index)
+        return self.replicas.get(TOPIC, index)
 
     def leader_of(self, index: int) -> int | None:
-        topic = self.broker.metadata.topic(TOPIC)
+        topic = self.metadata.topic(TOPIC)
         if topic is None or index >= len(topic.partitions):
             return None
         return topic.partitions[index].leader
@@ -111,7 +113,7 @@ class OffsetsTopic:
         partition = self.partition(index)
         if partition is None:
             raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
-        data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], now_ms()))
+        data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], self.clock.now_ms()))
         try:
             partition.append_as_leader(data, validate_batches(data), acks=-1)
         except NotLeaderError as exc:
@@ -120,12 +122,42 @@ class OffsetsTopic:
             raise KafkaApiError(ErrorCode.coordinator_not_available, str(exc)) from None
         except OSError as exc:
             raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
-        await self.broker.replicas.flush_if_due(partition)
+        await self.replicas.flush_if_due(partition)
 
     # ------------------------------------------------------------ reads
 
-    def read_all(self, index: int) -> Iterator[Entry]:
-        """Every record of partition `index` in offset order (unknown kinds skipped)."""
+    def is_empty(self, index: int) -> bool:
+        partition = self.partition(index)
+        return partition is None or partition.log.log_start_offset >= partition.log.log_end_offset
+
+    async def read_latest(self, index: int) -> AsyncIterator[list[Entry]]:
+        """The last record of each key of partition `index` (a tombstone as `(key, None)`), in chunks.
+
+        The partition is scanned `LOAD_CHUNK_BYTES` at a time keeping each key's last value
+        undecoded (most records of a busy group are overwritten commits), then the survivors are
+        decoded `LOAD_DECODE_STEP` at a time; the loop gets a turn between steps, so a big
+        partition loads without stalling the broker's other clients.
+        """
+        latest: dict[bytes, bytes | None] = {}
+        async for records in self._read_chunks(index):
+            for key, value in records:
+                latest[_canonical_key(key)] = value
+        items = list(latest.items())
+        latest.clear()
+        for start in range(0, len(items), LOAD_DECODE_STEP):
+            entries: list[Entry] = []
+            for key, value in items[start : start + LOAD_DECODE_STEP]:
+                try:
+                    entry = decode_entry(key, value)
+                except (RecordFormatError, UnicodeDecodeError):
+                    continue
+                if entry is not None:
+                    entries.append(entry)
+            yield entries
+            await asyncio.sleep(0)
+
+    async def _read_chunks(self, index: int) -> AsyncIterator[list[tuple[bytes, bytes | None]]]:
+        """The keyed records of partition `index` in offset order, one chunk of log at a time."""
         partition = self.partition(index)
         if partition is None:
             return
@@ -137,24 +169,20 @@ class OffsetsTopic:
                 return
             data = fetched.slice.read()
             start = offset
+            records: list[tuple[bytes, bytes | None]] = []
             for header in iter_headers(data):
                 if not header.is_control:
-                    yield from _decode_batch(data, header)
+                    records.extend((r.key, r.value) for r in iter_records(data, header) if r.key is not None)
                 offset = header.next_offset
             if offset == start:  # nothing whole was read: a damaged tail; stop there
                 return
+            yield records
+            await asyncio.sleep(0)
 
 
-def _decode_batch(data: bytes, header: object) -> Iterator[Entry]:
-    for record in iter_records(data, header):
-        if record.key is None:
-            continue
-        try:
-            entry = decode_entry(record.key, record.value)
-        except (RecordFormatError, UnicodeDecodeError):
-            continue
-        if entry is not None:
-            yield entry
+def _canonical_key(key: bytes) -> bytes:
+    """OffsetCommitKey v0 and v1 have one layout: the same offset under either version is one key."""
+    return b"\x00\x01" + key[2:] if key[:2] == b"\x00\x00" else key
 
 
 def encode_entry(key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None) -> tuple[bytes, bytes | None]:

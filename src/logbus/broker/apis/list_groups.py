@@ -1,6 +1,8 @@
 """ListGroups (key 16): serves v0–v5.
 
-Every group this broker coordinates (Dead ones excluded). v4+ filters by state names
+Every group this broker coordinates (Dead ones excluded); while a `__consumer_offsets`
+partition is still loading, the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers.
+v4+ filters by state names
 (case-insensitive) and reports each group's state; v5+ filters by type and reports it
 ("classic": the only type served here).
 """
@@ -26,11 +28,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
+    coordinator = group_coordinator(ctx.broker)
     listed = []
     if not types or GROUP_TYPE in types:
-        for group in group_coordinator(ctx.broker).list_groups():
+        for group in coordinator.list_groups():
             if states and group.state.value.lower() not in states:
                 continue
             listed.append(make(module.ListedGroup, group_id=group.group_id, protocol_type=group.protocol_type or "",
                                group_state=group.state.value, group_type=GROUP_TYPE))
-    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, groups=tuple(listed))
+    error = ErrorCode.coordinator_load_in_progress if coordinator.loading else ErrorCode.none
+    return make(response_class(API_KEY, ctx.api_version), error_code=error, groups=tuple(listed))

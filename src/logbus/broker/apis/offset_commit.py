@@ -17,7 +17,6 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...coordinator.coordinator import OffsetCommit
-from ...coordinator.store import now_ms
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 
@@ -42,8 +41,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
     retention = getattr(request, "retention_time", None)  # a timedelta in kio; -1 ms: the broker's
     retention_ms = NO_RETENTION if retention is None else round(retention.total_seconds() * 1000)
-    expire_at = now_ms() + retention_ms if retention_ms != NO_RETENTION else -1
-    results = await group_coordinator(ctx.broker).commit_offsets(
+    coordinator = group_coordinator(ctx.broker)
+    expire_at = coordinator.clock.now_ms() + retention_ms if retention_ms != NO_RETENTION else -1
+    results = await coordinator.commit_offsets(
         request.group_id, request.generation_id_or_member_epoch, request.member_id or "",
         getattr(request, "group_instance_id", None), commits, expire_at,
     ) if commits else []
