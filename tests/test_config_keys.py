@@ -90,6 +90,20 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "message.max.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
     "socket.request.max.bytes": ("test_bad_requests.py::test_frame_just_under_the_limit_is_served",),
     "socket.sendfile": ("test_storage.py::test_sendfile_is_for_readers_off_this_host",),
+    "queued.max.request.bytes": (
+        "test_connections.py::test_queued_max_request_bytes_stops_reading_until_the_bytes_drain",
+    ),
+    "max.connections": ("test_connections.py::test_max_connections_closes_new_connections_over_the_limit",),
+    "max.connections.per.ip": ("test_connections.py::test_max_connections_per_ip_counts_each_address_apart",),
+    "connections.max.idle.ms": (
+        "test_connections.py::test_idle_connections_are_closed_after_connections_max_idle_ms",
+    ),
+    "log.message.timestamp.before.max.ms": ("test_validation.py::test_broker_defaults_take_effect",),
+    "log.message.timestamp.after.max.ms": ("test_validation.py::test_broker_defaults_take_effect",),
+    "compression.type": (
+        "test_validation.py::test_topic_compression_type_recompresses",
+        "test_validation.py::test_broker_defaults_take_effect",
+    ),
     "offsets.topic.num.partitions": (
         "test_compaction.py::test_consumer_offsets_are_compacted_and_load_after_a_restart",
     ),
@@ -123,6 +137,11 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "segment.index.bytes": ("test_config_keys.py::test_a_full_offset_index_rolls_the_segment",),
     "max.message.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
     "message.timestamp.type": ("test_client_compat.py::test_log_append_time_topics_are_found_by_the_brokers_time",),
+    "message.timestamp.before.max.ms": ("test_validation.py::test_topic_timestamp_bounds_take_effect",),
+    "message.timestamp.after.max.ms": (
+        "test_validation.py::test_topic_timestamp_bounds_take_effect",
+        "test_validation.py::test_future_timestamps_beyond_the_default_hour_are_invalid_timestamp",
+    ),
     "flush.messages": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
     "flush.ms": ("test_storage.py::test_flush_policy_advances_the_recovery_point",),
     "index.interval.bytes": ("test_storage.py::test_on_disk_layout_uses_kafka_formats",),
