@@ -6,7 +6,9 @@ checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint` (hig
 `<topic>-<partition>/` directory per partition.
 
 Blocking file work (fsync, checkpoint writes) runs in a thread pool so the event loop never
-waits on the disk; different partitions flush in parallel.
+waits on the disk; different partitions flush in parallel. Work no request waits for (a roll's
+producer snapshot, removing deleted segments' files after `file.delete.delay.ms`) runs in
+order in one more thread (`FileJobs`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..config import LogConfig, load_properties
 from . import checkpoints
 from .cleaner import LogCleaner
+from .jobs import FileJobs
 from .log import PartitionLog, now_ms
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,8 @@ class LogManager:
         self.producer_expiration_ms = producer_expiration_ms
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="logbus-io")
+        self._jobs_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbus-files")
+        self.jobs = FileJobs(self._jobs_thread)
         self._tasks: list[asyncio.Task] = []
         self.high_watermarks: dict[tuple[str, int], int] = {}  # as read at start
         self.high_watermark_source: Callable[[], dict[tuple[str, int], int]] = lambda: {}
@@ -132,6 +137,7 @@ class LogManager:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
         key = (topic, partition)
         log_ = PartitionLog(self._path(partition_dir_name(topic, partition)), topic, partition, config)
+        log_.jobs = self.jobs
         cut = log_.load(
             self._recovery_points.get(key, 0), self._log_starts.get(key, 0), self.clean_shutdown
         )
@@ -152,7 +158,7 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.forget((topic, partition))
         if log_ is not None:
-            await log_.delete()
+            await log_.delete(self.run_blocking)
 
     # ------------------------------------------------------------------ background
 
@@ -218,11 +224,13 @@ class LogManager:
                 await task
         if self.cleaner is not None:
             self.cleaner.stop()
+        self.jobs.cancel_delayed()
         await asyncio.gather(*(log_.close(self.run_blocking, True) for log_ in self.logs.values()))
         await self.write_checkpoints()
         with open(self._path(CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
             pass
         self._pool.shutdown(wait=True)
+        self._jobs_thread.shutdown(wait=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None

@@ -333,6 +333,17 @@ class LogSegment:
         self.time_index.close()
         os.close(self._fd)
 
+    def retire(self) -> list[str]:
+        """Rename the files to `.deleted` and close them (Kafka's asynchronous segment delete).
+
+        Readers no longer find the segment; a FileRegion already handed out keeps its own
+        descriptor. Returns the paths, which the caller removes after `file.delete.delay.ms`
+        (a start-up removes any `.deleted` files left).
+        """
+        self.rename_suffix(".deleted")
+        self.close()
+        return [self.offset_index.path, self.time_index.path, self.path]
+
     def delete(self) -> None:
         self.offset_index.delete()
         self.time_index.delete()

@@ -8,8 +8,9 @@ response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
 that the server writes with `sendfile`, so the bytes never pass through Python. When fewer than
-`min_bytes` are ready the request waits up to `max_wait` for the high watermark of any
-partition to move.
+`min_bytes` are ready the request waits up to `max_wait`; as Kafka's DelayedFetch, it reads the
+partitions again only once the high watermarks moved and the bytes appended since could make up
+`min_bytes` (or at the deadline), not on every append.
 read_committed reads up to the last stable offset (the HW while there are no transactions).
 """
 
@@ -37,15 +38,15 @@ SENDFILE_MIN_BYTES = 64 * 1024
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    deadline = asyncio.get_running_loop().time() + request.max_wait.total_seconds()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
     wanted = _wanted(ctx, request)
     while True:
         topics, total, partitions = _read_all(ctx, request, wanted)
-        remaining = deadline - asyncio.get_running_loop().time()
-        if total >= request.min_bytes or remaining <= 0 or not partitions or ctx.broker.stopping:
+        if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
             break
         _close_regions(topics)
-        await _wait_for_data(partitions, remaining)
+        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline)
     return make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
         responses=topics, node_endpoints=(),
@@ -64,18 +65,21 @@ def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None, li
     return result
 
 
-def _read_all(ctx: RequestContext, request: Any, wanted: list) -> tuple[tuple, int, list[Partition]]:
+def _read_all(
+    ctx: RequestContext, request: Any, wanted: list
+) -> tuple[tuple, int, list[tuple[Partition, int]]]:
+    """The answer per topic, the bytes in it, and each hosted partition with its max bytes."""
     module = response_module(API_KEY, ctx.api_version)
     budget = request.max_bytes
     total = 0
-    hosted: list[Partition] = []
+    hosted: list[tuple[Partition, int]] = []
     topics = []
     for topic, name, partitions in wanted:
         answers = []
         for fetch in partitions:
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
-                hosted.append(partition)
+                hosted.append((partition, fetch.partition_max_bytes))
             answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget)
             budget = max(budget - size, 0)
             total += size
@@ -148,6 +152,28 @@ def _answer(
         log_start_offset=log_start, aborted_transactions=None, preferred_read_replica=-1,
         records=records,
     )
+
+
+async def _wait_for_enough(
+    ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float
+) -> None:
+    """Wait until the bytes appended to the partitions since now could make up `missing` bytes
+    (each partition counted up to its max bytes), or the deadline, or the broker stops.
+
+    A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
+    caller then reads for real, which may still find too little (an estimate: bytes appended
+    include batches above the partition's high watermark or before the fetch offset).
+    """
+    loop = asyncio.get_running_loop()
+    start = [partition.appended_bytes for partition, _ in partitions]
+    while (remaining := deadline - loop.time()) > 0 and not ctx.broker.stopping:
+        await _wait_for_data([partition for partition, _ in partitions], remaining)
+        arrived = sum(
+            min(partition.appended_bytes - before, max_bytes)
+            for (partition, max_bytes), before in zip(partitions, start, strict=True)
+        )
+        if arrived >= missing:
+            return
 
 
 async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
