@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from logbus.testing import running_broker
@@ -37,7 +37,7 @@ import sys, time
 from confluent_kafka import Consumer, TopicPartition
 bootstrap, end = sys.argv[1], int(sys.argv[2])
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cold", "enable.auto.commit": False,
-                     "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760, "log_level": 0})
+                     "log_level": 0})
 consumer.assign([TopicPartition("backlog", 0, 0)])
 began, seen, size, deadline = time.perf_counter(), 0, 0, time.monotonic() + 300
 while seen < end and time.monotonic() < deadline:
@@ -55,6 +55,16 @@ def create_topics(bootstrap: str) -> None:
     topics = [NewTopic("backlog", 1, 1, config={"segment.bytes": str(128 * 1024 * 1024)}), NewTopic("control", 1, 1)]
     for future in admin.create_topics(topics, operation_timeout=30).values():
         future.result(30)
+
+
+def create_offsets_topic(bootstrap: str) -> None:
+    """Have the reader's group coordinator (and `__consumer_offsets`) exist before measuring: its
+    creation is not what this benchmark measures."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cold", **QUIET})
+    try:
+        consumer.committed([TopicPartition("backlog", 0)], timeout=60)
+    finally:
+        consumer.close()
 
 
 def write_backlog(bootstrap: str, megabytes: int) -> int:
@@ -136,15 +146,21 @@ def main() -> int:
     parser.add_argument("--backlog-mb", type=int, default=512)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--sendfile", default="remote", choices=("remote", "always", "never"))
+    parser.add_argument("--warm", action="store_true", help="leave the backlog in the page cache (a baseline)")
+    parser.add_argument("--py-spy", metavar="RAW", help="sample the broker during the read into this file (py-spy)")
     args = parser.parse_args()
     with running_broker(config={"socket.sendfile": args.sendfile}) as broker:
         create_topics(broker.bootstrap)
         count = write_backlog(broker.bootstrap, args.backlog_mb)
+        create_offsets_topic(broker.bootstrap)
         alone = summary(control_latencies(broker.bootstrap, args.seconds))
-        cold_bytes = make_cold(broker.data_dir)
+        cold_bytes = make_cold(broker.data_dir) if not args.warm else 0
         cached = cached_fraction(broker.data_dir)
         reader = subprocess.Popen([sys.executable, "-c", READER, broker.bootstrap, str(count)],
                                   stdout=subprocess.PIPE, text=True)
+        if args.py_spy:
+            subprocess.Popen(["py-spy", "record", "--idle", "--threads", "--format", "raw", "-r", "250", "-d", "4",
+                              "-p", str(broker.process.pid), "-o", args.py_spy], stdout=subprocess.DEVNULL)
         try:
             during = summary(control_latencies(broker.bootstrap, args.seconds, stop_early=reader))
             out, _ = reader.communicate(timeout=300)

@@ -40,9 +40,10 @@ from ..protocol.records import (
 from . import checkpoints
 from .jobs import FileJobs
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
-from .segment import LogSegment, ReadSlice, segment_name
+from .segment import FileRegion, LogSegment, ReadSlice, segment_name
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+SCAN_AHEAD_BYTES = 64 * 1024  # past the index interval: the batch holding a fetch offset starts in here
 
 log = logging.getLogger(__name__)
 
@@ -413,6 +414,21 @@ class PartitionLog:
             if max_position is not None:
                 return None
         return None
+
+    def uncached_read_start(self, offset: int) -> FileRegion | None:
+        """The bytes a read from `offset` scans for its first batch, when they are not in the page
+        cache: a region on its own descriptor for a worker thread to read (loading them), so that
+        the read itself does not wait for the disk on the event loop. None when cached or empty.
+        """
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return None
+        segment = self.segments[self._segment_for(offset)]
+        start = segment.offset_index.lookup(offset)
+        size = min(segment.size - start, self.config.index_interval_bytes + SCAN_AHEAD_BYTES)
+        if size <= 0:
+            return None
+        scanned = ReadSlice(segment, start, size)
+        return None if scanned.in_page_cache() else scanned.region()
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record with a timestamp >= `timestamp` (ListOffsets by time)."""
