@@ -10,6 +10,10 @@ The buffer of entries not yet written is shared by the event loop (appends, and 
 each log write) and the fsync worker thread (`fsync` flushes first): one `threading.Lock` per
 file guards buffering, writing and truncating, so no entry is written twice or lost, and the
 buffer is never resized while a thread's `os.write` holds it.
+
+The descriptor can be closed (`close`) while the index stays usable: the entries are in memory,
+and the file is opened again, at its end, the next time an entry is written (a segment whose
+files the log manager's descriptor budget closed; see segment.OpenSegments).
 """
 
 from __future__ import annotations
@@ -34,10 +38,19 @@ class _IndexFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self.existed = os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._open_fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._pending = bytearray()
         self._lock = threading.Lock()  # guards _pending and the file's write position
         self.torn = False  # the file ended in a partial entry (cut off when loading)
+
+    @property
+    def _fd(self) -> int:
+        """The descriptor, opened again (appending at the end) after `close`."""
+        if self._open_fd is None:
+            fd = os.open(self.path, os.O_RDWR)
+            os.lseek(fd, 0, os.SEEK_END)
+            self._open_fd = fd
+        return self._open_fd
 
     def _load_raw(self) -> bytes:
         """The whole entries on disk; a partial last entry is cut off, and appends go after them."""
@@ -71,7 +84,9 @@ class _IndexFile:
 
     def fsync(self) -> None:
         self.flush()
-        os.fsync(self._fd)
+        with self._lock:
+            fd = self._fd
+        os.fsync(fd)
 
     def _rewrite(self, raw: bytes) -> None:
         with self._lock:
@@ -82,13 +97,18 @@ class _IndexFile:
                 os.write(self._fd, raw)
 
     def close(self) -> None:
+        """Write what is buffered and close the descriptor (the index stays usable)."""
         self.flush()
+        self._close_fd()
+
+    def _close_fd(self) -> None:
         with self._lock:
-            os.close(self._fd)
+            if self._open_fd is not None:
+                os.close(self._open_fd)
+                self._open_fd = None
 
     def delete(self) -> None:
-        with self._lock:
-            os.close(self._fd)
+        self._close_fd()
         os.unlink(self.path)
 
     def rename(self, path: str) -> None:

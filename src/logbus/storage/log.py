@@ -40,7 +40,7 @@ from ..protocol.records import (
 from . import checkpoints
 from .jobs import FileJobs
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
-from .segment import FileRegion, LogSegment, ReadSlice, segment_name
+from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice, segment_name
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 SCAN_AHEAD_BYTES = 64 * 1024  # past the index interval: the batch holding a fetch offset starts in here
@@ -79,8 +79,11 @@ def now_ms() -> int:
 
 
 class PartitionLog:
-    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig) -> None:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
+                 clock: Callable[[], int] = now_ms) -> None:
+        """`clock`: wall-clock milliseconds (tests pass their own)."""
         self.directory = directory
+        self.clock = clock
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -92,9 +95,10 @@ class PartitionLog:
         self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset)
         self._epochs_unsynced = False  # the epoch checkpoint was written but not yet fsynced
         self.jobs = FileJobs()  # the log manager gives it a worker thread
+        self.open_segments: OpenSegments | None = None  # the log manager's descriptor budget
         self.io_lock = asyncio.Lock()
         self.unflushed_messages = 0
-        self.last_flush_ms = now_ms()
+        self.last_flush_ms = clock()
         self.deleted = False
 
     # ------------------------------------------------------------------ loading
@@ -234,6 +238,7 @@ class PartitionLog:
             for old in olds:
                 self._retire(old)
             new.rename_suffix("")
+            new.track(self.open_segments)
             if new.size == 0 and at > 0:
                 new.delete()
                 segments[at : at + len(olds)] = []
@@ -260,6 +265,9 @@ class PartitionLog:
 
     def _add_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment.clock = self.clock
+        segment.created_ms = self.clock()
+        segment.track(self.open_segments)
         self.segments.append(segment)
         self._base_offsets.append(base_offset)
         return segment
@@ -298,7 +306,7 @@ class PartitionLog:
         assign_offsets(data, headers, base, leader_epoch)
         append_time = -1
         if self.config.log_append_time:
-            append_time = now_ms()
+            append_time = self.clock()
             set_log_append_time(data, headers, append_time)
         headers = self._reread(data, headers)
         self._maybe_roll(len(data), max(h.max_timestamp for h in headers))
@@ -507,7 +515,7 @@ class PartitionLog:
         Planned under io_lock, as the log cleaner swaps segments under it.
         """
         async with self.io_lock:
-            doomed = self.segments_to_delete(now_ms() if now is None else now)
+            doomed = self.segments_to_delete(self.clock() if now is None else now)
             if not doomed:
                 return 0
             if doomed[-1] is self.active_segment:
@@ -555,12 +563,12 @@ class PartitionLog:
             self.unflushed_messages = 0
             files = self._unsynced_files()
             try:
-                await run_blocking(_fsync_all, segments, files)
+                await _fsync_pinned(run_blocking, segments, files)
             except BaseException:
                 self._epochs_unsynced = self._epochs_unsynced or bool(files)
                 raise
             self.recovery_point = max(self.recovery_point, target)
-            self.last_flush_ms = now_ms()
+            self.last_flush_ms = self.clock()
 
     def _unsynced_files(self) -> list[str]:
         """Files to fsync with the next flush (the leader-epoch checkpoint once a new epoch began).
@@ -576,7 +584,7 @@ class PartitionLog:
         await self.jobs.drain()
         async with self.io_lock:
             if fsync:
-                await run_blocking(_fsync_all, list(self.segments), self._unsynced_files())
+                await _fsync_pinned(run_blocking, list(self.segments), self._unsynced_files())
                 self.recovery_point = self.log_end_offset
             self.producer_state.write_snapshot(self.log_end_offset)
             for segment in self.segments:
@@ -599,6 +607,18 @@ def _unlink_segment_files(directory: str, base_offset: int) -> None:
     for extension in (".log", ".index", ".timeindex"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stem + extension)
+
+
+async def _fsync_pinned(run_blocking: Callable, segments: list[LogSegment], files: Sequence[str]) -> None:
+    """fsync in a worker thread, the segments pinned open meanwhile (the descriptor budget
+    closes segments on the event loop)."""
+    for segment in segments:
+        segment.pin()
+    try:
+        await run_blocking(_fsync_all, segments, files)
+    finally:
+        for segment in segments:
+            segment.unpin()
 
 
 def _fsync_all(segments: list[LogSegment], files: Sequence[str] = ()) -> None:
