@@ -105,6 +105,3 @@ def read_offsets(path: str) -> dict[tuple[str, int], int]:
 def write_epochs(path: str, epochs: list[tuple[int, int]], sync: bool = True) -> None:
     write_lines(path, (f"{epoch} {start}" for epoch, start in epochs), sync)
 
-
-def read_epochs(path: str) -> list[tuple[int, int]]:
-    return _read_parsed(path, 2, lambda epoch, start: (int(epoch), int(start)))

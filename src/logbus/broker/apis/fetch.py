@@ -7,13 +7,12 @@ batch; the client skips the records before its offset), up to `partition_max_byt
 response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-74). Records
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
-that the server writes with `sendfile`, so the bytes never pass through Python. When fewer than
-Records that are not in the page cache (a lagging consumer reading a cold backlog) are read by
-a worker thread through a descriptor of their own, so the event loop never waits on the disk
-for them; they are sent from memory. When fewer than
-`min_bytes` are ready the request waits up to `max_wait`; as Kafka's DelayedFetch, it reads the
-partitions again only once the high watermarks moved and the bytes appended since could make up
-`min_bytes` (or at the deadline), not on every append.
+that the server writes with `sendfile`, so the bytes never pass through Python. Records that
+are not in the page cache (a lagging consumer reading a cold backlog) are read by a worker
+thread through a descriptor of their own and sent from memory, so the event loop does not wait
+on the disk for them. When fewer than `min_bytes` are ready the request waits up to `max_wait`;
+as Kafka's DelayedFetch, it reads the partitions again only once the high watermarks moved and
+the bytes appended since could make up `min_bytes` (or at the deadline), not on every append.
 read_committed reads up to the last stable offset (the HW while there are no transactions).
 """
 
