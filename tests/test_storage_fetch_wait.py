@@ -1,19 +1,21 @@
-"""A fetch that waits for `min_bytes` (Kafka's DelayedFetch), against a real broker process.
-
-The broker wakes such a fetch on every append but reads the partitions again only once the
-bytes appended since could make up `min_bytes`; these tests pin the answers that must not change.
+"""Fetch paths changed to keep disk waits and needless reads off the event loop, against a real
+broker process: a fetch waiting for `min_bytes` (Kafka's DelayedFetch) is woken on every append
+but reads again only once the bytes appended since could make up `min_bytes`; ranges not in the
+page cache are read by a worker thread. These tests pin the answers that must not change.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import select
 import time
 
+import pytest
 from helpers import RawConnection
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.serial import entity_reader
-from test_storage import FAST_UPKEEP, create_topic, produce
+from test_storage import FAST_UPKEEP, FIRST_SEGMENT, create_topic, partition_dir, produce, read_segment
 
 from logbus.protocol import codec
 from logbus.testing import running_broker
@@ -21,9 +23,10 @@ from logbus.testing import running_broker
 FETCH_KEY = 1
 
 
-def _fetch_frame(connection: RawConnection, topic: str, min_bytes: int, max_wait_ms: int) -> bytes:
+def _fetch_frame(connection: RawConnection, topic: str, min_bytes: int, max_wait_ms: int,
+                 partition_max_bytes: int = 1_000_000) -> bytes:
     partition = codec.make(fetch_v12.FetchPartition, partition=0, current_leader_epoch=-1, fetch_offset=0,
-                           last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1_000_000)
+                           last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=partition_max_bytes)
     request = codec.make(codec.request_class(FETCH_KEY, 12), cluster_id=None, replica_id=-1,
                          max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes,
                          max_bytes=50_000_000, isolation_level=0, session_id=0, session_epoch=-1,
@@ -67,3 +70,36 @@ def test_a_waiting_fetch_answers_what_there_is_at_max_wait() -> None:
             records = _records(connection)
             assert time.monotonic() - began >= 1.4, "waited for max_wait"
             assert b"c" * 1000 in records and records.count(b"c" * 1000) == 3, "the records that arrived"
+
+
+def _drop_from_page_cache(path: str) -> bool:
+    """fsync `path` and evict it from the page cache; True when its first page is then uncached."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return True
+        return False
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("sendfile", ["remote", "always"])
+def test_a_cold_backlog_is_served_byte_for_byte(sendfile: str) -> None:
+    """Ranges not in the page cache are read by a worker thread: the same whole batches as stored."""
+    with running_broker(config={**FAST_UPKEEP, "socket.sendfile": sendfile}) as broker:
+        create_topic(broker, "cold")
+        produce(broker, "cold", [bytes([i % 256]) * 10_000 for i in range(200)])  # ~2 MB
+        segment = os.path.join(partition_dir(broker, "cold"), FIRST_SEGMENT + ".log")
+        if not _drop_from_page_cache(segment):
+            pytest.skip("the page cache keeps the file here (no POSIX_FADV_DONTNEED effect)")
+        stored = read_segment(segment)
+        with RawConnection(broker.bootstrap) as connection:
+            connection.send_frame(_fetch_frame(connection, "cold", 1, 100, partition_max_bytes=500_000))
+            records = _records(connection)
+        whole = max(b.position + b.size for b in stored if b.position + b.size <= 500_000)
+        with open(segment, "rb") as handle:
+            assert records == handle.read(whole)
