@@ -58,6 +58,7 @@ class Broker:
             self.config["log.flush.offset.checkpoint.interval.ms"],
             min(self.config["log.flush.scheduler.interval.ms"], 1000),
             self.config["log.cleaner.backoff.ms"] if self.config["log.cleaner.enable"] else None,
+            self.config["log.flush.start.offset.checkpoint.interval.ms"],
         )
         self.group_coordinator.start()
         self._server.start_serving()

@@ -44,6 +44,7 @@ class Partition:
         self.state = state
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         self._new_data = asyncio.Event()
+        self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self._follower_leos: dict[int, int] = {}
         self._maybe_advance_high_watermark()
 
@@ -72,6 +73,7 @@ class Partition:
             )
         info = self.log.append(data, headers, self.leader_epoch)
         if not info.duplicate:
+            self.appended_bytes += len(data)
             self._maybe_advance_high_watermark()
         return info
 

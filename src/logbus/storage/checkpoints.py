@@ -4,7 +4,9 @@
 `replication-offset-checkpoint` in the data dir hold `<topic> <partition> <offset>` lines;
 each partition's `leader-epoch-checkpoint` holds `<epoch> <start offset>` lines. Writes go
 to a temporary file that is fsynced and renamed over the old one, so a crash leaves either
-the old or the new file, never a torn one.
+the old or the new file, never a torn one. A partition's leader-epoch checkpoint is written
+on the event loop without the fsyncs (`sync=False`) and made durable by `fsync_file` with the
+log's next flush (see `PartitionLog._track_epoch`).
 """
 
 from __future__ import annotations
@@ -24,15 +26,28 @@ class MalformedCheckpointError(ValueError):
     pass
 
 
-def write_lines(path: str, entries: Iterable[str]) -> None:
+def write_lines(path: str, entries: Iterable[str], sync: bool = True) -> None:
+    """Replace the file by tmp file and rename; `sync=False` leaves both fsyncs to `fsync_file`."""
     lines = list(entries)
     body = f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(body)
         handle.flush()
-        os.fsync(handle.fileno())
+        if sync:
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
+    if sync:
+        _fsync_directory(os.path.dirname(path) or ".")
+
+
+def fsync_file(path: str) -> None:
+    """Make a file written with `sync=False` durable: its bytes, then its directory entry."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     _fsync_directory(os.path.dirname(path) or ".")
 
 
@@ -87,9 +102,6 @@ def read_offsets(path: str) -> dict[tuple[str, int], int]:
     return dict(_read_parsed(path, 3, lambda t, p, o: ((t, int(p)), int(o))))
 
 
-def write_epochs(path: str, epochs: list[tuple[int, int]]) -> None:
-    write_lines(path, (f"{epoch} {start}" for epoch, start in epochs))
+def write_epochs(path: str, epochs: list[tuple[int, int]], sync: bool = True) -> None:
+    write_lines(path, (f"{epoch} {start}" for epoch, start in epochs), sync)
 
-
-def read_epochs(path: str) -> list[tuple[int, int]]:
-    return _read_parsed(path, 2, lambda epoch, start: (int(epoch), int(start)))

@@ -5,6 +5,15 @@ of the batch that starts at that position. `.timeindex` entries: timestamp i64 |
 offset u32 (12 bytes), the largest timestamp seen so far in the segment and its offset.
 Entries are appended as batches arrive and kept in memory for bisecting; a segment's index
 is rebuilt from its log after an unclean shutdown.
+
+The buffer of entries not yet written is shared by the event loop (appends, and the flush after
+each log write) and the fsync worker thread (`fsync` flushes first): one `threading.Lock` per
+file guards buffering, writing and truncating, so no entry is written twice or lost, and the
+buffer is never resized while a thread's `os.write` holds it.
+
+The descriptor can be closed (`close`) while the index stays usable: the entries are in memory,
+and the file is opened again, at its end, the next time an entry is written (a segment whose
+files the log manager's descriptor budget closed; see segment.OpenSegments).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import itertools
 import operator
 import os
 import struct
+import threading
 from array import array
 
 _OFFSET_ENTRY = struct.Struct(">II")
@@ -28,9 +38,19 @@ class _IndexFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self.existed = os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._open_fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._pending = bytearray()
+        self._lock = threading.Lock()  # guards _pending and the file's write position
         self.torn = False  # the file ended in a partial entry (cut off when loading)
+
+    @property
+    def _fd(self) -> int:
+        """The descriptor, opened again (appending at the end) after `close`."""
+        if self._open_fd is None:
+            fd = os.open(self.path, os.O_RDWR)
+            os.lseek(fd, 0, os.SEEK_END)
+            self._open_fd = fd
+        return self._open_fd
 
     def _load_raw(self) -> bytes:
         """The whole entries on disk; a partial last entry is cut off, and appends go after them."""
@@ -43,7 +63,9 @@ class _IndexFile:
         return os.pread(self._fd, whole, 0) if whole else b""
 
     def _buffer(self, *values: int) -> None:
-        self._pending += self.entry.pack(*values)
+        entry = self.entry.pack(*values)
+        with self._lock:
+            self._pending += entry
 
     def flush(self) -> None:
         """Write buffered entries (called when the log segment is written).
@@ -53,29 +75,40 @@ class _IndexFile:
         """
         if not self._pending:
             return
-        try:
-            written = os.write(self._fd, self._pending)
-        except OSError:
-            return
-        del self._pending[:written]
+        with self._lock:
+            try:
+                written = os.write(self._fd, self._pending)
+            except OSError:
+                return
+            del self._pending[:written]
 
     def fsync(self) -> None:
         self.flush()
-        os.fsync(self._fd)
+        with self._lock:
+            fd = self._fd
+        os.fsync(fd)
 
     def _rewrite(self, raw: bytes) -> None:
-        self._pending.clear()
-        os.ftruncate(self._fd, 0)
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        if raw:
-            os.write(self._fd, raw)
+        with self._lock:
+            self._pending.clear()
+            os.ftruncate(self._fd, 0)
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            if raw:
+                os.write(self._fd, raw)
 
     def close(self) -> None:
+        """Write what is buffered and close the descriptor (the index stays usable)."""
         self.flush()
-        os.close(self._fd)
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        with self._lock:
+            if self._open_fd is not None:
+                os.close(self._open_fd)
+                self._open_fd = None
 
     def delete(self) -> None:
-        os.close(self._fd)
+        self._close_fd()
         os.unlink(self.path)
 
     def rename(self, path: str) -> None:

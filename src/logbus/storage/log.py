@@ -7,19 +7,26 @@ the partition (cluster/partition.py), which bounds reads with it.
 
 File descriptors are only closed (segment deletion, close) under `io_lock`, the same lock a
 background fsync holds, so an fsync running in a worker thread never sees a closed or reused fd.
+
+Nothing here fsyncs on the event loop. A new leader epoch's checkpoint is written (not synced)
+before the first record of that epoch and fsynced by the next flush, before the recovery point
+passes it; after a crash the epochs past the recovery point are read back from the batches, as
+Kafka's recovery assigns them. A roll's producer snapshot and the removal of deleted segments'
+files (renamed to `.deleted` at once, removed after `file.delete.delay.ms`) are `FileJobs`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import dataclasses
 import glob
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..config import LogConfig
@@ -31,10 +38,12 @@ from ..protocol.records import (
     set_log_append_time,
 )
 from . import checkpoints
+from .jobs import FileJobs
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
-from .segment import LogSegment, ReadSlice, segment_name
+from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice, segment_name
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+SCAN_AHEAD_BYTES = 64 * 1024  # past the index interval: the batch holding a fetch offset starts in here
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +79,11 @@ def now_ms() -> int:
 
 
 class PartitionLog:
-    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig) -> None:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
+                 clock: Callable[[], int] = now_ms) -> None:
+        """`clock`: wall-clock milliseconds (tests pass their own)."""
         self.directory = directory
+        self.clock = clock
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -81,9 +93,12 @@ class PartitionLog:
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(directory)
         self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset)
+        self._epochs_unsynced = False  # the epoch checkpoint was written but not yet fsynced
+        self.jobs = FileJobs()  # the log manager gives it a worker thread
+        self.open_segments: OpenSegments | None = None  # the log manager's descriptor budget
         self.io_lock = asyncio.Lock()
         self.unflushed_messages = 0
-        self.last_flush_ms = now_ms()
+        self.last_flush_ms = clock()
         self.deleted = False
 
     # ------------------------------------------------------------------ loading
@@ -108,8 +123,7 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset if clean_shutdown else min(
             recovery_point, self.log_end_offset
         )
-        self.epochs = checkpoints.read_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT))
-        self.epochs = [(e, s) for e, s in self.epochs if s <= self.log_end_offset]
+        self.epochs = self._load_epochs(self.log_end_offset if clean_shutdown else self.recovery_point)
         self._rebuild_producer_state()
         return cut
 
@@ -147,6 +161,49 @@ class PartitionLog:
                 self._delete_segments(later)
                 break
         return cut
+
+    def _load_epochs(self, durable_to: int) -> list[tuple[int, int]]:
+        """The leader epochs, from the checkpoint when it knows the last batch's epoch.
+
+        Otherwise the checkpoint was not fsynced before a crash: its entries that start below
+        `durable_to` (the recovery point, which a flush moves only after fsyncing it) are kept
+        and the later epoch changes are read from the batch headers. A damaged file (possible
+        after an OS crash) is rebuilt from every batch.
+        """
+        path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)
+        try:
+            found = [(int(epoch), int(start)) for epoch, start in checkpoints.read_lines(path, 2)]
+        except ValueError as exc:
+            log.warning("%s: rebuilding the leader epochs from the log: %s", self.directory, exc)
+            found, durable_to = [], -1
+        last = self._last_header()
+        known = last is None or last.partition_leader_epoch < 0 or (
+            bool(found) and found[-1][0] >= last.partition_leader_epoch
+        )
+        if durable_to >= 0 and (known or durable_to >= self.log_end_offset):
+            return [(epoch, start) for epoch, start in found if start <= self.log_end_offset]
+        epochs = [(epoch, start) for epoch, start in found if start < durable_to]
+        for header in self._headers_from_offset(max(durable_to, 0)):
+            if header.partition_leader_epoch > (epochs[-1][0] if epochs else -1):
+                epochs.append((header.partition_leader_epoch, header.base_offset))
+        if epochs != found:
+            checkpoints.write_epochs(path, epochs)
+        return epochs
+
+    def _last_header(self) -> BatchHeader | None:
+        """The header of the log's last batch (None for an empty log)."""
+        for segment in reversed(self.segments):
+            if segment.size:
+                tail = collections.deque(segment.headers_from(segment.offset_index.lookup(segment.next_offset - 1)), 1)
+                return tail[0] if tail else None
+        return None
+
+    def _headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches that end at or after `offset`."""
+        for segment in self.segments[self._segment_for(offset) :]:
+            for header in segment.headers_from(segment.offset_index.lookup(offset)):
+                if header.last_offset >= offset:
+                    yield header
 
     def _delete_segments(self, doomed: list[LogSegment]) -> None:
         for segment in doomed:
@@ -188,8 +245,9 @@ class PartitionLog:
         for new, olds in replacements:
             at = segments.index(olds[0])
             for old in olds:
-                old.delete()
+                self._retire(old)
             new.rename_suffix("")
+            new.track(self.open_segments)
             if new.size == 0 and at > 0:
                 new.delete()
                 segments[at : at + len(olds)] = []
@@ -216,6 +274,9 @@ class PartitionLog:
 
     def _add_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment.clock = self.clock
+        segment.created_ms = self.clock()
+        segment.track(self.open_segments)
         self.segments.append(segment)
         self._base_offsets.append(base_offset)
         return segment
@@ -254,7 +315,7 @@ class PartitionLog:
         assign_offsets(data, headers, base, leader_epoch)
         append_time = -1
         if self.config.log_append_time:
-            append_time = now_ms()
+            append_time = self.clock()
             set_log_append_time(data, headers, append_time)
         headers = self._reread(data, headers)
         self._maybe_roll(len(data), max(h.max_timestamp for h in headers), headers[-1].last_offset)
@@ -303,19 +364,24 @@ class PartitionLog:
         self.active_segment.offset_index.flush()
         segment = self._add_segment(base)
         segment.next_offset = base
-        self.producer_state.write_snapshot(base)
+        self.jobs.submit(self.producer_state.write_snapshot_state, base, self.producer_state.snapshot_state())
         return segment
 
     def _track_epoch(self, leader_epoch: int, start_offset: int) -> None:
         """Record a new leader epoch starting at `start_offset`: checkpoint file first, then memory.
 
-        Raises OSError (a full disk) with nothing changed, so the append is retried whole.
+        The file is written without fsync (two fsyncs cost ~9 ms on the event loop); the next
+        flush fsyncs it before the recovery point passes `start_offset`, and recovery re-reads
+        the epochs past the recovery point from the batches (see `_load_epochs`). Kafka instead
+        fsyncs here, holding the log's lock. Raises OSError (a full disk) with nothing changed,
+        so the append is retried whole.
         """
         if self.epochs and self.epochs[-1][0] >= leader_epoch:
             return
         epochs = [*self.epochs, (leader_epoch, start_offset)]
-        checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), epochs)
+        checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), epochs, sync=False)
         self.epochs = epochs
+        self._epochs_unsynced = True
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers it (Kafka's LeaderEpochFileCache).
@@ -367,6 +433,21 @@ class PartitionLog:
             if max_position is not None:
                 return None
         return None
+
+    def uncached_read_start(self, offset: int) -> FileRegion | None:
+        """The bytes a read from `offset` scans for its first batch, when they are not in the page
+        cache: a region on its own descriptor for a worker thread to read (loading them), so that
+        the read itself does not wait for the disk on the event loop. None when cached or empty.
+        """
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return None
+        segment = self.segments[self._segment_for(offset)]
+        start = segment.offset_index.lookup(offset)
+        size = min(segment.size - start, self.config.index_interval_bytes + SCAN_AHEAD_BYTES)
+        if size <= 0:
+            return None
+        scanned = ReadSlice(segment, start, size)
+        return None if scanned.in_page_cache() else scanned.region()
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record with a timestamp >= `timestamp` (ListOffsets by time)."""
@@ -445,14 +526,31 @@ class PartitionLog:
         Planned under io_lock, as the log cleaner swaps segments under it.
         """
         async with self.io_lock:
-            doomed = self.segments_to_delete(now_ms() if now is None else now)
+            doomed = self.segments_to_delete(self.clock() if now is None else now)
             if not doomed:
                 return 0
             if doomed[-1] is self.active_segment:
                 self.roll()
-            self._delete_segments(doomed)
+            for segment in doomed:
+                self.segments.remove(segment)
+                self._base_offsets.remove(segment.base_offset)
+                self._retire(segment)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         return len(doomed)
+
+    def _retire(self, segment: LogSegment) -> None:
+        """Rename a removed segment's files to `.deleted` now, remove them after file.delete.delay.ms."""
+        paths = segment.retire()
+        self.jobs.submit_after(self.config.file_delete_delay_ms, self._remove_retired, paths)
+
+    def _remove_retired(self, paths: list[str]) -> None:
+        """Remove a retired segment's files (worker thread), unless the partition was deleted
+        meanwhile: its directory is gone, and a new one of the same name is not ours."""
+        if self.deleted:
+            return
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     # ------------------------------------------------------------------ flushing
 
@@ -474,14 +572,30 @@ class PartitionLog:
                 return
             segments = self.segments[self._segment_for(self.recovery_point) :]
             self.unflushed_messages = 0
-            await run_blocking(_fsync_all, segments)
+            files = self._unsynced_files()
+            try:
+                await _fsync_pinned(run_blocking, segments, files)
+            except BaseException:
+                self._epochs_unsynced = self._epochs_unsynced or bool(files)
+                raise
             self.recovery_point = max(self.recovery_point, target)
-            self.last_flush_ms = now_ms()
+            self.last_flush_ms = self.clock()
+
+    def _unsynced_files(self) -> list[str]:
+        """Files to fsync with the next flush (the leader-epoch checkpoint once a new epoch began).
+
+        Taken before the flush runs: an epoch begun meanwhile stays marked for the next one.
+        """
+        if not self._epochs_unsynced:
+            return []
+        self._epochs_unsynced = False
+        return [os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)]
 
     async def close(self, run_blocking: Callable, fsync: bool) -> None:
+        await self.jobs.drain()
         async with self.io_lock:
             if fsync:
-                await run_blocking(_fsync_all, list(self.segments))
+                await _fsync_pinned(run_blocking, list(self.segments), self._unsynced_files())
                 self.recovery_point = self.log_end_offset
             self.producer_state.write_snapshot(self.log_end_offset)
             for segment in self.segments:
@@ -496,16 +610,15 @@ class PartitionLog:
         self.segments = []
         self._base_offsets = []
 
-    async def delete(self) -> None:
-        """Remove the partition's files (DeleteTopics)."""
+    async def delete(self, run_blocking: Callable) -> None:
+        """Remove the partition's files (DeleteTopics): descriptors closed here, files removed in a worker."""
+        await self.jobs.drain()
         async with self.io_lock:
             self.deleted = True
             for segment in self.segments:
-                segment.delete()
+                segment.close()
             self.segments = []
-            for leftover in glob.glob(os.path.join(self.directory, "*")):
-                os.unlink(leftover)
-            os.rmdir(self.directory)
+            await run_blocking(_remove_directory, self.directory)
 
 
 def _unlink_segment_files(directory: str, base_offset: int) -> None:
@@ -515,7 +628,29 @@ def _unlink_segment_files(directory: str, base_offset: int) -> None:
             os.unlink(stem + extension)
 
 
-def _fsync_all(segments: list[LogSegment]) -> None:
+async def _fsync_pinned(run_blocking: Callable, segments: list[LogSegment], files: Sequence[str]) -> None:
+    """fsync in a worker thread, the segments pinned open meanwhile (the descriptor budget
+    closes segments on the event loop)."""
+    for segment in segments:
+        segment.pin()
+    try:
+        await run_blocking(_fsync_all, segments, files)
+    finally:
+        for segment in segments:
+            segment.unpin()
+
+
+def _fsync_all(segments: list[LogSegment], files: Sequence[str] = ()) -> None:
+    """fsync the segments, then the extra files (so a checkpoint never gets ahead of its data)."""
     for segment in segments:
         segment.fsync()
+    for path in files:
+        checkpoints.fsync_file(path)
+
+
+
+def _remove_directory(directory: str) -> None:
+    for leftover in glob.glob(os.path.join(directory, "*")):
+        os.unlink(leftover)
+    os.rmdir(directory)
 

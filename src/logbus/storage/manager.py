@@ -6,7 +6,9 @@ checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint` (hig
 `<topic>-<partition>/` directory per partition.
 
 Blocking file work (fsync, checkpoint writes) runs in a thread pool so the event loop never
-waits on the disk; different partitions flush in parallel.
+waits on the disk; different partitions flush in parallel. Work no request waits for (a roll's
+producer snapshot, removing deleted segments' files after `file.delete.delay.ms`) runs in
+order in one more thread (`FileJobs`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ import fcntl
 import glob
 import logging
 import os
+import resource
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..config import LogConfig, load_properties
 from . import checkpoints
 from .cleaner import LogCleaner
+from .jobs import FileJobs
 from .log import PartitionLog, now_ms
+from .segment import OpenSegments
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,13 @@ class DataDirRefusedError(Exception):
     """The data dir is another cluster's or broker's, or another broker process holds it."""
 
 
+def _default_open_segment_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 100_000
+    return max(soft // 9, 16)
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
@@ -52,11 +65,21 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 
 
 class LogManager:
-    def __init__(self, data_dir: str, io_threads: int = 8, producer_expiration_ms: int = 86_400_000) -> None:
+    def __init__(self, data_dir: str, io_threads: int = 8, producer_expiration_ms: int = 86_400_000,
+                 open_segment_limit: int | None = None, clock: Callable[[], int] = now_ms) -> None:
+        """`open_segment_limit`: segments whose files stay open (3 descriptors each); by default
+        as many as a third of the soft descriptor limit allows, the rest left to connections.
+        `clock`: wall-clock milliseconds for retention, roll and flush (tests pass their own)."""
+        self.clock = clock
         self.data_dir = data_dir
         self.producer_expiration_ms = producer_expiration_ms
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._io_threads = io_threads
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="logbus-io")
+        self._jobs_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbus-files")
+        self.jobs = FileJobs(self._jobs_thread)
+        self._open_segment_limit = open_segment_limit
+        self.open_segments = OpenSegments(open_segment_limit or _default_open_segment_limit())
         self._tasks: list[asyncio.Task] = []
         self.high_watermarks: dict[tuple[str, int], int] = {}  # as read at start
         self.high_watermark_source: Callable[[], dict[tuple[str, int], int]] = lambda: {}
@@ -88,6 +111,8 @@ class LogManager:
     def open(self, broker_id: int, cluster_id: str) -> None:
         """Prepare the data dir and read checkpoints; logs are loaded by `load_log`."""
         os.makedirs(self.data_dir, exist_ok=True)
+        if self._open_segment_limit is None:  # the soft limit may have been raised since
+            self.open_segments.limit = _default_open_segment_limit()
         self._check_meta_properties(broker_id, cluster_id)
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.clean_shutdown = os.path.exists(marker)
@@ -129,11 +154,17 @@ class LogManager:
     def _path(self, name: str) -> str:
         return os.path.join(self.data_dir, name)
 
+    def _new_log(self, directory: str, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        log_ = PartitionLog(directory, topic, partition, config, self.clock)
+        log_.jobs = self.jobs
+        log_.open_segments = self.open_segments
+        return log_
+
     def load_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
         key = (topic, partition)
         directory = self._path(partition_dir_name(topic, partition))
-        log_ = PartitionLog(directory, topic, partition, config)
+        log_ = self._new_log(directory, topic, partition, config)
         try:
             cut = log_.load(self._recovery_points.get(key, 0), self._log_starts.get(key, 0), self.clean_shutdown)
         except Exception:  # one partition must never keep the broker from starting
@@ -141,7 +172,7 @@ class LogManager:
             log_.close_files()
             for snapshot in glob.glob(os.path.join(directory, "*.snapshot")):
                 os.unlink(snapshot)  # derived data: rebuilt from the log
-            log_ = PartitionLog(directory, topic, partition, config)
+            log_ = self._new_log(directory, topic, partition, config)
             cut = log_.load(0, self._log_starts.get(key, 0), clean_shutdown=False)
         if cut:
             log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
@@ -160,16 +191,23 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.forget((topic, partition))
         if log_ is not None:
-            await log_.delete()
+            await log_.delete(self.run_blocking)
 
     # ------------------------------------------------------------------ background
 
     def start(self, retention_check_ms: int, checkpoint_ms: int, flush_check_ms: int,
-              cleaner_backoff_ms: int | None = None) -> None:
-        """Start upkeep; the log cleaner runs every `cleaner_backoff_ms` unless that is None."""
+              cleaner_backoff_ms: int | None = None, log_start_checkpoint_ms: int | None = None) -> None:
+        """Start upkeep; the log cleaner runs every `cleaner_backoff_ms` unless that is None.
+
+        As in Kafka, recovery points (and high watermarks) are checkpointed every `checkpoint_ms`
+        (log.flush.offset.checkpoint.interval.ms), log start offsets every
+        `log_start_checkpoint_ms` (log.flush.start.offset.checkpoint.interval.ms; default: the same).
+        """
+        log_start_ms = checkpoint_ms if log_start_checkpoint_ms is None else log_start_checkpoint_ms
         self._tasks = [
             asyncio.create_task(self._every(retention_check_ms, self.apply_retention)),
-            asyncio.create_task(self._every(checkpoint_ms, self.write_checkpoints)),
+            asyncio.create_task(self._every(checkpoint_ms, self.write_recovery_checkpoints)),
+            asyncio.create_task(self._every(log_start_ms, self.write_log_start_checkpoint)),
             asyncio.create_task(self._every(flush_check_ms, self.flush_due_logs)),
         ]
         if cleaner_backoff_ms is not None and self.cleaner is not None:
@@ -194,7 +232,7 @@ class LogManager:
 
     async def apply_retention(self) -> int:
         """Delete old segments, and forget idempotent producers idle past producer.id.expiration.ms."""
-        now = now_ms()
+        now = self.clock()
         deleted = 0
         for log_ in list(self.logs.values()):
             deleted += await log_.delete_old_segments(now)
@@ -202,20 +240,38 @@ class LogManager:
         return deleted
 
     async def flush_due_logs(self) -> None:
-        now = now_ms()
+        now = self.clock()
         due = [log_ for log_ in self.logs.values() if log_.flush_due(now)]
-        await asyncio.gather(*(log_.flush(self.run_blocking) for log_ in due))
+        await self._at_most_io_threads(log_.flush(self.run_blocking) for log_ in due)
+
+    async def _at_most_io_threads(self, jobs: Iterable[Coroutine[Any, Any, None]]) -> None:
+        """Run fsync jobs with no more at once than the pool has threads: a waiting job would
+        hold its segments' descriptors open (pinned) for nothing, past the descriptor budget."""
+        slots = asyncio.Semaphore(self._io_threads)
+
+        async def bounded(job: Coroutine[Any, Any, None]) -> None:
+            async with slots:
+                await job
+
+        await asyncio.gather(*(bounded(job) for job in jobs))
 
     async def write_checkpoints(self) -> None:
-        recovery = {key: log_.recovery_point for key, log_ in self.logs.items()}
-        starts = {key: log_.log_start_offset for key, log_ in self.logs.items()}
-        watermarks = self.high_watermark_source()
-        await self.run_blocking(self._write_checkpoint_files, recovery, starts, watermarks)
+        await self.write_recovery_checkpoints()
+        await self.write_log_start_checkpoint()
 
-    def _write_checkpoint_files(self, recovery: dict, starts: dict, watermarks: dict) -> None:
+    async def write_recovery_checkpoints(self) -> None:
+        """The recovery-point and high-watermark checkpoints (written in a worker thread)."""
+        recovery = {key: log_.recovery_point for key, log_ in self.logs.items()}
+        watermarks = self.high_watermark_source()
+        await self.run_blocking(self._write_recovery_files, recovery, watermarks)
+
+    def _write_recovery_files(self, recovery: dict, watermarks: dict) -> None:
         checkpoints.write_offsets(self._path(RECOVERY_POINT_FILE), recovery)
-        checkpoints.write_offsets(self._path(LOG_START_FILE), starts)
         checkpoints.write_offsets(self._path(HIGH_WATERMARK_FILE), watermarks)
+
+    async def write_log_start_checkpoint(self) -> None:
+        starts = {key: log_.log_start_offset for key, log_ in self.logs.items()}
+        await self.run_blocking(checkpoints.write_offsets, self._path(LOG_START_FILE), starts)
 
     async def shutdown(self) -> None:
         """Stop upkeep, fsync every log, write checkpoints and the clean-shutdown marker."""
@@ -226,11 +282,13 @@ class LogManager:
                 await task
         if self.cleaner is not None:
             self.cleaner.stop()
-        await asyncio.gather(*(log_.close(self.run_blocking, True) for log_ in self.logs.values()))
+        self.jobs.cancel_delayed()
+        await self._at_most_io_threads(log_.close(self.run_blocking, True) for log_ in self.logs.values())
         await self.write_checkpoints()
         with open(self._path(CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
             pass
         self._pool.shutdown(wait=True)
+        self._jobs_thread.shutdown(wait=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None

@@ -8,8 +8,9 @@ A batch from producer (id, epoch) with sequence numbers [first, last] is:
 - otherwise out of order (OUT_OF_ORDER_SEQUENCE_NUMBER), or fenced when its epoch is older
   than the one seen (INVALID_PRODUCER_EPOCH).
 
-The state is snapshotted to `<offset>.snapshot` (JSON) on clean shutdown and segment roll,
-and rebuilt after that offset from the batch headers in the log on start.
+The state is snapshotted to `<offset>.snapshot` (JSON) on clean shutdown and segment roll (the
+roll's snapshot is written by a worker thread: see storage/jobs.py), and rebuilt after that
+offset from the batch headers in the log on start.
 """
 
 from __future__ import annotations
@@ -110,7 +111,11 @@ class ProducerStateManager:
         return os.path.join(self.directory, f"{offset:020d}.snapshot")
 
     def write_snapshot(self, offset: int) -> None:
-        state = {
+        self.write_snapshot_state(offset, self.snapshot_state())
+
+    def snapshot_state(self) -> dict[str, dict]:
+        """The state as snapshotted (taken on the event loop; written later by a worker thread)."""
+        return {
             str(pid): {
                 "epoch": entry.epoch,
                 "last_timestamp": entry.last_timestamp,
@@ -121,6 +126,9 @@ class ProducerStateManager:
             }
             for pid, entry in self.producers.items()
         }
+
+    def write_snapshot_state(self, offset: int, state: dict[str, dict]) -> None:
+        """Write `<offset>.snapshot` and drop older snapshots; blocking file work."""
         path = self._snapshot_path(offset)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:

@@ -4,15 +4,23 @@ The `.log` file holds record batches exactly as produced (base offset and leader
 patched). Appends are one `os.write` of a whole produce blob; reads are a byte range that the
 caller sends as is: `os.pread` into memory, or a `FileRegion` the network layer hands to
 `sendfile`. Index entries are added every `index_interval_bytes`.
+
+A segment's three descriptors are a budget shared by every log (`OpenSegments`): beyond it the
+least recently used segment's files are closed, and opened again on its next use, so thousands
+of partitions do not exhaust the process's descriptors. A segment a worker thread uses (an
+fsync) is pinned open for that time.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import io
+import mmap
 import os
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..protocol.records import (
@@ -28,6 +36,7 @@ from .index import OffsetIndex, TimeIndex
 
 SCAN_CHUNK = 1 << 20
 MAX_RELATIVE_OFFSET = (1 << 31) - 1  # what an index entry's relative offset may hold (Kafka: an int)
+RESIDENCY_CHECK_BYTES = 64 * 1024
 
 
 def segment_name(base_offset: int) -> str:
@@ -52,6 +61,16 @@ class ReadSlice:
         start = max(self.segment.offset_index.batch_start_at_or_before(end), self.position)
         tail = self.segment.read_bytes(start, end - start)
         return ReadSlice(self.segment, self.position, start - self.position + whole_batches_length(tail))
+
+    def in_page_cache(self) -> bool:
+        """Whether reading the slice would not wait for the disk (every page cached and read in).
+
+        Slices under RESIDENCY_CHECK_BYTES are not checked (at most one disk read): the check
+        itself (mmap, mincore, munmap: ~50 us) would cost more than their copy.
+        """
+        if self.size < RESIDENCY_CHECK_BYTES:
+            return True
+        return _pages_resident(self.segment.fileno(), self.position, self.size)
 
     def region(self) -> FileRegion:
         """The slice as a file region with its own descriptor (see FileRegion)."""
@@ -78,6 +97,44 @@ class FileRegion:
     def close(self) -> None:
         self.file.close()
 
+    def read(self) -> bytes:
+        """The bytes of the region (blocking: for a worker thread when they are not cached)."""
+        return os.pread(self.file.fileno(), self.size, self.position)
+
+
+class OpenSegments:
+    """The segments whose files are open, least recently used first (event loop only).
+
+    Beyond `limit` the least recently used segment that is not pinned is closed (`release`);
+    it opens again when next used. Each open segment holds three descriptors.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: OrderedDict[LogSegment, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def touch(self, segment: LogSegment) -> None:
+        """`segment` is used now (its files are open)."""
+        if segment in self._open:
+            self._open.move_to_end(segment)
+            return
+        self._open[segment] = None
+        for _ in range(len(self._open)):
+            if len(self._open) <= self.limit:
+                return
+            oldest = next(iter(self._open))
+            if oldest.pinned:
+                self._open.move_to_end(oldest)
+                continue
+            del self._open[oldest]
+            oldest.release()
+
+    def forget(self, segment: LogSegment) -> None:
+        self._open.pop(segment, None)
+
 
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, suffix: str = "") -> None:
@@ -88,16 +145,51 @@ class LogSegment:
         self.suffix = suffix
         stem = os.path.join(directory, segment_name(base_offset))
         self.path = stem + ".log" + suffix
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._open_fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.open_segments: OpenSegments | None = None  # the descriptor budget, once the log tracks it
+        self.pinned = 0  # > 0 while a worker thread uses the descriptors: never released then
+        self.size = os.fstat(self._open_fd).st_size
         self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset)
         self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset)
         self.next_offset = base_offset
         self.max_timestamp = -1
-        self.created_ms = int(time.time() * 1000)
+        self.clock: Callable[[], int] = _wall_clock_ms  # the log's clock, once it owns the segment
+        self.created_ms = self.clock()
         self.first_batch_timestamp = -1
         self._offset_of_max_timestamp = -1
         self._bytes_since_index = 0
+
+    @property
+    def _fd(self) -> int:
+        """The log file's descriptor, opened again if the budget closed it; marks the segment used."""
+        fd = self._open_fd
+        if fd is None:
+            fd = self._open_fd = os.open(self.path, os.O_RDWR)
+        if self.open_segments is not None:
+            self.open_segments.touch(self)
+        return fd
+
+    def track(self, open_segments: OpenSegments | None) -> None:
+        """Count this segment's descriptors against `open_segments` from now on."""
+        self.open_segments = open_segments
+        if open_segments is not None and self._open_fd is not None:
+            open_segments.touch(self)
+
+    def pin(self) -> None:
+        """Keep the files open (opening them) until `unpin`: a worker thread is to use them."""
+        self.pinned += 1
+        _ = self._fd
+
+    def unpin(self) -> None:
+        self.pinned -= 1
+
+    def release(self) -> None:
+        """Close the three descriptors; the segment opens them again when next used."""
+        self.offset_index.close()
+        self.time_index.close()
+        if self._open_fd is not None:
+            os.close(self._open_fd)
+            self._open_fd = None
 
     # ------------------------------------------------------------------ writes
 
@@ -156,7 +248,8 @@ class LogSegment:
             self._bytes_since_index = 0
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        """(Worker thread, on a pinned segment: the descriptor is open and the budget not touched.)"""
+        os.fsync(self._open_fd)  # type: ignore[arg-type]
         self.offset_index.fsync()
         self.time_index.fsync()
 
@@ -354,7 +447,7 @@ class LogSegment:
             return True
         if self.first_batch_timestamp >= 0:
             return incoming_max_ts - self.first_batch_timestamp > segment_ms
-        return int(time.time() * 1000) - self.created_ms > segment_ms
+        return self.clock() - self.created_ms > segment_ms
 
     def rename_suffix(self, suffix: str) -> None:
         """Rename the three files to carry `suffix` instead (indexes first, the log last)."""
@@ -368,13 +461,64 @@ class LogSegment:
         self.suffix = suffix
 
     def close(self) -> None:
-        self.offset_index.close()
-        self.time_index.close()
-        os.close(self._fd)
+        if self.open_segments is not None:
+            self.open_segments.forget(self)
+            self.open_segments = None
+        self.release()
+
+    def retire(self) -> list[str]:
+        """Rename the files to `.deleted` and close them (Kafka's asynchronous segment delete).
+
+        Readers no longer find the segment; a FileRegion already handed out keeps its own
+        descriptor. Returns the paths, which the caller removes after `file.delete.delay.ms`
+        (a start-up removes any `.deleted` files left).
+        """
+        self.rename_suffix(".deleted")
+        self.close()
+        return [self.offset_index.path, self.time_index.path, self.path]
 
     def delete(self) -> None:
-        self.offset_index.delete()
-        self.time_index.delete()
-        os.close(self._fd)
+        self.close()
+        os.unlink(self.offset_index.path)
+        os.unlink(self.time_index.path)
         os.unlink(self.path)
 
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _pages_resident(fd: int, position: int, size: int) -> bool:
+    """mincore(2) over a throwaway mapping of the range: True when every page is cached and up to
+    date (a read of it waits for no disk). It starts no I/O, unlike a RWF_NOWAIT read, whose
+    readahead submission can block. True when it cannot tell (no mincore)."""
+    if _LIBC is None:
+        return True
+    start = position - position % mmap.PAGESIZE
+    length = position + size - start
+    address = _LIBC.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
+    if address is None or address == _MAP_FAILED:
+        return True
+    try:
+        pages = ctypes.create_string_buffer((length + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        if _LIBC.mincore(address, length, pages) != 0:
+            return True
+        return b"\x00" not in pages.raw
+    finally:
+        _LIBC.munmap(address, length)

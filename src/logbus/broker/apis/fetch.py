@@ -7,15 +7,19 @@ batch; the client skips the records before its offset), up to `partition_max_byt
 response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-74). Records
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
-that the server writes with `sendfile`, so the bytes never pass through Python. When fewer than
-`min_bytes` are ready the request waits up to `max_wait` for the high watermark of any
-partition to move.
+that the server writes with `sendfile`, so the bytes never pass through Python. Records that
+are not in the page cache (a lagging consumer reading a cold backlog) are read by a worker
+thread through a descriptor of their own and sent from memory, so the event loop does not wait
+on the disk for them. When fewer than `min_bytes` are ready the request waits up to `max_wait`;
+as Kafka's DelayedFetch, it reads the partitions again only once the high watermarks moved and
+the bytes appended since could make up `min_bytes` (or at the deadline), not on every append.
 read_committed reads up to the last stable offset (the HW while there are no transactions).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -37,15 +41,17 @@ SENDFILE_MIN_BYTES = 64 * 1024
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    deadline = asyncio.get_running_loop().time() + request.max_wait.total_seconds()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
     wanted = _wanted(ctx, request)
     while True:
+        await _load_uncached_read_starts(ctx, wanted)
         topics, total, partitions = _read_all(ctx, request, wanted)
-        remaining = deadline - asyncio.get_running_loop().time()
-        if total >= request.min_bytes or remaining <= 0 or not partitions or ctx.broker.stopping:
+        if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
             break
         _close_regions(topics)
-        await _wait_for_data(partitions, remaining)
+        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline)
+    topics = await _read_cold(ctx, topics)
     return make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
         responses=topics, node_endpoints=(),
@@ -64,18 +70,34 @@ def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None, li
     return result
 
 
-def _read_all(ctx: RequestContext, request: Any, wanted: list) -> tuple[tuple, int, list[Partition]]:
+async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
+    """Bring into the page cache, in worker threads, where the partitions' reads will begin
+    (the batch headers scanned to find each fetch offset) when that is not cached yet."""
+    uncached = []
+    for _, name, partitions in wanted:
+        for fetch in partitions:
+            partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
+            if partition is not None and (region := partition.log.uncached_read_start(fetch.fetch_offset)):
+                uncached.append(region)
+    if uncached:
+        await asyncio.gather(*(ctx.broker.logs.run_blocking(_load_region, region) for region in uncached))
+
+
+def _read_all(
+    ctx: RequestContext, request: Any, wanted: list
+) -> tuple[tuple, int, list[tuple[Partition, int]]]:
+    """The answer per topic, the bytes in it, and each hosted partition with its max bytes."""
     module = response_module(API_KEY, ctx.api_version)
     budget = request.max_bytes
     total = 0
-    hosted: list[Partition] = []
+    hosted: list[tuple[Partition, int]] = []
     topics = []
     for topic, name, partitions in wanted:
         answers = []
         for fetch in partitions:
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
-                hosted.append(partition)
+                hosted.append((partition, fetch.partition_max_bytes))
             answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget)
             budget = max(budget - size, 0)
             total += size
@@ -105,7 +127,7 @@ def _read_partition(
             module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
             partition.log.log_start_offset,
         ), 0
-    records: bytes | memoryview | FileRegion = b""
+    records: bytes | memoryview | FileRegion | _ColdRecords = b""
     if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
         records = _records(data.slice, ctx.sendfile)
     return _answer(
@@ -114,8 +136,27 @@ def _read_partition(
     ), len(records)
 
 
-def _records(found: ReadSlice, sendfile: bool) -> memoryview | FileRegion:
-    """Whole batches of `found`: a region for sendfile when allowed and large, else in memory."""
+class _ColdRecords:
+    """Records not in the page cache, read later by a worker thread (`_read_cold`) and sent
+    from memory."""
+
+    __slots__ = ("region",)
+
+    def __init__(self, region: FileRegion) -> None:
+        self.region = region
+
+    def __len__(self) -> int:
+        return self.region.size  # an upper bound: cut to whole batches once read
+
+    def close(self) -> None:
+        self.region.close()
+
+
+def _records(found: ReadSlice, sendfile: bool) -> memoryview | FileRegion | _ColdRecords:
+    """Whole batches of `found`: a region for sendfile when allowed and large, else in memory;
+    left for a worker thread when reading them would wait for the disk."""
+    if not found.in_page_cache():
+        return _ColdRecords(found.region())
     if not sendfile or found.size < SENDFILE_MIN_BYTES:
         raw = found.read()
         return memoryview(raw)[: whole_batches_length(raw)]
@@ -126,8 +167,43 @@ def _close_regions(topics: tuple) -> None:
     """Release the file regions of an answer that will not be sent (the fetch waits instead)."""
     for topic in topics:
         for answer in topic.partitions:
-            if isinstance(answer.records, FileRegion):
+            if isinstance(answer.records, FileRegion | _ColdRecords):
                 answer.records.close()
+
+
+async def _read_cold(ctx: RequestContext, topics: tuple) -> tuple:
+    """The answer with every `_ColdRecords` read (in worker threads, in parallel) and cut to whole batches."""
+    cold = [answer.records for topic in topics for answer in topic.partitions
+            if isinstance(answer.records, _ColdRecords)]
+    if not cold:
+        return topics
+    read = await asyncio.gather(*(ctx.broker.logs.run_blocking(_read_cold_records, c) for c in cold))
+    loaded = dict(zip(map(id, cold), read, strict=True))
+    return tuple(
+        dataclasses.replace(topic, partitions=tuple(
+            dataclasses.replace(answer, records=loaded[id(answer.records)])
+            if isinstance(answer.records, _ColdRecords) else answer
+            for answer in topic.partitions
+        ))
+        for topic in topics
+    )
+
+
+def _read_cold_records(cold: _ColdRecords) -> memoryview:
+    """Worker thread: the records, cut to whole batches."""
+    try:
+        raw = cold.region.read()
+    finally:
+        cold.region.close()
+    return memoryview(raw)[: whole_batches_length(raw)]
+
+
+def _load_region(region: FileRegion) -> None:
+    """Worker thread: bring a region's bytes into the page cache."""
+    try:
+        region.read()
+    finally:
+        region.close()
 
 
 def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | None:
@@ -140,7 +216,7 @@ def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | Non
 
 def _answer(
     module: Any, index: int, error: ErrorCode, high_watermark: int = -1, log_start: int = -1,
-    records: bytes | memoryview | FileRegion = b"",
+    records: bytes | memoryview | FileRegion | _ColdRecords = b"",
 ) -> Any:
     return make(
         module.PartitionData, partition_index=index, error_code=error,
@@ -148,6 +224,28 @@ def _answer(
         log_start_offset=log_start, aborted_transactions=None, preferred_read_replica=-1,
         records=records,
     )
+
+
+async def _wait_for_enough(
+    ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float
+) -> None:
+    """Wait until the bytes appended to the partitions since now could make up `missing` bytes
+    (each partition counted up to its max bytes), or the deadline, or the broker stops.
+
+    A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
+    caller then reads for real, which may still find too little (an estimate: bytes appended
+    include batches above the partition's high watermark or before the fetch offset).
+    """
+    loop = asyncio.get_running_loop()
+    start = [partition.appended_bytes for partition, _ in partitions]
+    while (remaining := deadline - loop.time()) > 0 and not ctx.broker.stopping:
+        await _wait_for_data([partition for partition, _ in partitions], remaining)
+        arrived = sum(
+            min(partition.appended_bytes - before, max_bytes)
+            for (partition, max_bytes), before in zip(partitions, start, strict=True)
+        )
+        if arrived >= missing:
+            return
 
 
 async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:

@@ -1,0 +1,340 @@
+"""In-process unit tests of the storage classes (no broker process): index, segment, log, manager.
+
+They drive `PartitionLog` and `LogManager` directly on a tmp dir, with the clock passed in where
+time matters (retention, roll, flush), so that time-dependent behaviour costs no real seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_storage import record_batch
+
+from logbus.config import BrokerConfig, LogConfig, log_config
+from logbus.protocol.records import validate_batches
+from logbus.storage.index import OffsetIndex
+from logbus.storage.log import PartitionLog
+from logbus.storage.manager import LogManager
+
+# ---------------------------------------------------------------------- index
+
+
+def test_index_flushes_from_another_thread_never_duplicate_or_lose_entries(tmp_path) -> None:
+    """The event loop appends and flushes while an fsync thread flushes the same index (issue 11 #10)."""
+    index = OffsetIndex(str(tmp_path / "00000000000000000000.index"), 0)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def hammer() -> None:
+        try:
+            while not stop.is_set():
+                index.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    entries = 30_000
+    try:
+        for i in range(entries):
+            index.append(i, i * 10)
+            if i % 3 == 0:
+                index.flush()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    index.close()
+    assert not failures, failures
+    raw = (tmp_path / "00000000000000000000.index").read_bytes()
+    assert len(raw) == entries * 8
+    assert list(struct.iter_unpack(">II", raw)) == [(i, i * 10) for i in range(entries)]
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def make_config(**overrides: str) -> LogConfig:
+    return log_config(BrokerConfig(), overrides)
+
+
+def append(log_: PartitionLog, value: bytes, epoch: int = 0, timestamp: int | None = None) -> int:
+    """Append a one-record batch as leader; returns its offset."""
+    raw = record_batch(value, timestamp=timestamp)
+    return log_.append(bytearray(raw), validate_batches(raw), epoch).base_offset
+
+
+def open_log(directory: str, config: LogConfig, recovery_point: int = 0, clean: bool = True) -> PartitionLog:
+    log_ = PartitionLog(directory, "t", 0, config)
+    log_.load(recovery_point, 0, clean)
+    return log_
+
+
+def files(directory: str, suffix: str) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(suffix))
+
+
+# ---------------------------------------------------------------------- blocking work off the loop
+
+
+def test_file_delete_delay_ms_keeps_removed_segments_as_deleted_files_until_it_passes(tmp_path) -> None:
+    """Retention renames a segment's files to `.deleted` at once; they go after file.delete.delay.ms."""
+
+    async def scenario(delay_ms: int) -> tuple[list[str], float]:
+        manager = LogManager(str(tmp_path / f"delay-{delay_ms}"))
+        config = make_config(**{"segment.bytes": "200", "file.delete.delay.ms": str(delay_ms)})
+        log_ = manager.load_log("t", 0, config)
+        for i in range(6):
+            append(log_, b"v%d" % i + b"x" * 100)
+        log_.delete_records_before(4)
+        began = time.monotonic()
+        assert await manager.apply_retention() >= 3
+        renamed = files(log_.directory, ".deleted")
+        while files(log_.directory, ".deleted") and time.monotonic() - began < 10:
+            await asyncio.sleep(0.01)
+        gone_after = time.monotonic() - began
+        assert not files(log_.directory, ".deleted"), "the .deleted files were removed"
+        await manager.shutdown()
+        return renamed, gone_after
+
+    renamed, gone_after = asyncio.run(scenario(400))
+    assert len(renamed) >= 9 and {name.split(".")[1] for name in renamed} == {"log", "index", "timeindex"}
+    assert gone_after >= 0.4, "kept for file.delete.delay.ms"
+    renamed, gone_after = asyncio.run(scenario(0))
+    assert renamed == [] or gone_after < 0.4
+
+
+def test_a_rolls_producer_snapshot_is_written_by_the_worker(tmp_path) -> None:
+    async def scenario() -> list[str]:
+        manager = LogManager(str(tmp_path / "data"))
+        log_ = manager.load_log("t", 0, make_config(**{"segment.bytes": "200"}))
+        raw = record_batch(b"p" * 100, producer_id=7, sequence=0)
+        log_.append(bytearray(raw), validate_batches(raw), 0)
+        append(log_, b"q" * 100)  # rolls: the snapshot at offset 1 goes to the worker
+        await log_.jobs.drain()
+        found = files(log_.directory, ".snapshot")
+        await manager.shutdown()
+        return found
+
+    assert asyncio.run(scenario()) == [f"{1:020d}.snapshot"]
+
+
+def test_leader_epochs_past_the_recovery_point_are_read_back_from_the_batches(tmp_path) -> None:
+    """The epoch checkpoint is not fsynced at once: after a crash, a stale or damaged file is completed
+    from the batches' leader epochs."""
+    directory = str(tmp_path / "t-0")
+    log_ = open_log(directory, make_config())
+    append(log_, b"a", epoch=1)
+    append(log_, b"b", epoch=1)
+    append(log_, b"c", epoch=3)
+    assert log_.epochs == [(1, 0), (3, 2)]
+    checkpoint = os.path.join(directory, "leader-epoch-checkpoint")
+    assert Path(checkpoint).read_text(encoding="utf-8") == "0\n2\n1 0\n3 2\n", "written before the records"
+    for segment in log_.segments:
+        segment.close()
+
+    with open(checkpoint, "w", encoding="utf-8") as handle:
+        handle.write("0\n1\n1 0\n")  # the version before epoch 3: lost with the page cache
+    assert open_log(directory, make_config(), recovery_point=1, clean=False).epochs == [(1, 0), (3, 2)]
+    with open(checkpoint, "w", encoding="utf-8") as handle:
+        handle.write("0\n2\n1 0\n")  # torn
+    assert open_log(directory, make_config(), recovery_point=3, clean=False).epochs == [(1, 0), (3, 2)]
+    assert Path(checkpoint).read_text(encoding="utf-8") == "0\n2\n1 0\n3 2\n", "rewritten"
+
+
+def test_a_flush_fsyncs_the_epoch_checkpoint_before_the_recovery_point_passes_it(tmp_path) -> None:
+    synced: list[list[str]] = []
+
+    async def run_blocking(fn, segments, files_=()):  # noqa: ANN001, ANN202 - records what a flush syncs
+        synced.append(list(files_))
+        fn(segments, files_)
+
+    async def scenario() -> None:
+        log_ = open_log(str(tmp_path / "t-0"), make_config())
+        append(log_, b"a", epoch=2)
+        await log_.flush(run_blocking)
+        append(log_, b"b", epoch=2)
+        await log_.flush(run_blocking)
+        assert log_.recovery_point == 2
+
+    asyncio.run(scenario())
+    assert [len(files_) for files_ in synced] == [1, 0], "the checkpoint once, with the flush after the new epoch"
+
+
+# ---------------------------------------------------------------------- descriptor budget
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def fast_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory in memory (tmpfs) when there is one: thousands of files are created and fsynced."""
+    if not os.path.isdir("/dev/shm"):
+        yield tmp_path
+        return
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="logbus-test-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_three_thousand_partitions_work_within_a_small_descriptor_budget(fast_dir: Path) -> None:
+    """Segment files beyond the budget are closed and opened again on use (issue 11 #5)."""
+    tmp_path = fast_dir
+    partitions, budget, config = 3000, 100, make_config(**{"segment.bytes": "300"})
+    rolled = range(0, partitions, 100)  # these get three segments, the others one
+
+    def value(p: int, i: int) -> bytes:
+        return b"%d-%d" % (p, i) + b"w" * 100
+
+    async def scenario() -> None:
+        manager = LogManager(str(tmp_path / "data"), open_segment_limit=budget)
+        before = open_descriptors()
+        logs = [manager.load_log("wide", p, config) for p in range(partitions)]
+        for p, log_ in enumerate(logs):
+            for i in range(3 if p in rolled else 1):
+                append(log_, value(p, i))
+        assert len(manager.open_segments) <= budget
+        assert open_descriptors() - before <= 3 * budget + 10
+        await asyncio.gather(*(logs[p].flush(manager.run_blocking) for p in rolled))
+        assert all(logs[p].recovery_point == 3 for p in rolled)
+        for p in rolled:
+            assert len(logs[p].segments) == 3
+            for i in range(3):
+                found = logs[p].read(i, 10_000, 3)
+                assert found is not None and value(p, i) in found.read()
+        region = logs[100].read(0, 10_000, 3).region()  # its own descriptor, outliving eviction
+        for log_ in logs[1000:1500]:
+            assert value(logs.index(log_), 0) in log_.read(0, 1000, 1).read()
+        assert value(100, 0) in os.pread(region.file.fileno(), region.size, region.position)
+        region.close()
+        assert open_descriptors() - before <= 3 * budget + 10
+        await manager.shutdown()
+        assert open_descriptors() <= before + 1
+
+    asyncio.run(scenario())
+
+    async def reopened() -> None:
+        manager = LogManager(str(tmp_path / "data"), open_segment_limit=budget)
+        manager.open(0, "c")
+        logs = [manager.load_log("wide", p, config) for p in range(partitions)]
+        assert [log_.log_end_offset for log_ in logs] == [3 if p in rolled else 1 for p in range(partitions)]
+        assert len(manager.open_segments) <= budget
+        await manager.shutdown()
+
+    asyncio.run(reopened())
+
+
+# ---------------------------------------------------------------------- time, with an injected clock
+
+
+class Clock:
+    """Wall-clock milliseconds that move only when a test says so."""
+
+    def __init__(self, now: int = 1_700_000_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_retention_ms_deletes_segments_whose_newest_record_is_older_than_it(tmp_path) -> None:
+    clock = Clock()
+
+    async def scenario() -> None:
+        manager = LogManager(str(tmp_path / "data"), clock=clock, open_segment_limit=50)
+        log_ = manager.load_log("t", 0, make_config(**{"segment.bytes": "200", "retention.ms": "60000",
+                                                         "file.delete.delay.ms": "0"}))
+        for i in range(4):
+            append(log_, b"r%d" % i + b"x" * 100, timestamp=clock.now + i * 10_000)
+        assert len(log_.segments) == 4
+        clock.now += 70_001  # the first two segments' records are now past retention.ms
+        assert await manager.apply_retention() == 2
+        assert [s.base_offset for s in log_.segments] == [2, 3] and log_.log_start_offset == 2
+        clock.now += 20_000  # every record is: the active segment is rolled, never left missing
+        assert await manager.apply_retention() == 2
+        assert [s.base_offset for s in log_.segments] == [4] and log_.log_end_offset == 4
+        await manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_segment_ms_rolls_by_the_batches_timestamps_or_by_the_clock_without_them(tmp_path) -> None:
+    clock = Clock()
+    log_ = PartitionLog(str(tmp_path / "t-0"), "t", 0, make_config(**{"segment.ms": "1000"}), clock)
+    log_.load(0, 0, True)
+    append(log_, b"a", timestamp=clock.now)
+    append(log_, b"b", timestamp=clock.now + 1000)
+    assert len(log_.segments) == 1, "not more than segment.ms apart"
+    append(log_, b"c", timestamp=clock.now + 1001)
+    assert [s.base_offset for s in log_.segments] == [0, 2]
+
+    untimed = PartitionLog(str(tmp_path / "u-0"), "u", 0, make_config(**{"segment.ms": "1000"}), clock)
+    untimed.load(0, 0, True)
+    append(untimed, b"a", timestamp=-1)
+    clock.now += 1000
+    append(untimed, b"b", timestamp=-1)
+    assert len(untimed.segments) == 1
+    clock.now += 1
+    append(untimed, b"c", timestamp=-1)
+    assert [s.base_offset for s in untimed.segments] == [0, 2], "the segment's age by the clock"
+
+
+def test_flush_ms_makes_a_log_due_once_its_last_flush_is_that_old(tmp_path) -> None:
+    clock = Clock()
+
+    async def scenario() -> None:
+        manager = LogManager(str(tmp_path / "data"), clock=clock)
+        log_ = manager.load_log("t", 0, make_config(**{"flush.ms": "5000"}))
+        append(log_, b"a")
+        clock.now += 4999
+        await manager.flush_due_logs()
+        assert log_.recovery_point == 0
+        clock.now += 1
+        await manager.flush_due_logs()
+        assert log_.recovery_point == 1 and log_.last_flush_ms == clock.now
+        await manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+
+def test_log_flush_start_offset_checkpoint_interval_ms_schedules_the_log_start_checkpoint(tmp_path) -> None:
+    """The log-start-offset checkpoint has its own interval, apart from the recovery point's."""
+
+    async def scenario(recovery_ms: int, log_start_ms: int) -> tuple[bool, bool]:
+        data_dir = tmp_path / f"{recovery_ms}-{log_start_ms}"
+        manager = LogManager(str(data_dir))
+        log_ = manager.load_log("t", 0, make_config())
+        append(log_, b"a")
+        log_.delete_records_before(1)
+        manager.start(3_600_000, recovery_ms, 3_600_000, None, log_start_ms)
+        log_start = data_dir / "log-start-offset-checkpoint"
+        recovery = data_dir / "recovery-point-offset-checkpoint"
+        began = time.monotonic()
+        while not (log_start.exists() or recovery.exists()) and time.monotonic() - began < 10:
+            await asyncio.sleep(0.01)
+        found = log_start.exists(), recovery.exists()  # the other's interval is an hour
+        if found[0]:
+            assert log_start.read_text(encoding="utf-8") == "0\n1\nt 0 1\n"
+        for task in manager._tasks:
+            task.cancel()
+        return found
+
+    assert asyncio.run(scenario(3_600_000, 20)) == (True, False)
+    assert asyncio.run(scenario(20, 3_600_000)) == (False, True)
