@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 
 from helpers import CREATE_TOPICS, INIT_PRODUCER_ID, RawConnection, ballast, raw_request
 from kio.schema.create_partitions.v3 import request as create_partitions_v3
@@ -86,3 +87,45 @@ def test_a_full_disk_refuses_metadata_changes_and_changes_nothing(small_disk: st
         broker.stop()
         broker.restart()
         assert partition_count(broker.bootstrap, "kept") == -1, "the deletion was persisted"
+
+
+# ------------------------------------------------------------------------ partition bounds
+
+POLICY_VIOLATION = 44
+
+
+def create_topics(bootstrap: str, *wanted: tuple[str, int]) -> list[int]:
+    topics = tuple(create_topics_v7.CreatableTopic(name=name, num_partitions=count, replication_factor=1,
+                                                   assignments=(), configs=()) for name, count in wanted)
+    response = raw_request(bootstrap, CREATE_TOPICS, 7, topics=topics, timeout=TIMEOUT, validate_only=False)
+    return [int(topic.error_code) for topic in response.topics]
+
+
+def test_a_request_for_millions_of_partitions_is_refused_at_once() -> None:
+    with running_broker() as broker:
+        started = time.monotonic()
+        assert create_topics(broker.bootstrap, ("huge", 2**24)) == [POLICY_VIOLATION]
+        assert create_topics(broker.bootstrap, ("a", 6000), ("b", 6000)) == [POLICY_VIOLATION] * 2, "in all"
+        assert create_topic(broker.bootstrap, "small", 1) == NONE
+        assert grow_topic(broker.bootstrap, "small", 2**24) == POLICY_VIOLATION
+        assert time.monotonic() - started < 5, "answered at once"
+        assert [partition_count(broker.bootstrap, name) for name in ("huge", "a", "b", "small")] == [-1, -1, -1, 1]
+        assert not [d for d in os.listdir(broker.data_dir) if d.startswith(("huge-", "a-", "b-"))]
+
+
+def test_max_partitions_bounds_the_partitions_a_broker_hosts() -> None:
+    with running_broker(config={"max.partitions": "10", "num.partitions": "4"}) as broker:
+        assert create_topic(broker.bootstrap, "six", 6) == NONE
+        assert create_topic(broker.bootstrap, "five", 5) == POLICY_VIOLATION
+        assert grow_topic(broker.bootstrap, "six", 11) == POLICY_VIOLATION
+        assert grow_topic(broker.bootstrap, "six", 10) == NONE
+        assert partition_count(broker.bootstrap, "six") == 10
+        assert auto_create(broker.bootstrap, "auto") == POLICY_VIOLATION, "auto-creation is bounded too"
+        assert partition_count(broker.bootstrap, "five") == -1
+
+
+def auto_create(bootstrap: str, name: str) -> int:
+    with RawConnection(bootstrap) as connection:
+        response = connection.call(3, 12, topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name=name),),
+                                   allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    return int(response.topics[0].error_code)
