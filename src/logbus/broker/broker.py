@@ -36,7 +36,7 @@ class Broker:
         self.logs = LogManager(data_dir, config["num.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
         self.group_coordinator = GroupCoordinator(self)
-        self.metadata_cache: dict[int, RawResponse] = {}
+        self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections: set[KafkaConnection] = set()
         self.stopping = False
         self._server: asyncio.AbstractServer | None = None
