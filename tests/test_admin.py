@@ -17,7 +17,7 @@ import kafka
 import kafka.admin as kp
 import kafka.errors as kafka_errors
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -422,6 +422,31 @@ def test_describe_cluster(broker: BrokerProcess) -> None:
     assert cluster.cluster_id
     assert cluster.controller.id == 0
     assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, "127.0.0.1", broker.port)]
+
+
+def test_authorized_operations_without_an_authorizer_are_every_supported_one(broker: BrokerProcess) -> None:
+    create(broker.bootstrap, "described-ops")
+    client = admin(broker.bootstrap)
+    described = client.describe_topics(TopicCollection(["described-ops"]), include_authorized_operations=True)
+    topic = described["described-ops"].result(timeout=FUTURE_TIMEOUT_S)
+    assert {op.name for op in topic.authorized_operations} == {
+        "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"
+    }
+    cluster = client.describe_cluster(include_authorized_operations=True).result(timeout=FUTURE_TIMEOUT_S)
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"
+    }
+    not_asked = client.describe_topics(TopicCollection(["described-ops"]))["described-ops"]
+    assert not_asked.result(timeout=FUTURE_TIMEOUT_S).authorized_operations is None
+
+
+def test_metadata_v10_answers_cluster_operations_only_when_asked(broker: BrokerProcess) -> None:
+    for asked, expected in ((True, 0b1_1111_1010_0000), (False, -(2**31))):
+        response = _request(broker.bootstrap, METADATA, 10, topics=None, allow_auto_topic_creation=False,
+                            include_cluster_authorized_operations=asked, include_topic_authorized_operations=asked)
+        assert response.cluster_authorized_operations == expected
+        topic_operations = {t.topic_authorized_operations for t in response.topics}
+        assert topic_operations == ({0b1101_1111_1000} if asked else {-(2**31)})
 
 
 # ---------------------------------------------------------------------------- kafka-python KafkaAdminClient

@@ -155,6 +155,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics."),
         _key("auto.create.topics.enable", BOOL, True, "Create unknown topics on Metadata."),
         _key("delete.topic.enable", BOOL, True, "Allow DeleteTopics."),
+        _key("max.partitions", INT, 100000, "Most partitions this broker hosts, all topics together (logbus).",
+             minimum=1),
         _key("log.segment.bytes", INT, GIB, "Segment size before a roll.", minimum=14),
         _key("log.roll.hours", INT, 168, "Age of a segment before a roll."),
         _key("log.roll.ms", LONG, None, "Overrides log.roll.hours."),

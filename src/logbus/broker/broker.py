@@ -38,7 +38,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
         )
-        self.metadata_cache: dict[int, RawResponse] = {}
+        self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections = Connections(config)
         self.stopping = False
         self._server: Listener | None = None

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import json
 import os
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
-from typing import TypeVar
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -170,10 +171,43 @@ def _retrieve_exception(task: asyncio.Future) -> None:
         task.exception()
 
 
-class EmbeddedMetadataStore(MetadataStore):
-    """Metadata of a single broker, in `<data dir>/logbus-metadata.json` (atomic rewrites)."""
+def write_state_file(path: str, state: dict[str, Any]) -> None:
+    """Replace `path` with `state` durably: write a temp file, fsync it, rename, fsync the dir.
 
-    def __init__(self, data_dir: str, broker_id: int) -> None:
+    Without the directory fsync the rename itself may be lost in a power cut, and with it the
+    change the caller has already acknowledged. A failed write removes its temp file.
+    """
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+StateWriter = Callable[[str, dict[str, Any]], None]
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Metadata of a single broker, in `<data dir>/logbus-metadata.json` (atomic rewrites).
+
+    Every change is written first and applied after: a change builds the new state beside the
+    current one (copy on write; `TopicMetadata` objects already handed out are never mutated),
+    writes it with `writer`, and only when that succeeded becomes the state that is served and
+    announced. A failed write (e.g. a full disk) raises `MetadataWriteError` and changes nothing.
+    """
+
+    def __init__(self, data_dir: str, broker_id: int, writer: StateWriter = write_state_file) -> None:
         super().__init__()
         self.path = os.path.join(data_dir, METADATA_FILE)
         self.broker_id = broker_id
@@ -184,6 +218,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._producer_id_limit = 0
         self.cluster_id = ""
         self._lock = asyncio.Lock()
+        self._write = writer
 
     async def start(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -198,27 +233,24 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
         else:
             self.cluster_id = new_cluster_id()
-            self._save()
+            self._write(self.path, self._state(self._topics, self._producer_id_limit))
 
-    def _save(self, topics: dict[str, TopicMetadata] | None = None) -> None:
-        """Write the state atomically, with `topics` instead of the current ones if given."""
-        state = {
+    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int) -> dict[str, Any]:
+        return {
             "cluster_id": self.cluster_id,
-            "producer_id_limit": self._producer_id_limit,
-            "topics": [asdict(t) for t in (self._topics if topics is None else topics).values()],
+            "producer_id_limit": producer_id_limit,
+            "topics": [asdict(t) for t in topics.values()],
         }
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
 
-    async def _commit(self, topics: dict[str, TopicMetadata] | None = None) -> None:
+    async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None) -> None:
+        """Write `topics` (and the producer id limit) durably, then make them the current state."""
+        limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
         try:
-            await asyncio.to_thread(self._save, topics)
+            await asyncio.to_thread(self._write, self.path, self._state(topics, limit))
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
+        self._topics = topics
+        self._producer_id_limit = limit
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker
@@ -244,16 +276,14 @@ class EmbeddedMetadataStore(MetadataStore):
                 dict(configs), internal,
             )
             await self._commit({**self._topics, name: metadata})
-            self._topics[name] = metadata  # visible once saved, and announced (opened) right after
-        self._announce(name, metadata)
+        self._announce(name, metadata)  # visible once saved, and announced (opened) right after
         return metadata
 
     @runs_to_completion
     async def delete_topic(self, name: str) -> None:
         async with self._lock:
-            if self._topics.pop(name, None) is None:
-                raise UnknownTopicError(name)
-            await self._commit()
+            self._require(name)
+            await self._commit({n: t for n, t in self._topics.items() if n != name})
         self._announce(name, None)
 
     @runs_to_completion
@@ -261,33 +291,35 @@ class EmbeddedMetadataStore(MetadataStore):
         self, name: str, total: int, assignments: list[list[int]] | None = None
     ) -> TopicMetadata:
         async with self._lock:
-            metadata = self._require(name)
-            current = len(metadata.partitions)
-            replication = len(metadata.partitions[0].replicas) if metadata.partitions else 1
+            current = self._require(name)
+            count = len(current.partitions)
+            replication = len(current.partitions[0].replicas) if current.partitions else 1
             if assignments is None:
-                assignments = assign_replicas(list(self._brokers), total - current, replication, current)
-            for r in assignments:
-                metadata.partitions.append(PartitionState(r[0], 0, list(r), list(r)))
-            await self._commit()
+                assignments = assign_replicas(list(self._brokers), total - count, replication, count)
+            added = [PartitionState(r[0], 0, list(r), list(r)) for r in assignments]
+            metadata = replace(current, partitions=[*current.partitions, *added])
+            await self._commit({**self._topics, name: metadata})
         self._announce(name, metadata)
         return metadata
 
     @runs_to_completion
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         async with self._lock:
-            metadata = self._require(name)
-            metadata.configs = dict(configs)
-            await self._commit()
+            metadata = replace(self._require(name), configs=dict(configs))
+            await self._commit({**self._topics, name: metadata})
         self._announce(name, metadata)
         return metadata
 
     @runs_to_completion
     async def allocate_producer_id(self) -> int:
-        """Hand out producer ids, persisting the limit a block at a time (no reuse after a crash)."""
+        """Hand out a producer id, persisting the limit a block at a time (no reuse after a crash).
+
+        An id is handed out only once the limit above it is on disk; a failed write raises
+        `MetadataWriteError` and hands out nothing.
+        """
         async with self._lock:
             if self._next_producer_id >= self._producer_id_limit:
-                self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
-                await self._commit()
+                await self._commit(self._topics, self._next_producer_id + PRODUCER_ID_BLOCK)
             producer_id = self._next_producer_id
             self._next_producer_id += 1
             return producer_id

@@ -4,7 +4,9 @@
 partition, all of the topic's replication factor, of known and distinct brokers. `validate_only`
 checks without growing. New partitions' logs open as the metadata store announces the change.
 Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS (not more than now),
-INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (one topic named twice).
+INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (one topic named twice, or an internal topic),
+POLICY_VIOLATION (more than 10,000 new partitions in the request, as Kafka's controller bounds
+it, for every topic; or a topic that would take the broker past `max.partitions`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import metadata_change
+from ..topics import check_partition_budget, check_request_partitions, metadata_change, refuse_internal
 
 API_KEY = 37
 MIN_VERSION = 0
@@ -28,10 +30,17 @@ MAX_VERSION = 3
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     counts = Counter(topic.name for topic in request.topics)
+    try:
+        check_request_partitions(sum(_added(ctx, wanted) for wanted in request.topics))
+        refused = None
+    except KafkaApiError as exc:
+        refused = exc
     results = []
     for wanted in request.topics:
         error, message = ErrorCode.none, None
         try:
+            if refused is not None:
+                raise refused
             if counts[wanted.name] > 1:
                 raise KafkaApiError(ErrorCode.invalid_request, f"Topic {wanted.name} named twice")
             await _grow(ctx, wanted, request.validate_only)
@@ -43,11 +52,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return make(response_class(API_KEY, ctx.api_version), results=tuple(results))
 
 
+def _added(ctx: RequestContext, wanted: Any) -> int:
+    """New partitions `wanted` asks for (0 for an unknown topic, refused on its own)."""
+    topic = ctx.broker.metadata.topic(wanted.name)
+    return max(wanted.count - len(topic.partitions), 0) if topic is not None else 0
+
+
 async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     metadata = ctx.broker.metadata
     topic = metadata.topic(wanted.name)
     if topic is None:
         raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist")
+    refuse_internal(topic, "changing its partition count")
     current = len(topic.partitions)
     if wanted.count < current:
         raise KafkaApiError(
@@ -57,6 +73,7 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     if wanted.count == current:
         raise KafkaApiError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
     assignments = _assignments(ctx, topic, wanted)
+    check_partition_budget(ctx.broker, wanted.count - current)
     if validate_only:
         return
     with metadata_change(topic.name):

@@ -6,6 +6,10 @@ INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (more re
 brokers), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST (duplicate names).
 `validate_only` checks without creating. v5+ returns the topic's resulting configs, v7+ its
 id (all zeros when only validated).
+
+Bounds, as Kafka's controller has them: a request asking for more than 10,000 partitions in all
+(explicit assignments count one each) gets POLICY_VIOLATION for every topic and creates nothing;
+a topic that would take the broker past `max.partitions` gets POLICY_VIOLATION.
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ from ...config import ConfigError, describe_topic_configs, validate_topic_config
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import metadata_change, validate_topic_name
+from ..topics import (
+    check_partition_budget,
+    check_replication_factor,
+    check_request_partitions,
+    metadata_change,
+    validate_topic_name,
+)
 
 API_KEY = 19
 MIN_VERSION = 2
@@ -32,6 +42,11 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     counts = Counter(topic.name for topic in request.topics)
+    try:
+        check_request_partitions(sum(_requested_partitions(ctx, topic) for topic in request.topics))
+    except KafkaApiError as exc:
+        return make(response_class(API_KEY, ctx.api_version),
+                    topics=tuple(_result(module, ctx, topic.name, error=exc) for topic in request.topics))
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
@@ -56,11 +71,21 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
         configs = validate_topic_configs({c.name: c.value for c in topic.configs}, broker.config)
     except ConfigError as exc:
         raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
+    check_partition_budget(broker, partitions)
     if validate_only:
         return partitions, replication, configs, NO_TOPIC_ID
     with metadata_change(topic.name):
         created = await broker.metadata.create_topic(topic.name, partitions, replication, configs)
     return partitions, replication, configs, created.uuid
+
+
+def _requested_partitions(ctx: RequestContext, topic: Any) -> int:
+    """Partitions `topic` asks for, counted as Kafka's controller counts them for its per-request bound."""
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return ctx.broker.config["num.partitions"]
+    return max(topic.num_partitions, 0)
 
 
 def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
@@ -87,12 +112,7 @@ def _sizes(broker: Any, topic: Any) -> tuple[int, int]:
         raise KafkaApiError(
             ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
         )
-    available = len(broker.metadata.brokers())
-    if replication > available:
-        raise KafkaApiError(
-            ErrorCode.invalid_replication_factor,
-            f"Replication factor: {replication} larger than available brokers: {available}.",
-        )
+    check_replication_factor(broker, replication)
     return partitions, replication
 
 

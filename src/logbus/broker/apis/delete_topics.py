@@ -4,7 +4,12 @@ v1–v5 name topics; v6 names them or gives their ids (not both). The topic leav
 store at once; the response waits until this broker has removed the partitions' directories,
 so the name can be reused right away. Errors per topic: UNKNOWN_TOPIC_OR_PARTITION,
 UNKNOWN_TOPIC_ID (v6), INVALID_REQUEST (name and id both, or one topic named twice),
-TOPIC_DELETION_DISABLED (`delete.topic.enable=false`). Error messages from v5.
+TOPIC_DELETION_DISABLED (`delete.topic.enable=false`), INVALID_REQUEST for an internal topic
+(`__consumer_offsets`: deleting it would lose every committed offset). Error messages from v5.
+
+The deletion is written to the metadata store first; only once that succeeded do the partitions
+close and their files go. A failed write (e.g. a full disk) answers KAFKA_STORAGE_ERROR and
+leaves the topic fully in place, so the same request can be retried.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
-from ..topics import metadata_change
+from ..topics import metadata_change, refuse_internal
 
 API_KEY = 20
 MIN_VERSION = 1
@@ -71,6 +76,7 @@ async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
     broker = ctx.broker
     if not broker.config["delete.topic.enable"]:
         raise KafkaApiError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
+    refuse_internal(topic, "deletion")
     with metadata_change(topic.name):
         await broker.metadata.delete_topic(topic.name)
     await broker.replicas.wait_dropped(topic.name)

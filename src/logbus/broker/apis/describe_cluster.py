@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
+from ..acl import CLUSTER_OPERATIONS, authorized
 from ..context import RequestContext
 
 API_KEY = 60
@@ -20,10 +21,6 @@ MIN_VERSION = 0
 MAX_VERSION = 2
 
 BROKERS_ENDPOINT = 1
-NOT_REQUESTED = -(2**31)
-# AclOperation codes that apply to the cluster resource: CREATE, ALTER, DESCRIBE,
-# CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -43,7 +40,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return make(
         response_class(API_KEY, ctx.api_version), error_code=error, error_message=message,
         endpoint_type=endpoint_type, cluster_id=metadata.cluster_id, controller_id=metadata.controller_id,
-        brokers=brokers, cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else NOT_REQUESTED
-        ),
+        brokers=brokers,
+        cluster_authorized_operations=authorized(CLUSTER_OPERATIONS, request.include_cluster_authorized_operations),
     )

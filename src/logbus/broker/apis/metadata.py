@@ -5,17 +5,22 @@ replicas, ISR). An empty/null topic list (v1+: null) means all topics. Unknown t
 created when `auto.create.topics.enable` is on and the request allows it (v4+), with
 `num.partitions`; invalid names get INVALID_TOPIC_EXCEPTION. Encoded responses for the
 all-topics request are cached until metadata changes (encoding is the slow part).
+
+`include_topic_authorized_operations` (v8+) and `include_cluster_authorized_operations` (v8–v10)
+are answered as Kafka answers them without an authorizer: every operation the resource type
+supports; INT32_MIN when not requested.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaApiError
 from ...protocol.codec import encode, make, response_class, response_module
+from ..acl import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
 from ..context import RawResponse, RequestContext
 from ..topics import ensure_topic
 
@@ -29,13 +34,18 @@ _ZERO_UUID = uuid.UUID(int=0)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
+    operations = _Operations(
+        topic=authorized(TOPIC_OPERATIONS, getattr(request, "include_topic_authorized_operations", False)),
+        cluster=authorized(CLUSTER_OPERATIONS, getattr(request, "include_cluster_authorized_operations", False)),
+    )
     if request.topics is None or (version == 0 and not request.topics):
-        cached = broker.metadata_cache.get(version)
+        key = (version, operations)
+        cached = broker.metadata_cache.get(key)
         if cached is not None:
             return cached
         names = sorted(broker.metadata.topics())
-        response = RawResponse(encode(_build(ctx, [(n, ErrorCode.none) for n in names])))
-        broker.metadata_cache[version] = response
+        response = RawResponse(encode(_build(ctx, [(n, ErrorCode.none) for n in names], operations)))
+        broker.metadata_cache[key] = response
         return response
     allow_create = getattr(request, "allow_auto_topic_creation", True)
     wanted = []
@@ -54,10 +64,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             wanted.append((name, ErrorCode.none))
         except KafkaApiError as exc:
             wanted.append((name, exc.code))
-    return _build(ctx, wanted)
+    return _build(ctx, wanted, operations)
 
 
-def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]]) -> Any:
+class _Operations(NamedTuple):
+    """The authorized-operations bitfields to answer (INT32_MIN where not requested)."""
+
+    topic: int
+    cluster: int
+
+
+def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]], operations: _Operations) -> Any:
     broker = ctx.broker
     module = response_module(API_KEY, ctx.api_version)
     brokers = tuple(
@@ -65,20 +82,20 @@ def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]]) -> A
              rack=b.rack)
         for b in broker.metadata.brokers()
     )
-    topics = tuple(_topic(module, broker, name, error) for name, error in wanted)
+    topics = tuple(_topic(module, broker, name, error, operations.topic) for name, error in wanted)
     return make(
         response_class(API_KEY, ctx.api_version), brokers=brokers,
         cluster_id=broker.metadata.cluster_id, controller_id=broker.metadata.controller_id,
-        topics=topics, cluster_authorized_operations=-2147483648, error_code=ErrorCode.none,
+        topics=topics, cluster_authorized_operations=operations.cluster, error_code=ErrorCode.none,
     )
 
 
-def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode) -> Any:
+def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operations: int) -> Any:
     metadata = broker.metadata.topic(name) if name is not None and error is ErrorCode.none else None
     if metadata is None:
         return make(
             module.MetadataResponseTopic, error_code=error, name=name, topic_id=_ZERO_UUID,
-            is_internal=False, partitions=(), topic_authorized_operations=-2147483648,
+            is_internal=False, partitions=(), topic_authorized_operations=operations,
         )
     partitions = tuple(
         make(
@@ -91,5 +108,5 @@ def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode) -> Any:
     return make(
         module.MetadataResponseTopic, error_code=ErrorCode.none, name=name,
         topic_id=metadata.uuid, is_internal=metadata.internal, partitions=partitions,
-        topic_authorized_operations=-2147483648,
+        topic_authorized_operations=operations,
     )

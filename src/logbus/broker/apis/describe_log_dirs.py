@@ -1,0 +1,64 @@
+"""DescribeLogDirs (key 35): serves v1–v4.
+
+One result: the data dir (its absolute path) with every hosted partition the request names (null
+topics: all), each with its size in bytes and its offset lag (Kafka: max(HW - LEO, 0), 0 for a
+leader). Partitions this broker does not host are left out, as Kafka leaves them out. v3+ has a
+top-level error code (always NONE: no authorizer); v4+ the volume's total and usable bytes. A
+data dir that cannot be read answers KAFKA_STORAGE_ERROR for it.
+
+logbus keeps all partitions in one directory; `log.dirs` naming several is not served yet.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import make, response_class, response_module
+from ..context import RequestContext
+
+API_KEY = 35
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    module = response_module(API_KEY, ctx.api_version)
+    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
+                results=(_describe_dir(ctx, module, _wanted(request)),))
+
+
+def _wanted(request: Any) -> dict[str, set[int]] | None:
+    """Requested partitions per topic; None for all."""
+    if request.topics is None:
+        return None
+    wanted: dict[str, set[int]] = {}
+    for topic in request.topics:
+        wanted.setdefault(topic.topic, set()).update(topic.partitions)
+    return wanted
+
+
+def _describe_dir(ctx: RequestContext, module: Any, wanted: dict[str, set[int]] | None) -> Any:
+    broker = ctx.broker
+    try:
+        volume = os.statvfs(broker.data_dir)
+    except OSError:
+        return make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error, log_dir=broker.data_dir,
+                    topics=(), total_bytes=-1, usable_bytes=-1)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), partition in sorted(broker.replicas.partitions.items()):
+        if wanted is not None and index not in wanted.get(topic, ()):
+            continue
+        lag = max(partition.high_watermark - partition.log.log_end_offset, 0)
+        by_topic.setdefault(topic, []).append(make(
+            module.DescribeLogDirsPartition, partition_index=index, partition_size=partition.log.size_in_bytes,
+            offset_lag=lag, is_future_key=False,
+        ))
+    topics = tuple(make(module.DescribeLogDirsTopic, name=name, partitions=tuple(partitions))
+                   for name, partitions in by_topic.items())
+    return make(
+        module.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=broker.data_dir, topics=topics,
+        total_bytes=volume.f_blocks * volume.f_frsize, usable_bytes=volume.f_bavail * volume.f_frsize,
+    )
