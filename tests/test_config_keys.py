@@ -48,7 +48,6 @@ SYNONYMS = "test_config_keys.py::test_broker_synonyms_set_the_topic_defaults"
 KAFKA_TOPIC_KEYS = "test_config_keys.py::test_kafka_41_topic_keys_are_accepted_validated_and_described"
 LISTENERS = "test_config_keys.py::test_serve_takes_listeners_and_log_dir_from_server_properties"
 # The storage part of issue 11 gives these their effect; the lead names its tests here when merging.
-STORAGE_WORK = "the effect comes with issue 11's storage work (segment deletion delay, log start checkpoint)"
 
 EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     # broker keys
@@ -90,6 +89,12 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "message.max.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
     "socket.request.max.bytes": ("test_bad_requests.py::test_frame_just_under_the_limit_is_served",),
     "socket.sendfile": ("test_storage.py::test_sendfile_is_for_readers_off_this_host",),
+    "max.partitions": ("test_metadata_changes.py::test_max_partitions_bounds_the_partitions_a_broker_hosts",),
+    "log.segment.delete.delay.ms": (SYNONYMS,),
+    "log.flush.start.offset.checkpoint.interval.ms": (
+        "test_storage_config.py::test_log_flush_start_offset_checkpoint_interval_ms_sets_when_log_starts_are_checkpointed",
+        "test_config_keys.py::test_upkeep_intervals_come_from_their_keys",
+    ),
     "queued.max.request.bytes": (
         "test_connections.py::test_queued_max_request_bytes_stops_reading_until_the_bytes_drain",
     ),
@@ -152,6 +157,9 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_compaction.py::test_max_compaction_lag_rolls_the_active_segment_and_cleans_below_the_dirty_ratio",
     ),
     "min.insync.replicas": ("test_config_keys.py::test_min_insync_replicas_above_the_isr_refuses_acks_all",),
+    "file.delete.delay.ms": (
+        "test_storage_unit.py::test_file_delete_delay_ms_keeps_removed_segments_as_deleted_files_until_it_passes",
+    ),
     "remote.storage.enable": (KAFKA_TOPIC_KEYS,),  # true is refused: no tiered storage, as Kafka without it
     "leader.replication.throttled.replicas": (KAFKA_TOPIC_KEYS,),  # validated, stored, described
     "follower.replication.throttled.replicas": (KAFKA_TOPIC_KEYS,),
@@ -165,9 +173,6 @@ EFFECT_WITHOUT_TEST: dict[str, str] = {
 ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
     "num.io.threads": "Kafka's request handler threads: requests are handled on the one event loop here",
     "transactional.id.expiration.ms": "transactions do not exist yet",
-    "log.segment.delete.delay.ms": STORAGE_WORK,
-    "file.delete.delay.ms": STORAGE_WORK,
-    "log.flush.start.offset.checkpoint.interval.ms": STORAGE_WORK,
     "segment.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
     "log.roll.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
     "log.roll.jitter.hours": "segments roll at segment.ms exactly; no random jitter yet",
@@ -380,6 +385,8 @@ SYNONYM_SETTINGS = {
     "log.index.size.max.bytes": ("segment.index.bytes", "4096", "4096"),
     "log.message.timestamp.type": ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
     "log.cleaner.delete.retention.ms": ("delete.retention.ms", "777", "777"),
+    "log.segment.delete.delay.ms": ("file.delete.delay.ms", "4321", "4321"),
+    "log.message.timestamp.after.max.ms": ("message.timestamp.after.max.ms", "7000", "7000"),
     "log.cleaner.min.compaction.lag.ms": ("min.compaction.lag.ms", "5", "5"),
     "log.cleaner.max.compaction.lag.ms": ("max.compaction.lag.ms", "600000", "600000"),
     "compression.gzip.level": ("compression.gzip.level", "4", "4"),
@@ -528,5 +535,9 @@ def test_upkeep_intervals_come_from_their_keys(tmp_path: Path) -> None:
     jobs = upkeep_jobs(tmp_path, {
         "log.cleaner.backoff.ms": "1234", "log.retention.check.interval.ms": "2345",
         "log.flush.offset.checkpoint.interval.ms": "3456", "log.flush.scheduler.interval.ms": "456",
+        "log.flush.start.offset.checkpoint.interval.ms": "5678",
     })
-    assert jobs == {"clean_due_logs": 1234, "apply_retention": 2345, "write_checkpoints": 3456, "flush_due_logs": 456}
+    assert jobs == {
+        "clean_due_logs": 1234, "apply_retention": 2345, "write_recovery_checkpoints": 3456,
+        "write_log_start_checkpoint": 5678, "flush_due_logs": 456,
+    }
