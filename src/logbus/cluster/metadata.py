@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import json
 import os
@@ -20,6 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
+
+from ..storage.files import replace_file
 
 T = TypeVar("T")
 
@@ -172,27 +173,12 @@ def _retrieve_exception(task: asyncio.Future) -> None:
 
 
 def write_state_file(path: str, state: dict[str, Any]) -> None:
-    """Replace `path` with `state` durably: write a temp file, fsync it, rename, fsync the dir.
+    """Replace `path` with `state` durably (temp file fsynced, renamed, directory fsynced).
 
     Without the directory fsync the rename itself may be lost in a power cut, and with it the
-    change the caller has already acknowledged. A failed write removes its temp file.
+    change the caller has already acknowledged.
     """
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_file(path, json.dumps(state, indent=1))
 
 
 StateWriter = Callable[[str, dict[str, Any]], None]

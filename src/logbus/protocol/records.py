@@ -412,7 +412,7 @@ def check_records(body: bytes | bytearray | memoryview, header: BatchHeader, rul
     max_timestamp = NO_TIMESTAMP
     end = len(body)
     position = 0
-    varint = _checked_varint
+    varint = _varint
     try:
         for index in range(header.record_count):
             length, position = varint(body, position)
@@ -458,6 +458,8 @@ def check_records(body: bytes | bytearray | memoryview, header: BatchHeader, rul
                 ))
     except IndexError:
         raise _invalid(f"records end before the {header.record_count} the batch holds") from None
+    except CorruptRecordError as exc:
+        raise _invalid(str(exc)) from None
     if position != end:
         raise _invalid(f"{end - position} bytes after the last of {header.record_count} records")
     return max_timestamp, errors
@@ -479,41 +481,27 @@ def check_record_lengths(body: bytes | bytearray | memoryview, count: int) -> No
                 length = (zigzag >> 1) ^ -(zigzag & 1)
                 position += 2
             else:
-                length, position = _checked_varint(body, position)
+                length, position = _varint(body, position)
             if length < 6:
                 raise _invalid(f"record {index}: length {length} out of bounds")
             position += length
     except IndexError:
         raise _invalid(f"records end before the {count} the batch holds") from None
+    except CorruptRecordError as exc:
+        raise _invalid(str(exc)) from None
     if position != len(body):
         raise _invalid(f"the {count} records take {position} bytes of a {len(body)}-byte body")
 
 
-def _checked_varint(buf: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
-    """A zigzag varint (IndexError past the end; INVALID_RECORD when longer than 10 bytes)."""
-    byte = buf[position]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), position + 1
-    shift = 0
-    result = 0
-    start = position
-    while True:
-        byte = buf[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-        if position - start >= _MAX_VARINT_BYTES:
-            raise _invalid("varint longer than 10 bytes")
-
-
-def _varint(buf: bytes, position: int) -> tuple[int, int]:
+def _varint(buf: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+    """A zigzag varint: (value, position after it). IndexError past the end of `buf`;
+    CorruptRecordError when longer than 10 bytes (no 64-bit value needs more)."""
     byte = buf[position]
     if byte < 0x80:  # most varints in a batch (deltas, short keys) are one byte
         return (byte >> 1) ^ -(byte & 1), position + 1
     shift = 0
     result = 0
+    limit = position + _MAX_VARINT_BYTES
     while True:
         byte = buf[position]
         position += 1
@@ -521,6 +509,8 @@ def _varint(buf: bytes, position: int) -> tuple[int, int]:
         if not byte & 0x80:
             return (result >> 1) ^ -(result & 1), position
         shift += 7
+        if position >= limit:
+            raise CorruptRecordError("varint longer than 10 bytes")
 
 
 def _varbytes(buf: bytes, position: int) -> tuple[bytes | None, int]:

@@ -5,16 +5,17 @@
 each partition's `leader-epoch-checkpoint` holds `<epoch> <start offset>` lines. Writes go
 to a temporary file that is fsynced and renamed over the old one, so a crash leaves either
 the old or the new file, never a torn one. A partition's leader-epoch checkpoint is written
-on the event loop without the fsyncs (`sync=False`) and made durable by `fsync_file` with the
+on the event loop without the fsyncs (`sync=False`) and made durable by `files.fsync_file` with the
 log's next flush (see `PartitionLog._track_epoch`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+from .files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -27,37 +28,9 @@ class MalformedCheckpointError(ValueError):
 
 
 def write_lines(path: str, entries: Iterable[str], sync: bool = True) -> None:
-    """Replace the file by tmp file and rename; `sync=False` leaves both fsyncs to `fsync_file`."""
+    """Replace the file atomically; `sync=False` leaves both fsyncs to `files.fsync_file`."""
     lines = list(entries)
-    body = f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(body)
-        handle.flush()
-        if sync:
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    if sync:
-        _fsync_directory(os.path.dirname(path) or ".")
-
-
-def fsync_file(path: str) -> None:
-    """Make a file written with `sync=False` durable: its bytes, then its directory entry."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_directory(os.path.dirname(path) or ".")
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename itself durable (the new directory entry)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(path, f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines), sync)
 
 
 def read_lines(path: str, fields: int) -> list[list[str]]:

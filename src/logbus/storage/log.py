@@ -38,6 +38,7 @@ from ..protocol.records import (
     set_log_append_time,
 )
 from . import checkpoints
+from .files import fsync_file
 from .jobs import FileJobs
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
 from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice, segment_name
@@ -645,7 +646,7 @@ def _fsync_all(segments: list[LogSegment], files: Sequence[str] = ()) -> None:
     for segment in segments:
         segment.fsync()
     for path in files:
-        checkpoints.fsync_file(path)
+        fsync_file(path)
 
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..protocol.records import NO_PRODUCER_ID, BatchHeader
+from .files import replace_file
 
 CACHED_BATCHES = 5
 SEQUENCE_WRAP = 1 << 31
@@ -130,10 +131,7 @@ class ProducerStateManager:
     def write_snapshot_state(self, offset: int, state: dict[str, dict]) -> None:
         """Write `<offset>.snapshot` and drop older snapshots; blocking file work."""
         path = self._snapshot_path(offset)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(state, handle)
-        os.replace(tmp, path)
+        replace_file(path, json.dumps(state), sync=False)
         for old in self._snapshot_offsets():
             if old != offset:
                 os.unlink(self._snapshot_path(old))

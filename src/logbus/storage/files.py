@@ -1,0 +1,44 @@
+"""Replacing a small file atomically: write a temporary file, rename it over the old one.
+
+A crash leaves either the old or the new file, never a torn one. With `sync`, the temporary
+file is fsynced before the rename and its directory after it, so once `replace_file` returns the
+new content survives a power cut; without, `fsync_file` makes it durable later (off the event
+loop). Checkpoints, producer-state snapshots and the embedded metadata store all write this way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def replace_file(path: str, text: str, sync: bool = True) -> None:
+    """Replace `path` with `text`; a failed write removes its temporary file."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            if sync:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if sync:
+        _fsync_path(os.path.dirname(path) or ".")
+
+
+def fsync_file(path: str) -> None:
+    """Make a file written with `sync=False` durable: its bytes, then its directory entry."""
+    _fsync_path(path)
+    _fsync_path(os.path.dirname(path) or ".")
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
