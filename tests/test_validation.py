@@ -16,9 +16,10 @@ import cramjam
 import crc32c
 import pytest
 from confluent_kafka import Producer
-from helpers import CREATE_TOPICS, FETCH, PRODUCE, QUIET, RawConnection, consume_partition, raw_request
+from helpers import CREATE_TOPICS, FETCH, LIST_OFFSETS, PRODUCE, QUIET, RawConnection, consume_partition, raw_request
 from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.schema.produce.v6 import request as produce_v6
 from kio.schema.produce.v9 import request as produce_v9
 
@@ -324,3 +325,21 @@ def test_large_batches_are_checked_off_the_event_loop_with_the_same_answers(brok
     garbage = compressed(patched(batch(b"x"), record_count=5000, last_offset_delta=4999), COMPRESSION_GZIP,
                          body=os.urandom(300))
     assert produce(broker.bootstrap, plain, garbage).error_code == CORRUPT_MESSAGE
+
+
+def test_a_stored_batch_whose_records_do_not_decode_leaves_list_offsets_answering(broker: BrokerProcess) -> None:
+    """An uncompressed batch is trusted past its CRC and header (docs/architecture.md, "Produce
+    validation"), so garbage records can reach the log; lookups by time must still answer."""
+    topic = new_topic(broker.bootstrap)
+    good = batch(b"a" * 50, b"b" * 50)
+    garbage = patched(good[:HEADER_SIZE] + b"\xff" * (len(good) - HEADER_SIZE))
+    assert produce(broker.bootstrap, topic, garbage).error_code in (NONE, INVALID_RECORD)
+    for timestamp in (0, -3):  # the first record at or after time 0; MAX_TIMESTAMP
+        request_topic = list_offsets_v7.ListOffsetsTopic(name=topic, partitions=(
+            list_offsets_v7.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp),))
+        response = raw_request(broker.bootstrap, LIST_OFFSETS, 7, replica_id=-1, isolation_level=0,
+                               topics=(request_topic,))
+        answer = response.topics[0].partitions[0]
+        assert answer.error_code == NONE
+        assert answer.offset in (-1, 0, 1), "an offset of that batch, or none when it was refused"
+    assert produce(broker.bootstrap, topic, batch(b"after")).error_code == NONE

@@ -661,6 +661,19 @@ def batch_body(buf: bytes | bytearray | memoryview, header: BatchHeader) -> byte
     return decompress(header.compression, bytes(buf[start : header.position + header.size]))
 
 
+def decodable_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> list[Record] | None:
+    """The records of a stored batch, or None when they do not decode.
+
+    Produce checks the records of compressed batches and of compacted topics, but trusts an
+    uncompressed batch's records past its CRC and header (docs/architecture.md, "Produce
+    validation"), so a reader of stored records must expect a batch whose records are garbage.
+    """
+    try:
+        return list(iter_records(buf, header))
+    except (IndexError, ValueError, cramjam.DecompressionError):
+        return None
+
+
 def iter_raw_records(body: bytes, count: int) -> Iterator[RawRecord]:
     """Split a decompressed batch body into its `count` records."""
     record_start = 0

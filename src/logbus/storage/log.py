@@ -33,7 +33,7 @@ from ..config import LogConfig
 from ..protocol.records import (
     BatchHeader,
     assign_offsets,
-    iter_records,
+    decodable_records,
     read_header,
     set_log_append_time,
 )
@@ -459,12 +459,13 @@ class PartitionLog:
             if header is None:
                 continue
             batch = segment.read_bytes(header.position, header.size)
-            local = dataclasses.replace(header, position=0)
-            for record in iter_records(batch, local):
+            records = decodable_records(batch, dataclasses.replace(header, position=0))
+            for record in records or ():
                 if record.offset >= self.log_start_offset and record.timestamp >= timestamp:
                     return TimestampOffset(record.timestamp, record.offset)
-            if header.max_timestamp >= timestamp and header.is_control:
-                return TimestampOffset(header.max_timestamp, header.base_offset)
+            if header.max_timestamp >= timestamp and (header.is_control or records is None):
+                # no record to name: the batch's first offset still in the log, as for a control batch
+                return TimestampOffset(header.max_timestamp, max(header.base_offset, self.log_start_offset))
         return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:
@@ -485,7 +486,7 @@ class PartitionLog:
         if header is None or header.max_timestamp != shallow.timestamp:
             return shallow
         batch = best.read_bytes(header.position, header.size)
-        for record in iter_records(batch, dataclasses.replace(header, position=0)):
+        for record in decodable_records(batch, dataclasses.replace(header, position=0)) or ():
             if record.timestamp == shallow.timestamp:
                 return TimestampOffset(record.timestamp, record.offset)
         return shallow
