@@ -52,7 +52,8 @@ LISTENERS = "test_config_keys.py::test_serve_takes_listeners_and_log_dir_from_se
 EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     # broker keys
     "broker.id": (LISTENERS,),
-    "log.dirs": ("test_config_keys.py::test_serve_prefers_log_dirs_over_log_dir",),
+    "log.dirs": ("test_config_keys.py::test_serve_prefers_log_dirs_over_log_dir",
+                 "test_log_dirs.py::test_log_dirs_spread_partitions_and_survive_a_restart"),
     "log.dir": (LISTENERS,),
     "listeners": (LISTENERS,),
     "advertised.listeners": ("test_config_keys.py::test_metadata_advertises_host_and_port",),

@@ -1,17 +1,28 @@
-"""DescribeLogDirs and AlterReplicaLogDirs for the broker's data dir, with kafka-python's admin client."""
+"""Several log dirs (`log.dirs`): placement, restart, DescribeLogDirs and AlterReplicaLogDirs
+(with kafka-python's admin client), for one data dir and for several."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import kafka.errors as kafka_errors
 import pytest
-from helpers import produce_all, raw_request
+from confluent_kafka import Producer
+from helpers import QUIET, consume_partition, produce_all, raw_request
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient, NewTopic
 from kio.schema.describe_log_dirs.v1 import request as describe_log_dirs_v1
+from test_storage import record_batch
 
+from logbus.config import BrokerConfig, log_config
+from logbus.protocol.records import validate_batches
+from logbus.storage.manager import DataDirRefusedError, LogManager
 from logbus.testing import BrokerProcess, running_broker
 
 DESCRIBE_LOG_DIRS = 35
@@ -73,3 +84,181 @@ def test_alter_replica_log_dirs(broker: BrokerProcess, admin: KafkaAdminClient) 
         TopicPartitionReplica("moved", 5, 0): kafka_errors.ReplicaNotAvailableError,
         TopicPartitionReplica("elsewhere", 0, 0): kafka_errors.LogDirNotFoundError,
     }
+
+
+# ---------------------------------------------------------------------- several log dirs (log.dirs=A,B)
+
+
+def partition_dirs(log_dir: str) -> set[tuple[str, int]]:
+    """The `<topic>-<partition>` dirs in a log dir (internal topics left out)."""
+    return {(name.rsplit("-", 1)[0], int(name.rsplit("-", 1)[1])) for name in os.listdir(log_dir)
+            if os.path.isdir(os.path.join(log_dir, name)) and not name.startswith("__")}
+
+
+def produce_to_partitions(bootstrap: str, records: dict[tuple[str, int], list[bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    for (topic, partition), values in records.items():
+        for value in values:
+            producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0, "records left unacknowledged"
+
+
+def test_log_dirs_spread_partitions_and_survive_a_restart(tmp_path: Path) -> None:
+    """New partitions go to the log dir holding the fewest (ties: the first listed); each log dir
+    has its own meta.properties, checkpoints and clean-shutdown marker; after a restart each
+    partition is found where it is, DescribeLogDirs lists both dirs, AlterReplicaLogDirs answers."""
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    with running_broker(config={"log.dirs": f"{first},{second}"}) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic("spread", 4, 1)])
+            admin.create_topics([NewTopic("more", 3, 1)])
+        finally:
+            admin.close()
+        in_first = {("spread", 0), ("spread", 2), ("more", 0), ("more", 2)}
+        in_second = {("spread", 1), ("spread", 3), ("more", 1)}
+        assert (partition_dirs(first), partition_dirs(second)) == (in_first, in_second)
+        records = {key: [b"%s-%d-%d" % (key[0].encode(), key[1], i) for i in range(3)] for key in in_first | in_second}
+        produce_to_partitions(broker.bootstrap, records)
+        for log_dir in (first, second):
+            with open(os.path.join(log_dir, "meta.properties"), encoding="utf-8") as handle:
+                assert "broker.id=0" in handle.read()
+        assert os.path.exists(os.path.join(first, "logbus-metadata.json"))
+        assert not os.path.exists(os.path.join(second, "logbus-metadata.json"))
+
+        assert broker.stop() == 0
+        for log_dir, held in ((first, in_first), (second, in_second)):
+            assert os.path.exists(os.path.join(log_dir, ".kafka_cleanshutdown"))
+            with open(os.path.join(log_dir, "recovery-point-offset-checkpoint"), encoding="utf-8") as handle:
+                listed = {(t, int(p)) for t, p, _ in (line.split() for line in handle.read().splitlines()[2:])}
+            assert listed == held, f"{log_dir}'s checkpoint lists the partitions in {log_dir}"
+
+        broker.restart()
+        assert (partition_dirs(first), partition_dirs(second)) == (in_first, in_second)
+        for (topic, partition), values in records.items():
+            assert [m.value() for m in consume_partition(broker.bootstrap, topic, partition, 3)] == values
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            [answer] = admin.describe_log_dirs()
+            assert [entry["log_dir"] for entry in answer["log_dirs"]] == [first, second]
+            described = {
+                entry["log_dir"]: {(t["name"], p["partition_index"]) for t in entry["topics"] for p in t["partitions"]
+                                   if not t["name"].startswith("__")}
+                for entry in answer["log_dirs"]
+            }
+            assert described == {first: in_first, second: in_second}
+            assert all(entry["error_code"] == 0 and entry["total_bytes"] > 0 for entry in answer["log_dirs"])
+            assert all(p["partition_size"] > 0 for entry in answer["log_dirs"] for t in entry["topics"]
+                       for p in t["partitions"] if not t["name"].startswith("__"))
+
+            answers = admin.alter_replica_log_dirs({
+                TopicPartitionReplica("spread", 0, 0): first,
+                TopicPartitionReplica("more", 0, 0): os.path.join(second, "..", "b"),
+                TopicPartitionReplica("spread", 1, 0): str(tmp_path / "c"),
+                TopicPartitionReplica("later", 0, 0): second,
+            })
+            assert answers == {
+                TopicPartitionReplica("spread", 0, 0): kafka_errors.NoError,
+                TopicPartitionReplica("more", 0, 0): kafka_errors.KafkaStorageError,  # a move: not supported
+                TopicPartitionReplica("spread", 1, 0): kafka_errors.LogDirNotFoundError,
+                TopicPartitionReplica("later", 0, 0): kafka_errors.ReplicaNotAvailableError,
+            }
+            assert (partition_dirs(first), partition_dirs(second)) == (in_first, in_second), "nothing moved"
+            admin.create_topics([NewTopic("later", 1, 1)])
+            assert ("later", 0) in partition_dirs(second), "created in the dir AlterReplicaLogDirs named for it"
+        finally:
+            admin.close()
+
+
+def test_serve_refuses_a_log_dir_it_cannot_use(tmp_path: Path) -> None:
+    """A log dir that cannot be used stops the start with a one-line message naming it."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where a log dir should be")
+    process = subprocess.run(
+        [sys.executable, "-m", "logbus", "serve", "--host", "127.0.0.1", "--port", "0",
+         "--set", f"log.dirs={tmp_path / 'fine'},{blocked}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert process.returncode == 1
+    assert f"log dir {blocked} cannot be used" in process.stderr
+
+
+# ---------------------------------------------------------------------- LogManager placement (in process)
+
+
+def test_log_manager_places_new_partitions_on_the_least_loaded_dir(tmp_path: Path) -> None:
+    dirs = [str(tmp_path / name) for name in ("a", "b", "c")]
+    config = log_config(BrokerConfig(), {})
+
+    async def first_run() -> dict[tuple[str, int], str]:
+        manager = LogManager(dirs)
+        manager.lock()
+        manager.open(0, "cluster")
+        os.makedirs(os.path.join(dirs[2], "old-0"))  # as if there since before: counted at the next open
+        for index in range(5):
+            manager.load_log("t", index, config)
+        placed = {key: os.path.dirname(log_.directory) for key, log_ in manager.logs.items()}
+        assert list(placed.values()) == [dirs[0], dirs[1], dirs[2], dirs[0], dirs[1]]
+        manager.prefer_log_dir("u", 0, dirs[2])
+        assert os.path.dirname(manager.load_log("u", 0, config).directory) == dirs[2]
+        await manager.shutdown()
+        return {**placed, ("u", 0): dirs[2]}
+
+    placed = asyncio.run(first_run())
+
+    async def second_run() -> None:
+        manager = LogManager(dirs)
+        manager.lock()
+        manager.open(0, "cluster")
+        assert manager.clean_shutdown
+        assert manager.partitions_per_dir() == {dirs[0]: 2, dirs[1]: 2, dirs[2]: 3}
+        for (topic, index), log_dir in placed.items():
+            assert os.path.dirname(manager.load_log(topic, index, config).directory) == log_dir
+        assert os.path.dirname(manager.load_log("t", 5, config).directory) == dirs[0], "fewest, first listed"
+        await manager.shutdown()
+
+    asyncio.run(second_run())
+    with pytest.raises(DataDirRefusedError, match="cluster.id=cluster"):
+        LogManager(dirs).open(0, "another-cluster")
+
+
+def test_log_manager_refuses_a_partition_in_two_log_dirs(tmp_path: Path) -> None:
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for log_dir in dirs:
+        os.makedirs(os.path.join(log_dir, "twice-0"))
+    with pytest.raises(DataDirRefusedError, match="twice-0 is in two log dirs"):
+        LogManager(dirs).open(0, "cluster")
+
+
+def test_a_partition_moved_while_stopped_is_found_and_keeps_its_log_start(tmp_path: Path) -> None:
+    """Moving `<topic>-<partition>` to another log dir by hand while stopped (the documented way to
+    move one) keeps its records and its log start offset; the checkpoints follow it."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    config = log_config(BrokerConfig(), {})
+
+    async def run(check: Callable[[LogManager], None]) -> None:
+        manager = LogManager(dirs)
+        manager.lock()
+        manager.open(0, "cluster")
+        check(manager)
+        await manager.shutdown()
+
+    def write(manager: LogManager) -> None:
+        log_ = manager.load_log("moved", 0, config)
+        for value in (b"a", b"b", b"c"):
+            raw = record_batch(value)
+            log_.append(bytearray(raw), validate_batches(raw), 0)
+        log_.delete_records_before(2)
+
+    asyncio.run(run(write))
+    shutil.move(os.path.join(dirs[0], "moved-0"), os.path.join(dirs[1], "moved-0"))
+
+    def reopen(manager: LogManager) -> None:
+        log_ = manager.load_log("moved", 0, config)
+        assert os.path.dirname(log_.directory) == dirs[1]
+        assert (log_.log_start_offset, log_.log_end_offset) == (2, 3)
+
+    asyncio.run(run(reopen))
+    for log_dir, expected in ((dirs[0], "0\n0\n"), (dirs[1], "0\n1\nmoved 0 2\n")):
+        with open(os.path.join(log_dir, "log-start-offset-checkpoint"), encoding="utf-8") as handle:
+            assert handle.read() == expected

@@ -78,8 +78,10 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
+        """`logbus serve` on `data_dir`, or on the config's `log.dirs` when it names them."""
+        data_dir = [] if "log.dirs" in self.config else ["--data-dir", self.data_dir]
         args = [
-            sys.executable, "-m", "logbus", "serve", "--data-dir", self.data_dir,
+            sys.executable, "-m", "logbus", "serve", *data_dir,
             "--host", "127.0.0.1", "--port", str(self.port), "--broker-id", str(self.broker_id),
         ]
         for key, value in self.config.items():
@@ -173,9 +175,14 @@ class BrokerProcess:
 @contextmanager
 def running_broker(config: dict[str, str] | None = None, data_dir: str | None = None,
                    broker_id: int = 0) -> Iterator[BrokerProcess]:
-    """A started broker, stopped (and its temp dir removed) afterwards."""
+    """A started broker, stopped (and its temp dir removed) afterwards.
+
+    With `log.dirs` in `config` the broker uses those dirs (the caller removes them) and
+    `data_dir` is the first of them.
+    """
     workdir = tempfile.mkdtemp(prefix="logbus-test-")
-    broker = BrokerProcess(data_dir or os.path.join(workdir, "data"), config, broker_id)
+    first_log_dir = (config or {}).get("log.dirs", "").split(",")[0].strip()
+    broker = BrokerProcess(data_dir or first_log_dir or os.path.join(workdir, "data"), config, broker_id)
     broker.log_path = os.path.join(workdir, "broker.log")
     try:
         yield broker.start()

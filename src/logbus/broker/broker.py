@@ -1,6 +1,6 @@
 """One broker process: config, metadata, logs, partitions and the network server.
 
-Start-up order: metadata store, data dir (recovery happens as each log opens), partitions,
+Start-up order: metadata store, log dirs (recovery happens as each log opens), partitions,
 background upkeep, then the listener, so that a client never reaches a half-loaded broker.
 Shutdown reverses it: stop accepting, close connections, fsync and checkpoint every log.
 """
@@ -22,17 +22,19 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, broker_id: int, host: str, port: int, data_dir: str,
+    def __init__(self, config: BrokerConfig, broker_id: int, host: str, port: int, log_dirs: str | list[str],
                  metadata: MetadataStore | None = None) -> None:
+        """`log_dirs`: absolute paths, one (a str) or several; the first holds the embedded metadata."""
         self.config = config
         self.broker_id = broker_id
         self.host = host
         self.port = port
-        self.data_dir = data_dir
+        self.log_dirs = [log_dirs] if isinstance(log_dirs, str) else list(log_dirs)
+        self.data_dir = self.log_dirs[0]
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
         self.socket_sendfile: str = config["socket.sendfile"]
-        self.metadata = metadata or EmbeddedMetadataStore(data_dir, broker_id)
-        self.logs = LogManager(data_dir, config["logbus.io.threads"], config["producer.id.expiration.ms"])
+        self.metadata = metadata or EmbeddedMetadataStore(self.data_dir, broker_id)
+        self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(

@@ -19,7 +19,7 @@ DEFAULT_PORT = 9092
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="run a broker")
-    parser.add_argument("--data-dir", help="where partition logs live (default: log.dirs, ./data)")
+    parser.add_argument("--data-dir", help="the one directory for partition logs (default: log.dirs, log.dir, ./data)")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--broker-id", type=int, help="this broker's id (default broker.id, 0)")
@@ -65,7 +65,10 @@ def run(args: argparse.Namespace) -> int:
     host = args.host or listen_host or "127.0.0.1"
     port = args.port if args.port is not None else DEFAULT_PORT if listen_port is None else listen_port
     broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
-    data_dir = args.data_dir or values.get("log.dirs", "").split(",")[0] or values.get("log.dir") or "data"
+    log_dirs = [os.path.abspath(path) for path in _log_dirs(args.data_dir, values)]
+    if len(set(log_dirs)) != len(log_dirs):
+        print(f"logbus: log.dirs names a directory twice: {','.join(log_dirs)}", file=sys.stderr)
+        return 2
     keep_freed_memory_for_reuse()
     raise_descriptor_limit()
     try:
@@ -74,7 +77,15 @@ def run(args: argparse.Namespace) -> int:
         runner = uvloop.run
     except ImportError:  # uvloop is not built for every platform
         runner = asyncio.run
-    return runner(_serve(config, broker_id, host, port, os.path.abspath(data_dir)))
+    return runner(_serve(config, broker_id, host, port, log_dirs))
+
+
+def _log_dirs(data_dir: str | None, values: dict[str, str]) -> list[str]:
+    """`--data-dir` (one dir), else every entry of `log.dirs`, else `log.dir`, else ./data."""
+    if data_dir:
+        return [data_dir]
+    listed = [entry.strip() for entry in values.get("log.dirs", "").split(",") if entry.strip()]
+    return listed or [values.get("log.dir") or "data"]
 
 
 def raise_descriptor_limit() -> None:
@@ -111,11 +122,11 @@ def keep_freed_memory_for_reuse() -> None:
     mallopt(_M_TRIM_THRESHOLD, 64 << 20)
 
 
-async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, data_dir: str) -> int:
+async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, log_dirs: list[str]) -> int:
     from ..broker.broker import Broker
     from ..storage.manager import DataDirRefusedError
 
-    broker = Broker(config, broker_id, host, port, data_dir)
+    broker = Broker(config, broker_id, host, port, log_dirs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

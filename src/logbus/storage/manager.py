@@ -1,9 +1,13 @@
-"""All partition logs of one data dir, their checkpoints and background upkeep.
+"""All partition logs of the log dirs (`log.dirs`), their checkpoints and background upkeep.
 
-Files in the data dir, as Kafka lays them out: `meta.properties`, `recovery-point-offset-
-checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint` (high watermarks),
+Files in each log dir, as Kafka lays them out: `meta.properties` (the same cluster and broker
+id in every dir), `.lock`, `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+`replication-offset-checkpoint` (high watermarks) listing the partitions in that dir,
 `.kafka_cleanshutdown` (present only between a clean stop and the next start), and one
-`<topic>-<partition>/` directory per partition.
+`<topic>-<partition>/` directory per partition. At start every dir is scanned and a partition
+is loaded from whichever dir holds it; a new partition goes to the dir holding the fewest
+partitions (Kafka's rule; ties go to the dir listed first). `cleaner-offset-checkpoint` is
+kept in the first dir only. With one dir this is exactly Kafka's single-dir layout.
 
 Blocking file work (fsync, checkpoint writes) runs in a thread pool so the event loop never
 waits on the disk; different partitions flush in parallel. Work no request waits for (a roll's
@@ -21,7 +25,7 @@ import logging
 import os
 import resource
 import shutil
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,10 +44,12 @@ HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
+MAX_PREFERRED_DIRS = 10_000  # bounds what AlterReplicaLogDirs requests for absent partitions can pile up
 
 
 class DataDirRefusedError(Exception):
-    """The data dir is another cluster's or broker's, or another broker process holds it."""
+    """A log dir is another cluster's or broker's, another broker process holds it, it cannot be
+    read, or two log dirs hold the same partition."""
 
 
 def _default_open_segment_limit() -> int:
@@ -65,15 +71,21 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 
 
 class LogManager:
-    def __init__(self, data_dir: str, io_threads: int = 8, producer_expiration_ms: int = 86_400_000,
+    def __init__(self, log_dirs: str | Sequence[str], io_threads: int = 8, producer_expiration_ms: int = 86_400_000,
                  open_segment_limit: int | None = None, clock: Callable[[], int] = now_ms) -> None:
-        """`open_segment_limit`: segments whose files stay open (3 descriptors each); by default
-        as many as a third of the soft descriptor limit allows, the rest left to connections.
-        `clock`: wall-clock milliseconds for retention, roll and flush (tests pass their own)."""
+        """`log_dirs`: one directory, or several (`log.dirs`); the first also holds the cleaner's
+        checkpoint. `open_segment_limit`: segments whose files stay open (3 descriptors each); by
+        default as many as a third of the soft descriptor limit allows, the rest left to
+        connections. `clock`: wall-clock milliseconds for retention, roll and flush (tests pass their own)."""
         self.clock = clock
-        self.data_dir = data_dir
+        self.log_dirs: list[str] = [log_dirs] if isinstance(log_dirs, str) else list(log_dirs)
+        if not self.log_dirs or len(set(self.log_dirs)) != len(self.log_dirs):
+            raise ValueError(f"log dirs must be distinct and at least one: {self.log_dirs}")
+        self.data_dir = self.log_dirs[0]
         self.producer_expiration_ms = producer_expiration_ms
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.placement: dict[tuple[str, int], str] = {}  # partition -> the log dir holding it
+        self.preferred_dirs: dict[tuple[str, int], str] = {}  # AlterReplicaLogDirs before the partition exists
         self._io_threads = io_threads
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="logbus-io")
         self._jobs_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbus-files")
@@ -83,25 +95,35 @@ class LogManager:
         self._tasks: list[asyncio.Task] = []
         self.high_watermarks: dict[tuple[str, int], int] = {}  # as read at start
         self.high_watermark_source: Callable[[], dict[tuple[str, int], int]] = lambda: {}
-        self.clean_shutdown = False
+        self.clean_shutdown = False  # every log dir was shut down cleanly
+        self._cleanly_shut: set[str] = set()  # log dirs that were
         self._recovery_points: dict[tuple[str, int], int] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
+        self._checkpoints_read: dict[str, tuple[dict[tuple[str, int], int], ...]] = {}  # during open
         self.cleaner: LogCleaner | None = None
-        self._lock_fd: int | None = None
+        self._lock_fds: list[int] = []
 
     def lock(self) -> None:
-        """Hold `<data dir>/.lock` (flock) for the life of the process, as Kafka does.
+        """Hold `<log dir>/.lock` (flock) in every log dir for the life of the process, as Kafka does.
 
         Two brokers writing one data dir would corrupt each other's segments and checkpoints.
         """
-        os.makedirs(self.data_dir, exist_ok=True)
-        fd = os.open(self._path(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        for log_dir in self.log_dirs:
+            self._lock_fds.append(self._lock_dir(log_dir))
+
+    @staticmethod
+    def _lock_dir(log_dir: str) -> int:
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+            fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DataDirRefusedError(f"log dir {log_dir} cannot be used: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise DataDirRefusedError(f"{self.data_dir} is in use by another broker process") from None
-        self._lock_fd = fd
+            raise DataDirRefusedError(f"{log_dir} is in use by another broker process") from None
+        return fd
 
     async def run_blocking(self, fn: Callable, *args: object) -> object:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -109,28 +131,68 @@ class LogManager:
     # ------------------------------------------------------------------ start-up
 
     def open(self, broker_id: int, cluster_id: str) -> None:
-        """Prepare the data dir and read checkpoints; logs are loaded by `load_log`."""
-        os.makedirs(self.data_dir, exist_ok=True)
+        """Prepare every log dir, read its checkpoints and find its partitions; logs are loaded by
+        `load_log`. A log dir that cannot be read refuses the start (Kafka would serve the others)."""
         if self._open_segment_limit is None:  # the soft limit may have been raised since
             self.open_segments.limit = _default_open_segment_limit()
-        self._check_meta_properties(broker_id, cluster_id)
-        marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
-        self.clean_shutdown = os.path.exists(marker)
-        if self.clean_shutdown:
-            os.unlink(marker)
-        self._recovery_points = checkpoints.read_offsets(self._path(RECOVERY_POINT_FILE))
-        self._log_starts = checkpoints.read_offsets(self._path(LOG_START_FILE))
-        self.high_watermarks = checkpoints.read_offsets(self._path(HIGH_WATERMARK_FILE))
+        for log_dir in self.log_dirs:
+            try:
+                self._open_dir(log_dir, broker_id, cluster_id)
+            except OSError as exc:
+                raise DataDirRefusedError(
+                    f"log dir {log_dir} cannot be used: {exc.strerror or exc}"
+                    + (f" ({exc.filename})" if exc.filename else "")
+                ) from None
+        self._merge_checkpoints()
+        self._checkpoints_read.clear()
+        self.clean_shutdown = len(self._cleanly_shut) == len(self.log_dirs)
         self.cleaner = LogCleaner(self.data_dir, self.logs)
 
-    def _check_meta_properties(self, broker_id: int, cluster_id: str) -> None:
+    def _open_dir(self, log_dir: str, broker_id: int, cluster_id: str) -> None:
+        os.makedirs(log_dir, exist_ok=True)
+        self._check_meta_properties(log_dir, broker_id, cluster_id)
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+        if os.path.exists(marker):
+            os.unlink(marker)
+            self._cleanly_shut.add(log_dir)
+        for key in self._partitions_in(log_dir):
+            if key in self.placement:
+                raise DataDirRefusedError(
+                    f"{partition_dir_name(*key)} is in two log dirs, {self.placement[key]} and {log_dir}: "
+                    f"remove one copy before starting"
+                )
+            self.placement[key] = log_dir
+        self._checkpoints_read[log_dir] = tuple(
+            checkpoints.read_offsets(os.path.join(log_dir, name))
+            for name in (RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE)
+        )
+
+    def _merge_checkpoints(self) -> None:
+        """Each partition's checkpoint entries, from the dir holding it.
+
+        A partition moved to another dir while the broker was stopped is still listed in its old
+        dir's files: its log start offset and high watermark there describe the same data and are
+        used when the dir holding it has none; its recovery point is not (copied files may not all
+        be on disk yet), so after an unclean shutdown all of its segments are checked.
+        """
+        for log_dir, (recovery, starts, watermarks) in self._checkpoints_read.items():
+            for target, entries, borrowed in ((self._recovery_points, recovery, False),
+                                              (self._log_starts, starts, True),
+                                              (self.high_watermarks, watermarks, True)):
+                for key, offset in entries.items():
+                    holder = self.placement.get(key, log_dir)
+                    if holder == log_dir or (borrowed and key not in target):
+                        target[key] = offset
+
+    @staticmethod
+    def _check_meta_properties(log_dir: str, broker_id: int, cluster_id: str) -> None:
         """Write meta.properties (Kafka's ZooKeeper-mode version 0) or check that it is ours.
 
         A data dir of another cluster or broker is refused, as Kafka refuses it: above all when
         the metadata store was lost and a new cluster id made, since starting would delete every
         partition dir the new, empty metadata does not know.
         """
-        path = self._path(META_PROPERTIES)
+        path = os.path.join(log_dir, META_PROPERTIES)
         if not os.path.exists(path):
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
@@ -143,16 +205,39 @@ class LogManager:
                     f"on another broker's data dir (was the metadata store lost?)"
                 )
 
-    def partition_dirs_on_disk(self) -> list[tuple[str, int]]:
+    @staticmethod
+    def _partitions_in(log_dir: str) -> list[tuple[str, int]]:
         found = []
-        for name in sorted(os.listdir(self.data_dir)):
+        for name in sorted(os.listdir(log_dir)):
             parsed = parse_partition_dir(name)
-            if parsed and os.path.isdir(self._path(name)):
+            if parsed and os.path.isdir(os.path.join(log_dir, name)):
                 found.append(parsed)
         return found
 
-    def _path(self, name: str) -> str:
-        return os.path.join(self.data_dir, name)
+    def partitions_per_dir(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for log_dir in self.placement.values():
+            counts[log_dir] += 1
+        return counts
+
+    def least_loaded_dir(self) -> str:
+        """Where a new partition goes: the log dir holding the fewest partitions, as in Kafka."""
+        counts = self.partitions_per_dir()
+        return min(self.log_dirs, key=counts.__getitem__)
+
+    def log_dir_for(self, topic: str, partition: int) -> str:
+        """The log dir holding the partition; for a new one the dir AlterReplicaLogDirs named for
+        it (Kafka's preferred log dir), else the least loaded."""
+        key = (topic, partition)
+        return self.placement.get(key) or self.preferred_dirs.get(key) or self.least_loaded_dir()
+
+    def prefer_log_dir(self, topic: str, partition: int, log_dir: str) -> None:
+        """Create the partition in `log_dir` when it comes (it is not hosted yet), as Kafka's
+        `maybeUpdatePreferredLogDir` does; `log_dir` is one of `log_dirs`. Past
+        MAX_PREFERRED_DIRS waiting entries, new ones are not kept (the usual placement applies)."""
+        key = (topic, partition)
+        if key in self.preferred_dirs or len(self.preferred_dirs) < MAX_PREFERRED_DIRS:
+            self.preferred_dirs[key] = log_dir
 
     def _new_log(self, directory: str, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         log_ = PartitionLog(directory, topic, partition, config, self.clock)
@@ -163,10 +248,12 @@ class LogManager:
     def load_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
         key = (topic, partition)
-        directory = self._path(partition_dir_name(topic, partition))
+        log_dir = self.log_dir_for(topic, partition)
+        directory = os.path.join(log_dir, partition_dir_name(topic, partition))
+        clean_shutdown = log_dir in self._cleanly_shut
         log_ = self._new_log(directory, topic, partition, config)
         try:
-            cut = log_.load(self._recovery_points.get(key, 0), self._log_starts.get(key, 0), self.clean_shutdown)
+            cut = log_.load(self._recovery_points.get(key, 0), self._log_starts.get(key, 0), clean_shutdown)
         except Exception:  # one partition must never keep the broker from starting
             log.exception("loading %s-%d failed: recovering all its segments and producer state", topic, partition)
             log_.close_files()
@@ -176,18 +263,23 @@ class LogManager:
             cut = log_.load(0, self._log_starts.get(key, 0), clean_shutdown=False)
         if cut:
             log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
+        self.placement[key] = log_dir
+        self.preferred_dirs.pop(key, None)
         self.logs[key] = log_
         return log_
 
     def remove_orphan_dirs(self, known: set[tuple[str, int]]) -> None:
         """Delete partition dirs the metadata no longer knows (a DeleteTopics cut short)."""
-        for topic, partition in self.partition_dirs_on_disk():
-            if (topic, partition) not in known:
-                shutil.rmtree(self._path(partition_dir_name(topic, partition)), ignore_errors=True)
+        for log_dir in self.log_dirs:
+            for key in self._partitions_in(log_dir):
+                if key not in known:
+                    shutil.rmtree(os.path.join(log_dir, partition_dir_name(*key)), ignore_errors=True)
+                    self.placement.pop(key, None)
 
     async def delete_log(self, topic: str, partition: int) -> None:
         log_ = self.logs.pop((topic, partition), None)
         self.high_watermarks.pop((topic, partition), None)
+        self.placement.pop((topic, partition), None)
         if self.cleaner is not None:
             self.cleaner.forget((topic, partition))
         if log_ is not None:
@@ -260,18 +352,33 @@ class LogManager:
         await self.write_log_start_checkpoint()
 
     async def write_recovery_checkpoints(self) -> None:
-        """The recovery-point and high-watermark checkpoints (written in a worker thread)."""
+        """The recovery-point and high-watermark checkpoints of every log dir (in a worker thread)."""
         recovery = {key: log_.recovery_point for key, log_ in self.logs.items()}
         watermarks = self.high_watermark_source()
         await self.run_blocking(self._write_recovery_files, recovery, watermarks)
 
     def _write_recovery_files(self, recovery: dict, watermarks: dict) -> None:
-        checkpoints.write_offsets(self._path(RECOVERY_POINT_FILE), recovery)
-        checkpoints.write_offsets(self._path(HIGH_WATERMARK_FILE), watermarks)
+        for log_dir, entries in self._per_dir(recovery).items():
+            checkpoints.write_offsets(os.path.join(log_dir, RECOVERY_POINT_FILE), entries)
+        for log_dir, entries in self._per_dir(watermarks).items():
+            checkpoints.write_offsets(os.path.join(log_dir, HIGH_WATERMARK_FILE), entries)
 
     async def write_log_start_checkpoint(self) -> None:
         starts = {key: log_.log_start_offset for key, log_ in self.logs.items()}
-        await self.run_blocking(checkpoints.write_offsets, self._path(LOG_START_FILE), starts)
+        await self.run_blocking(self._write_log_start_files, starts)
+
+    def _write_log_start_files(self, starts: dict) -> None:
+        for log_dir, entries in self._per_dir(starts).items():
+            checkpoints.write_offsets(os.path.join(log_dir, LOG_START_FILE), entries)
+
+    def _per_dir(self, offsets: dict[tuple[str, int], int]) -> dict[str, dict[tuple[str, int], int]]:
+        """Split per-partition entries by the log dir holding each partition (every dir gets a
+        file, empty if need be; a partition without a dir, e.g. one that failed to open, goes
+        with the first dir, where it would be created)."""
+        split: dict[str, dict[tuple[str, int], int]] = {log_dir: {} for log_dir in self.log_dirs}
+        for key, offset in offsets.items():
+            split[self.placement.get(key, self.data_dir)][key] = offset
+        return split
 
     async def shutdown(self) -> None:
         """Stop upkeep, fsync every log, write checkpoints and the clean-shutdown marker."""
@@ -285,10 +392,10 @@ class LogManager:
         self.jobs.cancel_delayed()
         await self._at_most_io_threads(log_.close(self.run_blocking, True) for log_ in self.logs.values())
         await self.write_checkpoints()
-        with open(self._path(CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
-            pass
+        for log_dir in self.log_dirs:
+            with open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
+                pass
         self._pool.shutdown(wait=True)
         self._jobs_thread.shutdown(wait=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        while self._lock_fds:
+            os.close(self._lock_fds.pop())  # releases the flock

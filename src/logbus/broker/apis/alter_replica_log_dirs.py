@@ -1,11 +1,15 @@
 """AlterReplicaLogDirs (key 34): serves v1–v2.
 
-Moves replicas between this broker's log directories. logbus keeps every partition in its one
-data dir, so the only destination there is: naming it is a no-op that succeeds (NONE), as in
-Kafka when the replica is already there. Errors per partition, as Kafka answers them:
-LOG_DIR_NOT_FOUND for a path that is not a configured log dir (compared as absolute paths),
-REPLICA_NOT_AVAILABLE for a partition this broker does not host. A partition named twice takes
-the last destination given, as Kafka's map of partition to directory does.
+Moves replicas between this broker's log dirs (`log.dirs`). Per partition, in Kafka's order:
+LOG_DIR_NOT_FOUND for a path that is not a configured log dir (compared as absolute paths);
+for a partition this broker does not host, REPLICA_NOT_AVAILABLE, and the dir is remembered so
+that the partition is created there if it comes (Kafka's preferred log dir); NONE when the
+partition is already in the named dir. Moving a hosted partition to another dir needs Kafka's
+future-replica machinery (copy while serving, then swap), which logbus does not have: it
+answers KAFKA_STORAGE_ERROR, as Kafka does when it cannot create the future replica, and
+moves nothing (to move one, stop the broker and move the `<topic>-<partition>` directory; the
+next start finds it in any log dir). A partition named twice takes the last destination given,
+as Kafka's map of partition to directory does.
 """
 
 from __future__ import annotations
@@ -41,8 +45,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 def _move(ctx: RequestContext, topic: str, index: int, path: str) -> ErrorCode:
-    if os.path.abspath(path) != ctx.broker.data_dir:
+    logs = ctx.broker.logs
+    destination = os.path.abspath(path) if path else ""
+    if destination not in logs.log_dirs:
         return ErrorCode.log_dir_not_found
     if ctx.broker.replicas.get(topic, index) is None:
+        logs.prefer_log_dir(topic, index, destination)
         return ErrorCode.replica_not_available
-    return ErrorCode.none
+    if logs.log_dir_for(topic, index) == destination:
+        return ErrorCode.none
+    return ErrorCode.kafka_storage_error

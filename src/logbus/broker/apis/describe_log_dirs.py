@@ -1,12 +1,11 @@
 """DescribeLogDirs (key 35): serves v1–v4.
 
-One result: the data dir (its absolute path) with every hosted partition the request names (null
-topics: all), each with its size in bytes and its offset lag (Kafka: max(HW - LEO, 0), 0 for a
-leader). Partitions this broker does not host are left out, as Kafka leaves them out. v3+ has a
-top-level error code (always NONE: no authorizer); v4+ the volume's total and usable bytes. A
-data dir that cannot be read answers KAFKA_STORAGE_ERROR for it.
-
-logbus keeps all partitions in one directory; `log.dirs` naming several is not served yet.
+One result per log dir (`log.dirs`, absolute paths, in the configured order), each with every
+partition it holds that the request names (null topics: all), with its size in bytes and its
+offset lag (Kafka: max(HW - LEO, 0), 0 for a leader). Partitions this broker does not host are
+left out, as Kafka leaves them out. v3+ has a top-level error code (always NONE: no
+authorizer); v4+ each volume's total and usable bytes. A log dir that cannot be read answers
+KAFKA_STORAGE_ERROR for it (Kafka's answer for an offline dir).
 """
 
 from __future__ import annotations
@@ -26,8 +25,9 @@ MAX_VERSION = 4
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
-                results=(_describe_dir(ctx, module, _wanted(request)),))
+    by_dir = _partitions_by_dir(ctx, module, _wanted(request))
+    results = tuple(_describe_dir(module, log_dir, by_dir[log_dir]) for log_dir in ctx.broker.logs.log_dirs)
+    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, results=results)
 
 
 def _wanted(request: Any) -> dict[str, set[int]] | None:
@@ -40,25 +40,31 @@ def _wanted(request: Any) -> dict[str, set[int]] | None:
     return wanted
 
 
-def _describe_dir(ctx: RequestContext, module: Any, wanted: dict[str, set[int]] | None) -> Any:
-    broker = ctx.broker
-    try:
-        volume = os.statvfs(broker.data_dir)
-    except OSError:
-        return make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error, log_dir=broker.data_dir,
-                    topics=(), total_bytes=-1, usable_bytes=-1)
-    by_topic: dict[str, list[Any]] = {}
-    for (topic, index), partition in sorted(broker.replicas.partitions.items()):
+def _partitions_by_dir(ctx: RequestContext, module: Any,
+                       wanted: dict[str, set[int]] | None) -> dict[str, dict[str, list[Any]]]:
+    """log dir -> topic -> the described partitions it holds."""
+    logs = ctx.broker.logs
+    by_dir: dict[str, dict[str, list[Any]]] = {log_dir: {} for log_dir in logs.log_dirs}
+    for (topic, index), partition in sorted(ctx.broker.replicas.partitions.items()):
         if wanted is not None and index not in wanted.get(topic, ()):
             continue
         lag = max(partition.high_watermark - partition.log.log_end_offset, 0)
-        by_topic.setdefault(topic, []).append(make(
+        by_dir[logs.log_dir_for(topic, index)].setdefault(topic, []).append(make(
             module.DescribeLogDirsPartition, partition_index=index, partition_size=partition.log.size_in_bytes,
             offset_lag=lag, is_future_key=False,
         ))
+    return by_dir
+
+
+def _describe_dir(module: Any, log_dir: str, by_topic: dict[str, list[Any]]) -> Any:
+    try:
+        volume = os.statvfs(log_dir)
+    except OSError:
+        return make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error, log_dir=log_dir,
+                    topics=(), total_bytes=-1, usable_bytes=-1)
     topics = tuple(make(module.DescribeLogDirsTopic, name=name, partitions=tuple(partitions))
                    for name, partitions in by_topic.items())
     return make(
-        module.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=broker.data_dir, topics=topics,
+        module.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=log_dir, topics=topics,
         total_bytes=volume.f_blocks * volume.f_frsize, usable_bytes=volume.f_bavail * volume.f_frsize,
     )
