@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+from broker_bench import rss_mib  # run as a script: bench/ is on sys.path
 from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.produce.v9 import request as produce_v9
 
@@ -94,14 +95,6 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
 def open_connections(port: int, count: int) -> list[socket.socket]:
     return [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
 
@@ -133,7 +126,7 @@ def main() -> int:
         create_topic(control)
         produce_latencies(control, 1.0)  # warm up
         before_latencies = produce_latencies(control, 5.0)
-        rss_before = rss_mb(pid)
+        rss_before = rss_mib(pid)
         idle = open_connections(broker.port, args.idle)
         slow = open_connections(broker.port, args.slowloris)
         for sock in slow:
@@ -141,12 +134,12 @@ def main() -> int:
         stop = threading.Event()
         trickler = threading.Thread(target=trickle, args=(slow, stop), daemon=True)
         trickler.start()
-        peak = [rss_mb(pid)]
+        peak = [rss_mib(pid)]
         sampler_stop = threading.Event()
 
         def sample() -> None:
             while not sampler_stop.wait(0.25):
-                peak.append(rss_mb(pid))
+                peak.append(rss_mib(pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
