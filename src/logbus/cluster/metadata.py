@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from ..storage.files import replace_file
 
 T = TypeVar("T")
@@ -40,6 +42,23 @@ class MetadataWriteError(Exception):
     """The store could not persist a change (e.g. a full disk); nothing of it took effect."""
 
 
+class StalePartitionStateError(Exception):
+    """A conditional partition-state update lost a race: the state it was based on changed.
+
+    The caller re-reads the partition's state (it arrives through the topic listener) and decides
+    again from it; nothing of the refused update took effect. Kafka answers INVALID_UPDATE_VERSION
+    or FENCED_LEADER_EPOCH for the same case of AlterPartition.
+    """
+
+
+class ReassignmentError(Exception):
+    """A reassignment or election the store refuses; `code` is the Kafka error code to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 @dataclass(slots=True)
 class BrokerInfo:
     broker_id: int
@@ -48,14 +67,32 @@ class BrokerInfo:
     rack: str | None = None
 
 
+NO_LEADER = -1
+
+
 @dataclass(slots=True)
 class PartitionState:
-    """Who leads a partition and who replicates it (the leader-and-ISR record)."""
+    """Who leads a partition and who replicates it (the leader-and-ISR record).
+
+    `leader` is NO_LEADER (-1) while the partition is offline. `leader_epoch` grows with every
+    leader change; `partition_epoch` with every change of this record at all (ISR changes too;
+    in ZooKeeper it is the state znode's version), so a conditional update names the state it
+    was computed from. `adding_replicas`/`removing_replicas` describe a reassignment in
+    progress (KIP-455): `replicas` holds old and new replicas together until it completes.
+    """
 
     leader: int
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
+    partition_epoch: int = 0
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def target_replicas(self) -> list[int]:
+        """The replicas once any reassignment in progress has completed."""
+        return [r for r in self.replicas if r not in self.removing_replicas]
 
 
 @dataclass(slots=True)
@@ -87,24 +124,38 @@ def assign_replicas(
 
 
 Listener = Callable[[str, TopicMetadata | None], None]
+BrokerListener = Callable[[list[BrokerInfo]], None]
+PartitionKey = tuple[str, int]
 
 
 class MetadataStore(ABC):
     """What the broker needs of cluster metadata, whatever stores it."""
 
     cluster_id: str
-    controller_id: int
+    controller_id: int  # -1 while no controller is known
+    broker_id: int  # the broker this store serves
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        self._broker_listeners: list[BrokerListener] = []
 
     def add_listener(self, listener: Listener) -> None:
-        """Call `listener(topic, metadata or None when deleted)` after every topic change."""
+        """Call `listener(topic, metadata or None when deleted)` after every topic change,
+        partition-state changes (leader, ISR, epochs, reassignment) included. Always on the event loop."""
         self._listeners.append(listener)
 
     def _announce(self, topic: str, metadata: TopicMetadata | None) -> None:
         for listener in self._listeners:
             listener(topic, metadata)
+
+    def add_broker_listener(self, listener: BrokerListener) -> None:
+        """Call `listener(live brokers)` whenever a broker joins or leaves. Always on the event loop."""
+        self._broker_listeners.append(listener)
+
+    def _announce_brokers(self) -> None:
+        live = self.brokers()
+        for listener in self._broker_listeners:
+            listener(live)
 
     @abstractmethod
     async def start(self) -> None: ...
@@ -144,6 +195,38 @@ class MetadataStore(ABC):
 
     @abstractmethod
     async def allocate_producer_id(self) -> int: ...
+
+    @abstractmethod
+    async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
+                              isr: list[int]) -> PartitionState:
+        """Set the ISR of a partition this broker leads, if its state is still the one the leader
+        saw (`leader_epoch` and `partition_epoch` unchanged); returns the new state, written
+        before it is applied and announced. Raises StalePartitionStateError otherwise."""
+
+    @abstractmethod
+    async def elect_leaders(self, partitions: list[PartitionKey], unclean: bool) -> dict[PartitionKey, int | None]:
+        """ElectLeaders: preferred (`unclean` False: the first replica, if alive and in the ISR)
+        or unclean election. Per partition: None (elected) or a Kafka error code
+        (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        UNKNOWN_TOPIC_OR_PARTITION)."""
+
+    @abstractmethod
+    async def alter_reassignments(
+        self, changes: dict[PartitionKey, list[int] | None]
+    ) -> dict[PartitionKey, int | None]:
+        """AlterPartitionReassignments: per partition the target replicas, or None to cancel.
+        Per partition: None (accepted) or a Kafka error code (INVALID_REPLICA_ASSIGNMENT,
+        NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION)."""
+
+    def list_reassignments(self, partitions: list[PartitionKey] | None = None) -> dict[PartitionKey, PartitionState]:
+        """ListPartitionReassignments: the partitions (of those asked, or all) with one in progress."""
+        found = {}
+        for name, topic in self.topics().items():
+            for index, state in enumerate(topic.partitions):
+                key = (name, index)
+                if (state.adding_replicas or state.removing_replicas) and (partitions is None or key in partitions):
+                    found[key] = state
+        return found
 
     async def close(self) -> None:
         return None
@@ -240,6 +323,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker
+        self._announce_brokers()
 
     def brokers(self) -> list[BrokerInfo]:
         return list(self._brokers.values())
@@ -309,6 +393,74 @@ class EmbeddedMetadataStore(MetadataStore):
             producer_id = self._next_producer_id
             self._next_producer_id += 1
             return producer_id
+
+    @runs_to_completion
+    async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
+                              isr: list[int]) -> PartitionState:
+        async with self._lock:
+            current = self._require(topic)
+            if not 0 <= index < len(current.partitions):
+                raise UnknownTopicError(f"{topic}-{index}")
+            state = current.partitions[index]
+            if (state.leader_epoch, state.partition_epoch) != (leader_epoch, partition_epoch):
+                raise StalePartitionStateError(
+                    f"{topic}-{index} is at leader epoch {state.leader_epoch}, partition epoch "
+                    f"{state.partition_epoch}; the update was based on {leader_epoch}, {partition_epoch}")
+            new_state = replace(state, isr=list(isr), partition_epoch=state.partition_epoch + 1)
+            metadata = await self._commit_partitions(current, {index: new_state})
+        self._announce(topic, metadata)
+        return new_state
+
+    async def elect_leaders(self, partitions: list[PartitionKey], unclean: bool) -> dict[PartitionKey, int | None]:
+        """One broker: it leads every partition already, so each answer is ELECTION_NOT_NEEDED
+        (or UNKNOWN_TOPIC_OR_PARTITION), as a one-broker Kafka answers."""
+        from .elections import elect_preferred, elect_unclean
+
+        live = {b.broker_id for b in self._brokers.values()}
+        results: dict[PartitionKey, int | None] = {}
+        for name, index in partitions:
+            state = self._partition_state(name, index)
+            if state is None:
+                results[(name, index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            decided = elect_unclean(state, live) if unclean else elect_preferred(state, live)
+            # one broker leads all it hosts: an election that would change something cannot happen
+            results[(name, index)] = decided if isinstance(decided, ErrorCode) else ErrorCode.election_not_needed
+        return results
+
+    async def alter_reassignments(
+        self, changes: dict[PartitionKey, list[int] | None]
+    ) -> dict[PartitionKey, int | None]:
+        """One broker: the only assignment it can hold is itself, which is already in place; a
+        target naming another broker is INVALID_REPLICA_ASSIGNMENT, a cancel finds nothing in progress."""
+        live = {b.broker_id for b in self._brokers.values()}
+        results: dict[PartitionKey, int | None] = {}
+        for (name, index), target in changes.items():
+            state = self._partition_state(name, index)
+            if state is None:
+                results[(name, index)] = ErrorCode.unknown_topic_or_partition
+            elif target is None:
+                results[(name, index)] = ErrorCode.no_reassignment_in_progress
+            elif not target or len(set(target)) != len(target) or not set(target) <= live:
+                results[(name, index)] = ErrorCode.invalid_replica_assignment
+            elif target == state.replicas:
+                results[(name, index)] = None
+            else:  # unreachable with one live broker: a valid target is that broker itself
+                results[(name, index)] = ErrorCode.invalid_replica_assignment
+        return results
+
+    def _partition_state(self, name: str, index: int) -> PartitionState | None:
+        topic = self._topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    async def _commit_partitions(self, topic: TopicMetadata, states: dict[int, PartitionState]) -> TopicMetadata:
+        """Write `topic` with the partitions in `states` replaced; returns the new metadata."""
+        partitions = [states.get(i, p) for i, p in enumerate(topic.partitions)]
+        metadata = replace(topic, partitions=partitions)
+        await self._commit({**self._topics, topic.name: metadata})
+        return metadata
 
     def _require(self, name: str) -> TopicMetadata:
         metadata = self._topics.get(name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..config import BrokerConfig, LogConfig, log_config
@@ -23,6 +23,8 @@ from .metadata import MetadataStore, TopicMetadata
 from .partition import Partition
 
 log = logging.getLogger(__name__)
+
+LeadershipListener = Callable[[Partition, bool], None]
 
 
 class ReplicaManager:
@@ -35,6 +37,17 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._drops: dict[str, asyncio.Task] = {}  # topic -> removal of its logs' files
         self._background: set[asyncio.Task] = set()
+        self._leadership_listeners: list[LeadershipListener] = []
+
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
+        """Call `listener(partition, True)` when this broker becomes the leader of a partition (at
+        start-up too, for each it leads), `listener(partition, False)` when it stops leading one
+        (another broker leads, the partition went offline or was deleted)."""
+        self._leadership_listeners.append(listener)
+
+    def _announce_leadership(self, partition: Partition, leads: bool) -> None:
+        for listener in self._leadership_listeners:
+            listener(partition, leads)
 
     def start(self) -> None:
         """Open every hosted partition's log (recovering if needed) and follow metadata."""
@@ -70,7 +83,10 @@ class ReplicaManager:
             existing = self.partitions.get((topic.name, index))
             if existing is not None:
                 existing.log.config = config
+                led = existing.is_leader
                 existing.update_state(state)
+                if existing.is_leader != led:
+                    self._announce_leadership(existing, existing.is_leader)
                 continue
             try:
                 log_ = self.logs.load_log(topic.name, index, config)
@@ -78,15 +94,18 @@ class ReplicaManager:
                 log.exception("cannot open the log of %s-%d; it opens on the next change or restart", topic.name, index)
                 continue
             hw = self.logs.high_watermarks.get((topic.name, index), log_.log_end_offset)
-            self.partitions[(topic.name, index)] = Partition(
-                topic.name, index, topic.topic_id, self.broker_id, log_, state, hw
-            )
+            partition = Partition(topic.name, index, topic.topic_id, self.broker_id, log_, state, hw)
+            self.partitions[(topic.name, index)] = partition
+            if partition.is_leader:
+                self._announce_leadership(partition, True)
 
     def _drop_topic(self, name: str) -> None:
         """Forget the topic's partitions now; delete their files after any earlier drop of it."""
         keys = [key for key in self.partitions if key[0] == name]
         for key in keys:
-            self.partitions.pop(key)
+            partition = self.partitions.pop(key)
+            if partition.is_leader:
+                self._announce_leadership(partition, False)
         previous = self._drops.get(name)
         task = self._run_in_background(self._delete_logs(keys, previous))
         self._drops[name] = task
