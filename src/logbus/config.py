@@ -200,7 +200,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("connections.max.idle.ms", LONG, 600000, "Close connections idle this long; -1: never.", minimum=-1),
         _key("min.insync.replicas", INT, 1, "Replicas that must acknowledge acks=all.", minimum=1),
         _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", minimum=1),
-        _key("offsets.topic.replication.factor", ConfigType.SHORT, 1, "Replicas of __consumer_offsets."),
+        _key("offsets.topic.replication.factor", ConfigType.SHORT, 3, "Replicas of __consumer_offsets (capped "
+             "by the live brokers when it is first created).", minimum=1),
         _key("offsets.topic.segment.bytes", INT, 100 * MIB, "Segment size of __consumer_offsets."),
         _key("offsets.retention.minutes", INT, 10080, "Expire offsets of empty groups after this."),
         _key("offsets.retention.check.interval.ms", LONG, 600000, "How often offsets expire."),
@@ -210,6 +211,30 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.max.size", INT, 2147483647, "Most members in one group."),
         _key("transactional.id.expiration.ms", INT, 604800000, "Forget idle producer ids after this."),
         _key("producer.id.expiration.ms", INT, 86400000, "Forget idle idempotent producers after this."),
+        # The cluster (ZooKeeper mode): without zookeeper.connect the broker runs alone on its embedded store.
+        _key("zookeeper.connect", STR, None, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble that "
+             "coordinates the cluster; unset: one broker on its embedded metadata store."),
+        _key("zookeeper.session.timeout.ms", INT, 18000, "ZooKeeper session timeout: a broker silent this long "
+             "is dead to the cluster.", minimum=1),
+        _key("zookeeper.connection.timeout.ms", INT, None, "How long to wait for the first ZooKeeper connection; "
+             "default: the session timeout.", minimum=1),
+        _key("broker.rack", STR, None, "Rack of this broker; replicas spread over racks when every broker has one."),
+        _key("controlled.shutdown.enable", BOOL, True, "On SIGTERM move leaderships away before stopping."),
+        _key("auto.leader.rebalance.enable", BOOL, True, "Move leadership back to preferred replicas."),
+        _key("leader.imbalance.check.interval.seconds", LONG, 300, "How often the controller checks leader "
+             "balance.", minimum=1),
+        _key("leader.imbalance.per.broker.percentage", INT, 10, "Share of a broker's partitions led elsewhere "
+             "before a preferred election.", minimum=0, maximum=100),
+        _key("replica.lag.time.max.ms", LONG, 30000, "A follower not caught up for this long leaves the ISR.",
+             minimum=1),
+        _key("replica.fetch.max.bytes", INT, MIB, "Bytes per partition a follower asks for.", minimum=0),
+        _key("replica.fetch.response.max.bytes", INT, 10 * MIB, "Bytes per response a follower asks for.",
+             minimum=0),
+        _key("replica.fetch.wait.max.ms", INT, 500, "Longest wait of a follower's fetch on the leader.", minimum=0),
+        _key("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for.", minimum=1),
+        _key("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", minimum=0),
+        _key("num.replica.fetchers", INT, 1, "Fetcher connections per source broker.", minimum=1),
+        _key("replica.socket.timeout.ms", INT, 30000, "A follower's fetch gives up after this.", minimum=1),
         _key("num.io.threads", INT, 8, "Kafka's request handler threads (accepted; no effect: requests are "
              "handled on the event loop).", minimum=1),
         _key("logbus.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
@@ -217,8 +242,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.roll.jitter.ms", LONG, None, "Overrides log.roll.jitter.hours."),
         _key("log.roll.jitter.hours", INT, 0, "Max random jitter subtracted from a segment's roll time.", minimum=0),
         _key("log.preallocate", BOOL, False, "Preallocate segment files (accepted; no effect here)."),
-        _key("unclean.leader.election.enable", BOOL, False, "Elect an out-of-sync replica (accepted; no effect "
-             "on one broker)."),
+        _key("unclean.leader.election.enable", BOOL, False, "Elect an out-of-sync replica when no in-sync one "
+             "is alive (data loss)."),
         _key("compression.gzip.level", INT, -1, "gzip level when the broker compresses.", check=_gzip_level),
         _key("compression.lz4.level", INT, 9, "lz4 level when the broker compresses.", minimum=1, maximum=17),
         _key("compression.zstd.level", INT, 3, "zstd level when the broker compresses.", minimum=-131072,

@@ -25,8 +25,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from .cluster.zookeeper_server import ZooKeeperServer
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
@@ -197,3 +201,67 @@ def logbus_broker() -> Iterator[BrokerProcess]:
     """A fresh broker for one test, with default config."""
     with running_broker() as broker:
         yield broker
+
+
+@contextmanager
+def running_zookeeper() -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper (Debian's package) on a free loopback port, removed afterwards.
+    pytest skips the test when ZooKeeper is not installed (`./dev test` installs it)."""
+    from .cluster.zookeeper_server import ZooKeeperNotInstalledError, ZooKeeperServer
+
+    workdir = tempfile.mkdtemp(prefix="logbus-zk-")
+    server = ZooKeeperServer(workdir, port=free_test_port(), tick_ms=250)
+    try:
+        server.start()
+    except ZooKeeperNotInstalledError as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Cluster:
+    """Brokers 1..n of one cluster in a ZooKeeper chroot, each a `logbus serve` process."""
+
+    def __init__(self, zookeeper: ZooKeeperServer, workdir: str, config: dict[str, str], chroot: str) -> None:
+        self.zookeeper = zookeeper
+        self.workdir = workdir
+        self.config = {"zookeeper.connect": f"{zookeeper.connect_string}{chroot}", **config}
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    def add_broker(self, broker_id: int, config: dict[str, str] | None = None) -> BrokerProcess:
+        directory = os.path.join(self.workdir, f"broker-{broker_id}")
+        os.makedirs(directory, exist_ok=True)
+        broker = BrokerProcess(os.path.join(directory, "data"), {**self.config, **(config or {})}, broker_id)
+        self.brokers[broker_id] = broker
+        return broker.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
+
+    def stop(self) -> None:
+        for broker in self.brokers.values():
+            if broker.running:
+                broker.kill()
+
+
+@contextmanager
+def running_cluster(size: int, config: dict[str, str] | None = None,
+                    zookeeper: ZooKeeperServer | None = None) -> Iterator[Cluster]:
+    """`size` brokers (ids 1..size) in a fresh chroot of `zookeeper` (or a ZooKeeper of their own)."""
+    with contextlib.ExitStack() as stack:
+        if zookeeper is None:
+            zookeeper = stack.enter_context(running_zookeeper())
+        workdir = tempfile.mkdtemp(prefix="logbus-cluster-")
+        stack.callback(shutil.rmtree, workdir, True)
+        settings = {"zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "3000",
+                    "offsets.topic.replication.factor": str(min(size, 3)), **(config or {})}
+        cluster = Cluster(zookeeper, workdir, settings, f"/logbus-{os.path.basename(workdir)}")
+        stack.callback(cluster.stop)
+        for broker_id in range(1, size + 1):
+            cluster.add_broker(broker_id)
+        yield cluster

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import TYPE_CHECKING
 
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
@@ -17,6 +18,9 @@ from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import Connections, Listener
+
+if TYPE_CHECKING:
+    from ..cluster.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,8 @@ class Broker:
         self.data_dir = self.log_dirs[0]
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
         self.socket_sendfile: str = config["socket.sendfile"]
-        self.metadata = metadata or EmbeddedMetadataStore(self.data_dir, broker_id)
+        self.metadata = metadata or self._metadata_store(config, broker_id, self.data_dir)
+        self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
         clock = LoopClock()
@@ -45,16 +50,41 @@ class Broker:
         self.stopping = False
         self._server: Listener | None = None
 
+    @staticmethod
+    def _metadata_store(config: BrokerConfig, broker_id: int, data_dir: str) -> MetadataStore:
+        """ZooKeeper when `zookeeper.connect` is set (a cluster), else the embedded file."""
+        connect = config["zookeeper.connect"]
+        if not connect:
+            return EmbeddedMetadataStore(data_dir, broker_id)
+        from ..cluster.zookeeper import ZooKeeperMetadataStore
+
+        return ZooKeeperMetadataStore(connect, broker_id, config["zookeeper.session.timeout.ms"],
+                                      config["zookeeper.connection.timeout.ms"])
+
+    @staticmethod
+    def _controller(config: BrokerConfig, metadata: MetadataStore) -> Controller | None:
+        from ..cluster.zookeeper import ZooKeeperMetadataStore
+
+        if not isinstance(metadata, ZooKeeperMetadataStore):
+            return None
+        from ..cluster.controller import Controller
+
+        return Controller(metadata, config)
+
     async def start(self) -> tuple[str, int]:
         """Load everything and listen; returns the address actually bound."""
         self.logs.lock()
         await self.metadata.start()
         self.metadata.add_listener(self._forget_cached_metadata)
+        self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
         self.logs.open(self.broker_id, self.metadata.cluster_id)
         self._server = Listener.bind(self, self.host, self.port, backlog=1024)
         self.port = self._server.port
-        await self.metadata.register_broker(BrokerInfo(self.broker_id, *self._advertised_address()))
+        await self.metadata.register_broker(
+            BrokerInfo(self.broker_id, *self._advertised_address(), self.config["broker.rack"]))
         self.replicas.start()
+        if self.controller is not None:
+            self.controller.start()
         self.logs.start(
             self.config["log.retention.check.interval.ms"],
             self.config["log.flush.offset.checkpoint.interval.ms"],
@@ -78,15 +108,29 @@ class Broker:
             host = socket.getfqdn() if self.host in ("", "0.0.0.0", "::") else self.host
         return host, port or self.port
 
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown: leaderships move to other ISR members before this broker
+        stops serving, so producers with acks=all see no failed send in a rolling restart."""
+        request = getattr(self.metadata, "request_controlled_shutdown", None)
+        if request is None or not self.config["controlled.shutdown.enable"]:
+            return
+        timeout = self.config["zookeeper.session.timeout.ms"] / 1000
+        if not await request(timeout):
+            log.warning("controlled shutdown: still leading some partitions after %.0f s; stopping anyway", timeout)
+
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()
 
     async def stop(self) -> None:
+        await self._controlled_shutdown()
         self.stopping = True
         if self._server is not None:
             self._server.close()
         self.connections.close_all()
         self.group_coordinator.stop()
+        if self.controller is not None:
+            self.controller.stop()
+        await self.replicas.stop()
         await self.logs.shutdown()
         await self.metadata.close()
         log.info("broker %d stopped cleanly", self.broker_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,11 @@ class RequestContext:
     client_id: str | None
     client_host: str
     sendfile: bool = False  # large fetched ranges may leave by sendfile on this connection
+    close: Callable[[], None] | None = None  # closes this request's connection
+
+    def close_connection(self) -> None:
+        if self.close is not None:
+            self.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -462,7 +462,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request = codec.decode_request(api_key, api_version, frame, header.body_offset)
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
-            self.sendfile,
+            self.sendfile, self.close,
         )
         response = await spec.handle(ctx, request)
         if response is None:

@@ -124,6 +124,7 @@ def keep_freed_memory_for_reuse() -> None:
 
 async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, log_dirs: list[str]) -> int:
     from ..broker.broker import Broker
+    from ..cluster.metadata import BrokerIdInUseError
     from ..storage.manager import DataDirRefusedError
 
     broker = Broker(config, broker_id, host, port, log_dirs)
@@ -133,8 +134,13 @@ async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, log
         loop.add_signal_handler(sig, stop.set)
     try:
         bound_host, bound_port = await broker.start()
-    except DataDirRefusedError as exc:
+    except (DataDirRefusedError, BrokerIdInUseError) as exc:
         print(f"logbus: {exc}", file=sys.stderr)
+        await broker.metadata.close()
+        return 1
+    except TimeoutError as exc:  # kazoo: no ZooKeeper session within zookeeper.connection.timeout.ms
+        print(f"logbus: cannot reach ZooKeeper at {config['zookeeper.connect']}: {exc}", file=sys.stderr)
+        await broker.metadata.close()
         return 1
     except OSError as exc:
         where = exc.filename or f"{host}:{port}"

@@ -42,6 +42,10 @@ class MetadataWriteError(Exception):
     """The store could not persist a change (e.g. a full disk); nothing of it took effect."""
 
 
+class BrokerIdInUseError(Exception):
+    """Another live broker is registered with this broker id."""
+
+
 class StalePartitionStateError(Exception):
     """A conditional partition-state update lost a race: the state it was based on changed.
 

@@ -1,15 +1,22 @@
 """A partition as this broker hosts it: its log plus replication state.
 
 The log end offset (LEO) is where the next record goes; the high watermark (HW) is how far
-every in-sync replica has the log, and consumers read only below it. A single broker is the
-whole ISR, so the HW follows the LEO at once; with followers the HW moves as they fetch
-(`update_follower`), and acks=all waits for it.
+every in-sync replica has the log, and consumers read only below it. The leader tracks each
+follower's LEO from its fetches, and when it last caught up (Kafka's Replica.updateFetchState):
+a follower not caught up for `replica.lag.time.max.ms` leaves the ISR, one that reaches the HW
+joins it again; both changes go through the metadata store (`alter_isr`), and take effect when
+the new state comes back. HW = the smallest LEO in the ISR. A single broker is its whole ISR,
+so its HW follows its LEO at once. A follower's HW is the leader's, capped by its own LEO.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
 
 from ..protocol.records import BatchHeader
 from ..storage.log import AppendInfo, PartitionLog
@@ -33,37 +40,80 @@ class FetchedData:
     slice: ReadSlice | None
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower (Kafka's Replica)."""
+
+    log_end_offset: int = -1  # unknown until it fetches
+    last_caught_up: float = 0.0
+    last_fetch_leader_leo: int = -1
+    last_fetch_time: float = 0.0
+
+
+IsrRequest = Callable[["Partition", list[int]], None]
+
+
 class Partition:
     def __init__(self, topic: str, index: int, topic_id: str, broker_id: int, log: PartitionLog,
-                 state: PartitionState, high_watermark: int) -> None:
+                 state: PartitionState, high_watermark: int, alter_isr: IsrRequest | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
         self.broker_id = broker_id
         self.log = log
         self.state = state
+        self.clock = clock
+        self._alter_isr = alter_isr
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         self._new_data = asyncio.Event()
+        self._changed = asyncio.Event()  # HW, LEO or state moved: acks=all waiters look again
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
-        self._follower_leos: dict[int, int] = {}
+        self.followers: dict[int, FollowerState] = {}
+        self.isr_change_pending = False
+        self._become(state)
         self._maybe_advance_high_watermark()
+
+    # ------------------------------------------------------------------ roles
 
     @property
     def is_leader(self) -> bool:
         return self.state.leader == self.broker_id
 
     @property
+    def is_follower(self) -> bool:
+        return not self.is_leader and self.broker_id in self.state.replicas and self.state.leader >= 0
+
+    @property
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
     def update_state(self, state: PartitionState) -> None:
+        old = self.state
         self.state = state
-        self._follower_leos = {b: o for b, o in self._follower_leos.items() if b in state.isr}
+        self.isr_change_pending = False
+        if state.leader_epoch != old.leader_epoch or state.leader != old.leader:
+            self._become(state)
+        self.followers = {b: f for b, f in self.followers.items() if b in state.replicas}
+        for broker in state.replicas:
+            if broker != self.broker_id and self.is_leader:
+                self.followers.setdefault(broker, FollowerState(last_caught_up=self.clock()))
         self._maybe_advance_high_watermark()
+        self._wake()
 
-    def append_as_leader(
-        self, data: bytearray, headers: list[BatchHeader], acks: int
-    ) -> AppendInfo:
+    def _become(self, state: PartitionState) -> None:
+        """A new leader epoch: as leader, followers' positions are unknown until they fetch
+        (those in the ISR count as caught up now, as Kafka does)."""
+        now = self.clock()
+        self.followers = {}
+        if self.is_leader:
+            for broker in state.replicas:
+                if broker != self.broker_id:
+                    self.followers[broker] = FollowerState(last_caught_up=now if broker in state.isr else 0.0)
+
+    # ------------------------------------------------------------------ leader: appends
+
+    def append_as_leader(self, data: bytearray, headers: list[BatchHeader], acks: int) -> AppendInfo:
         if not self.is_leader:
             raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self}")
         if acks == -1 and len(self.state.isr) < self.log.config.min_insync_replicas:
@@ -74,22 +124,116 @@ class Partition:
         info = self.log.append(data, headers, self.leader_epoch)
         if not info.duplicate:
             self.appended_bytes += len(data)
-            self._maybe_advance_high_watermark()
+            if not self._maybe_advance_high_watermark():
+                self._wake()  # followers waiting in a fetch
         return info
 
-    def update_follower(self, broker_id: int, log_end_offset: int) -> None:
-        """A follower fetched from `log_end_offset`: it has everything before it."""
-        self._follower_leos[broker_id] = log_end_offset
+    def replicated(self, offset: int) -> ErrorCode | None:
+        """For acks=all: None once every ISR member has everything before `offset` and the ISR
+        still meets min.insync.replicas; an error code when it can no longer happen here."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self.high_watermark < offset:
+            return ErrorCode.request_timed_out  # not yet
+        if len(self.state.isr) < self.log.config.min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
+        return None
+
+    async def wait_replicated(self, offset: int, timeout: float) -> ErrorCode | None:
+        """Kafka's DelayedProduce: wait until `replicated(offset)` decides, or `timeout` (REQUEST_TIMED_OUT)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (verdict := self.replicated(offset)) == ErrorCode.request_timed_out:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return verdict
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return self.replicated(offset)
+        return verdict
+
+    # ------------------------------------------------------------------ leader: followers
+
+    def update_follower(self, broker_id: int, fetch_offset: int) -> None:
+        """A follower fetched from `fetch_offset`: it has everything before it."""
+        follower = self.followers.get(broker_id)
+        if follower is None or not self.is_leader:
+            return
+        now = self.clock()
+        leader_leo = self.log.log_end_offset
+        if fetch_offset >= leader_leo:
+            follower.last_caught_up = now
+        elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
+            follower.last_caught_up = max(follower.last_caught_up, follower.last_fetch_time)
+        follower.last_fetch_leader_leo = leader_leo
+        follower.last_fetch_time = now
+        follower.log_end_offset = fetch_offset
+        self._maybe_expand_isr(broker_id, follower)
         self._maybe_advance_high_watermark()
 
-    def _maybe_advance_high_watermark(self) -> None:
-        followers = [b for b in self.state.isr if b != self.broker_id]
-        candidates = [self.log.log_end_offset] + [self._follower_leos.get(b, 0) for b in followers]
+    def _maybe_expand_isr(self, broker_id: int, follower: FollowerState) -> None:
+        """A follower that has the log up to the HW, from this leader's epoch on, joins the ISR."""
+        if broker_id in self.state.isr or self.isr_change_pending or broker_id not in self.state.replicas:
+            return
+        epoch_start = next((start for epoch, start in self.log.epochs if epoch == self.leader_epoch),
+                           self.log.log_end_offset)
+        if follower.log_end_offset >= max(self.high_watermark, epoch_start):
+            self._request_isr([*self.state.isr, broker_id])
+
+    def shrink_isr_if_lagging(self, max_lag_s: float) -> None:
+        """Drop followers not caught up for `max_lag_s` from the ISR (the leader stays)."""
+        if not self.is_leader or self.isr_change_pending:
+            return
+        now = self.clock()
+        lagging = [b for b in self.state.isr if b != self.broker_id and
+                   (f := self.followers.get(b)) is not None and now - f.last_caught_up > max_lag_s]
+        if lagging:
+            self._request_isr([b for b in self.state.isr if b not in lagging])
+
+    def _request_isr(self, isr: list[int]) -> None:
+        if self._alter_isr is not None:
+            self.isr_change_pending = True
+            self._alter_isr(self, isr)
+
+    def _maybe_advance_high_watermark(self) -> bool:
+        """Move the HW to the smallest LEO in the ISR (never back); True when it moved."""
+        if not self.is_leader:
+            return False
+        candidates = [self.log.log_end_offset]
+        for broker in self.state.isr:
+            if broker != self.broker_id:
+                follower = self.followers.get(broker)
+                candidates.append(follower.log_end_offset if follower else -1)
         new_hw = min(candidates)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
-            self._new_data.set()
-            self._new_data = asyncio.Event()
+            self._wake()
+            return True
+        return False
+
+    # ------------------------------------------------------------------ follower
+
+    def append_as_follower(self, data: bytearray, headers: list[BatchHeader], leader_hw: int) -> None:
+        self.log.append_as_follower(data, headers)
+        self.appended_bytes += len(data)
+        self.follow_high_watermark(leader_hw)
+
+    def follow_high_watermark(self, leader_hw: int) -> None:
+        new_hw = min(leader_hw, self.log.log_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            self._wake()
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.high_watermark = offset
+
+    # ------------------------------------------------------------------ reads
 
     def read(self, offset: int, max_bytes: int, committed_only: bool = True) -> FetchedData:
         """Bytes from `offset`; consumers read below the HW, followers up to the LEO."""
@@ -98,8 +242,14 @@ class Partition:
         return FetchedData(self.high_watermark, self.high_watermark, self.log.log_start_offset, found)
 
     def data_arrived(self) -> asyncio.Event:
-        """An event set the next time the high watermark moves."""
+        """An event set the next time the HW or the LEO moves."""
         return self._new_data
+
+    def _wake(self) -> None:
+        self._new_data.set()
+        self._new_data = asyncio.Event()
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"

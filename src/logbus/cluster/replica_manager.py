@@ -19,7 +19,8 @@ from typing import Any
 from ..config import BrokerConfig, LogConfig, log_config
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
-from .metadata import MetadataStore, TopicMetadata
+from .fetcher import FetcherConfig, FetcherManager
+from .metadata import MetadataStore, PartitionState, StalePartitionStateError, TopicMetadata
 from .partition import Partition
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,13 @@ class ReplicaManager:
         self._drops: dict[str, asyncio.Task] = {}  # topic -> removal of its logs' files
         self._background: set[asyncio.Task] = set()
         self._leadership_listeners: list[LeadershipListener] = []
+        self.max_lag_s = config["replica.lag.time.max.ms"] / 1000
+        self.fetchers = FetcherManager(FetcherConfig(
+            broker_id, config["replica.fetch.max.bytes"], config["replica.fetch.response.max.bytes"],
+            config["replica.fetch.wait.max.ms"], config["replica.fetch.min.bytes"], config["replica.fetch.backoff.ms"],
+            config["replica.socket.timeout.ms"],
+        ), config["num.replica.fetchers"], self._address_of)
+        self._isr_check: asyncio.TimerHandle | None = None
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         """Call `listener(partition, True)` when this broker becomes the leader of a partition (at
@@ -63,6 +71,47 @@ class ReplicaManager:
         for topic in topics.values():
             self._sync_topic(topic)
         self.metadata.add_listener(self._on_topic_change)
+        self.metadata.add_broker_listener(lambda _brokers: self.fetchers.brokers_changed())
+        self._schedule_isr_check()
+
+    async def stop(self) -> None:
+        if self._isr_check is not None:
+            self._isr_check.cancel()
+        await self.fetchers.stop()
+
+    def _address_of(self, broker_id: int) -> tuple[str, int] | None:
+        found = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
+        return None if found is None else (found.host, found.port)
+
+    def _schedule_isr_check(self) -> None:
+        """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2."""
+        self._isr_check = asyncio.get_running_loop().call_later(self.max_lag_s / 2, self._check_isrs)
+
+    def _check_isrs(self) -> None:
+        for partition in list(self.partitions.values()):
+            partition.shrink_isr_if_lagging(self.max_lag_s)
+        self._schedule_isr_check()
+
+    def _alter_isr(self, partition: Partition, isr: list[int]) -> None:
+        """Ask the metadata store for a new ISR, conditional on the state the leader saw."""
+        state = partition.state
+        self._run_in_background(self._write_isr(partition, state, isr))
+
+    async def _write_isr(self, partition: Partition, state: PartitionState, isr: list[int]) -> None:
+        try:
+            new_state = await self.metadata.alter_partition(
+                partition.topic, partition.index, state.leader_epoch, state.partition_epoch, isr)
+        except StalePartitionStateError:
+            partition.isr_change_pending = False  # the fresh state arrives through the listener
+            return
+        except Exception:  # noqa: BLE001 - e.g. ZooKeeper unreachable: tried again at the next check
+            log.warning("cannot change the ISR of %s to %s", partition, isr, exc_info=True)
+            partition.isr_change_pending = False
+            return
+        if self.partitions.get((partition.topic, partition.index)) is partition \
+                and partition.state.partition_epoch < new_state.partition_epoch:
+            partition.update_state(new_state)
+        log.info("%s: ISR %s -> %s", partition, state.isr, isr)
 
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
         return log_config(self.config, topic.configs)
@@ -79,6 +128,7 @@ class ReplicaManager:
         config = self.log_config_for(topic)
         for index, state in enumerate(topic.partitions):
             if self.broker_id not in state.replicas:
+                self._stop_hosting(topic.name, index)
                 continue
             existing = self.partitions.get((topic.name, index))
             if existing is not None:
@@ -87,6 +137,7 @@ class ReplicaManager:
                 existing.update_state(state)
                 if existing.is_leader != led:
                     self._announce_leadership(existing, existing.is_leader)
+                self._set_role(existing)
                 continue
             try:
                 log_ = self.logs.load_log(topic.name, index, config)
@@ -94,16 +145,35 @@ class ReplicaManager:
                 log.exception("cannot open the log of %s-%d; it opens on the next change or restart", topic.name, index)
                 continue
             hw = self.logs.high_watermarks.get((topic.name, index), log_.log_end_offset)
-            partition = Partition(topic.name, index, topic.topic_id, self.broker_id, log_, state, hw)
+            partition = Partition(topic.name, index, topic.topic_id, self.broker_id, log_, state, hw, self._alter_isr)
             self.partitions[(topic.name, index)] = partition
             if partition.is_leader:
                 self._announce_leadership(partition, True)
+            self._set_role(partition)
+
+    def _set_role(self, partition: Partition) -> None:
+        """A follower fetches from its leader; a leader (or an offline partition) fetches from nobody."""
+        if partition.is_follower:
+            self.fetchers.follow(partition)
+        else:
+            self.fetchers.unfollow(partition)
+
+    def _stop_hosting(self, name: str, index: int) -> None:
+        """A replica moved away from this broker (reassignment): stop it and delete its log."""
+        partition = self.partitions.pop((name, index), None)
+        if partition is None:
+            return
+        self.fetchers.unfollow(partition)
+        if partition.is_leader:
+            self._announce_leadership(partition, False)
+        self._run_in_background(self._delete_logs([(name, index)], None))
 
     def _drop_topic(self, name: str) -> None:
         """Forget the topic's partitions now; delete their files after any earlier drop of it."""
         keys = [key for key in self.partitions if key[0] == name]
         for key in keys:
             partition = self.partitions.pop(key)
+            self.fetchers.unfollow(partition)
             if partition.is_leader:
                 self._announce_leadership(partition, False)
         previous = self._drops.get(name)

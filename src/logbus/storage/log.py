@@ -61,6 +61,10 @@ class InvalidProducerEpochError(Exception):
     pass
 
 
+class FollowerAppendError(Exception):
+    """Fetched batches that do not continue the follower's log."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     base_offset: int
@@ -326,6 +330,66 @@ class PartitionLog:
             self.producer_state.update(header)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
         return AppendInfo(base, self.log_end_offset - 1, append_time)
+
+    def append_as_follower(self, data: bytearray, headers: list[BatchHeader]) -> AppendInfo:
+        """Append batches fetched from the leader as they are: offsets and leader epochs kept.
+
+        The batches must follow the log end offset without a gap (FollowerAppendError
+        otherwise: the fetcher fetched from the wrong place). Producer state is updated from them
+        without the leader's sequence checks, as Kafka's follower does, so that a new leader
+        still deduplicates a producer's retries.
+        """
+        expected = self.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise FollowerAppendError(
+                    f"{self.topic}-{self.partition}: batch at offset {header.base_offset}, log end is {expected}")
+            expected = header.last_offset + 1
+        self._maybe_roll(len(data), max(h.max_timestamp for h in headers), headers[-1].last_offset)
+        for header in headers:
+            self._track_epoch(header.partition_leader_epoch, header.base_offset)
+        self.active_segment.append(data, headers)
+        for header in headers:
+            self.producer_state.update(header)
+        self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at and after `offset` (a follower whose log diverged from its leader's):
+        segments, indexes, leader epochs, producer state, recovery point. The cut segment is
+        fsynced before this returns, so a crash cannot bring the dropped batches back."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        doomed = [s for s in self.segments[1:] if s.base_offset >= offset]
+        self._delete_segments(doomed)
+        self.active_segment.truncate_to_offset(offset)
+        os.fsync(self.active_segment.fileno())
+        self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start the log empty at `offset` (a follower whose fetch offset
+        fell below its leader's log start offset)."""
+        self._delete_segments(list(self.segments))
+        self._add_segment(offset).next_offset = offset
+        self.log_start_offset = offset
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        end = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, end)
+        epochs = [(epoch, start) for epoch, start in self.epochs if start < end]
+        if epochs != self.epochs:
+            checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), epochs, sync=True)
+            self.epochs = epochs
+        self.producer_state.forget_after(end)
+        self.producer_state.drop_snapshots_after(end)
+
+    def latest_epoch(self) -> int:
+        """The leader epoch of the last batch (-1 for a log without epochs)."""
+        return self.epochs[-1][0] if self.epochs else -1
 
     @staticmethod
     def _reread(data: bytearray, headers: list[BatchHeader]) -> list[BatchHeader]:

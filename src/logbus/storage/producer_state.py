@@ -101,6 +101,12 @@ class ProducerStateManager:
             if not kept:
                 del self.producers[pid]
 
+    def drop_snapshots_after(self, offset: int) -> None:
+        """Remove snapshots of offsets past `offset` (the log was truncated there)."""
+        for snapshot in self._snapshot_offsets():
+            if snapshot > offset:
+                os.unlink(self._snapshot_path(snapshot))
+
     def expire(self, now_ms: int, expiration_ms: int) -> None:
         """Forget producers whose last batch is older than `expiration_ms` (by its timestamp, as Kafka)."""
         for pid in [p for p, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]:

@@ -259,6 +259,24 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to_position(position)
 
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop the batch holding `offset` and everything after it (Kafka's LogSegment.truncateTo):
+        the file, both indexes, and the next offset and timestamps, which are read back from what is
+        left (the tail after the last index entry; the whole segment when no index entry is left)."""
+        header = self.find_position(offset)
+        if header is None:
+            return
+        self.truncate_to(header.position)
+        self.time_index.truncate_to_offset(header.base_offset)
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._offset_of_max_timestamp = -1
+        self._bytes_since_index = 0
+        if not self.load_state():
+            self.recover()
+        self.offset_index.flush()
+        self.time_index.flush()
+
     # ------------------------------------------------------------------ reads
 
     def read_bytes(self, position: int, size: int) -> bytes:

@@ -116,12 +116,23 @@ def _read_partition(
     if partition is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
         return _answer(module, fetch.partition, error), 0
+    replica = replica_id(request)
+    if not partition.is_leader:
+        return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
     epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
     if epoch_error is not None:
         return _answer(module, fetch.partition, epoch_error), 0
+    if replica >= 0:
+        if replica not in partition.state.replicas:
+            return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
+        diverging = _diverging_epoch(partition, fetch)
+        if diverging is not None:
+            return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
+                           partition.log.log_start_offset, diverging=diverging), 0
+        partition.update_follower(replica, fetch.fetch_offset)
     max_bytes = min(fetch.partition_max_bytes, budget)
     try:
-        data = partition.read(fetch.fetch_offset, max_bytes)
+        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0)
     except OffsetOutOfRangeError:
         return _answer(
             module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
@@ -206,6 +217,26 @@ def _load_region(region: FileRegion) -> None:
         region.close()
 
 
+def replica_id(request: Any) -> int:
+    """The fetching follower's broker id (v15+ in replica_state), -1 for a consumer."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
+def _diverging_epoch(partition: Partition, fetch: Any) -> tuple[int, int] | None:
+    """KIP-320: (epoch, end offset) when the follower's last fetched epoch ends, on this leader,
+    before its fetch offset (its log holds batches this one does not); None when they agree."""
+    last_epoch = getattr(fetch, "last_fetched_epoch", -1)
+    if last_epoch < 0:
+        return None
+    epoch, end_offset = partition.log.end_offset_for_epoch(last_epoch)
+    if epoch < last_epoch or end_offset < fetch.fetch_offset:
+        return epoch, end_offset
+    return None
+
+
 def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | None:
     if requested < 0 or requested == partition.leader_epoch:
         return None
@@ -216,13 +247,16 @@ def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | Non
 
 def _answer(
     module: Any, index: int, error: ErrorCode, high_watermark: int = -1, log_start: int = -1,
-    records: bytes | memoryview | FileRegion | _ColdRecords = b"",
+    records: bytes | memoryview | FileRegion | _ColdRecords = b"", diverging: tuple[int, int] | None = None,
 ) -> Any:
+    extra = {}
+    if diverging is not None and hasattr(module, "EpochEndOffset"):
+        extra["diverging_epoch"] = module.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
     return make(
         module.PartitionData, partition_index=index, error_code=error,
         high_watermark=high_watermark, last_stable_offset=high_watermark,
         log_start_offset=log_start, aborted_transactions=None, preferred_read_replica=-1,
-        records=records,
+        records=records, **extra,
     )
 
 

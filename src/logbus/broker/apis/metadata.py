@@ -97,11 +97,14 @@ def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operati
             module.MetadataResponseTopic, error_code=error, name=name, topic_id=_ZERO_UUID,
             is_internal=False, partitions=(), topic_authorized_operations=operations,
         )
+    live = {b.broker_id for b in broker.metadata.brokers()}
     partitions = tuple(
         make(
-            module.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=index,
-            leader_id=state.leader, leader_epoch=state.leader_epoch,
-            replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr), offline_replicas=(),
+            module.MetadataResponsePartition, partition_index=index,
+            error_code=ErrorCode.none if state.leader in live else ErrorCode.leader_not_available,
+            leader_id=state.leader if state.leader in live else -1, leader_epoch=state.leader_epoch,
+            replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
+            offline_replicas=tuple(b for b in state.replicas if b not in live),
         )
         for index, state in enumerate(metadata.partitions)
     )

@@ -18,6 +18,7 @@ in `record_errors` (batch index and message), as Kafka does. acks=0 gets no resp
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -69,13 +70,44 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         responses = []
         for data in topic_data.partition_data:
             responses.append(await _produce_partition(ctx, module, topic, data, request))
-        topics.append(
-            make(module.TopicProduceResponse, name=getattr(topic_data, "name", None),
-                 topic_id=getattr(topic_data, "topic_id", None), partition_responses=tuple(responses))
-        )
+        topics.append((topic_data, responses))
     if request.acks == 0:
+        if any(_failed(r) for _, responses in topics for r in responses):
+            ctx.close_connection()  # Kafka closes it, so that the producer refreshes its metadata
         return None
-    return make(response_class(API_KEY, ctx.api_version), responses=tuple(topics), node_endpoints=())
+    if request.acks == -1:
+        await _wait_for_replicas(topics, request.timeout.total_seconds())
+    return make(response_class(API_KEY, ctx.api_version), responses=tuple(
+        make(module.TopicProduceResponse, name=getattr(topic_data, "name", None),
+             topic_id=getattr(topic_data, "topic_id", None), partition_responses=tuple(responses))
+        for topic_data, responses in topics
+    ), node_endpoints=())
+
+
+class _AwaitingReplicas:
+    """An appended partition whose acks=all answer waits for the ISR (Kafka's DelayedProduce)."""
+
+    def __init__(self, partition: Partition, offset: int, response: Any) -> None:
+        self.partition = partition
+        self.offset = offset
+        self.response = response
+
+
+def _failed(response: Any) -> bool:
+    return not isinstance(response, _AwaitingReplicas) and response.error_code != ErrorCode.none
+
+
+async def _wait_for_replicas(topics: list[tuple[Any, list[Any]]], timeout: float) -> None:
+    """Replace every waiting partition's answer once the ISR has its records, or with the error
+    that ends the wait (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER)."""
+    waiting = [(responses, i, r) for _, responses in topics for i, r in enumerate(responses)
+               if isinstance(r, _AwaitingReplicas)]
+    verdicts = await asyncio.gather(*(r.partition.wait_replicated(r.offset, timeout) for _, _, r in waiting))
+    for (responses, i, waited), verdict in zip(waiting, verdicts, strict=True):
+        response = waited.response
+        if verdict is not None:
+            response = dataclasses.replace(response, error_code=verdict, base_offset=-1)
+        responses[i] = response
 
 
 def _resolve(ctx: RequestContext, topic_data: Any) -> str | None:
@@ -102,10 +134,13 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         await broker.replicas.flush_if_due(partition)
     except KafkaApiError as exc:
         return _partition_response(module, data.index, exc.code, -1, -1, -1, exc.message)
-    return _partition_response(
+    response = _partition_response(
         module, data.index, ErrorCode.none, info.base_offset, info.log_append_time,
         partition.log.log_start_offset, None,
     )
+    if request.acks == -1 and partition.replicated(info.last_offset + 1) is not None:
+        return _AwaitingReplicas(partition, info.last_offset + 1, response)
+    return response
 
 
 def _missing_partition_error(topic: str | None) -> KafkaApiError:

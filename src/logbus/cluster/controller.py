@@ -1,0 +1,369 @@
+"""The controller: one broker of the cluster decides leaders and ISRs when brokers come and go.
+
+Every broker runs a `Controller`; the one that creates the ephemeral `/controller` znode is
+active, after incrementing `/controller_epoch`. Every write it makes is a ZooKeeper
+transaction that also checks `/controller_epoch`'s version, so a controller that lost its
+session (and was replaced) cannot overwrite its successor's decisions. When the active one
+dies its znode goes with its session; the others see `/controller` vanish and race to create it.
+
+The active controller reconciles: whenever brokers, partition states or admin requests change,
+it walks every partition and writes what the rules in `elections.py` say it should be (a new
+leader from the live ISR with a higher leader epoch when the leader died, dead followers out of
+the ISR, an offline partition back when a replica of its last ISR returns). Requests from other
+brokers arrive as znodes (`/admin/delete_topics/<t>`, `/admin/preferred_replica_election`,
+`/admin/reassign_partitions`, `/logbus/controlled_shutdown/<id>`), as in Kafka's ZooKeeper mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from ..config import BrokerConfig
+from .elections import elect_leader, elect_preferred, elect_unclean
+from .metadata import PartitionState, StalePartitionStateError, TopicMetadata
+from .zookeeper import ZooKeeperMetadataStore, _json, encode_assignment, topic_path
+
+log = logging.getLogger(__name__)
+
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+REASSIGN = "/admin/reassign_partitions"
+DELETE_TOPICS = "/admin/delete_topics"
+SHUTDOWN = "/logbus/controlled_shutdown"
+
+
+class Controller:
+    def __init__(self, store: ZooKeeperMetadataStore, config: BrokerConfig) -> None:
+        self.store = store
+        self.client = store.client
+        self.broker_id = store.broker_id
+        self.unclean_default: bool = config["unclean.leader.election.enable"]
+        self.rebalance = config["auto.leader.rebalance.enable"]
+        self.rebalance_interval_s = config["leader.imbalance.check.interval.seconds"]
+        self.imbalance_percentage = config["leader.imbalance.per.broker.percentage"]
+        self.active = False
+        self.epoch = 0
+        self._epoch_version = -1
+        self._shutting_down: set[int] = set()
+        self._pending_deletes: list[str] = []
+        self._dirty = False
+        self._pass: asyncio.Task | None = None
+        self._rebalancer: asyncio.TimerHandle | None = None
+        self._watching = False
+
+    def start(self) -> None:
+        self.store.add_session_listener(self._on_session)
+        self.store.add_broker_listener(lambda _brokers: self.reconcile_soon())
+        self.store.add_listener(lambda _name, _topic: self.reconcile_soon())
+        self._on_session(True)
+
+    def stop(self) -> None:
+        self.active = False
+        if self._rebalancer is not None:
+            self._rebalancer.cancel()
+
+    # ------------------------------------------------------------------ election
+
+    def _on_session(self, connected: bool) -> None:
+        if not connected:
+            self._resign("ZooKeeper session lost")
+        elif self.store.controller_id == -1:
+            asyncio.get_running_loop().create_task(self._try_to_become_controller())
+        elif self.store.controller_id != self.broker_id:
+            self._resign(f"broker {self.store.controller_id} is the controller")
+
+    def _resign(self, why: str) -> None:
+        if self.active:
+            log.warning("broker %d is no longer the controller: %s", self.broker_id, why)
+        self.active = False
+
+    async def _try_to_become_controller(self) -> None:
+        try:
+            won = await asyncio.to_thread(self._claim)
+        except Exception:  # noqa: BLE001 - the next /controller change tries again
+            log.exception("controller election failed")
+            return
+        if not won:
+            return
+        self.active = True
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        if not self._watching:
+            self._watching = True
+            await asyncio.to_thread(self._watch_requests)
+        self._schedule_rebalance()
+        self.reconcile_soon()
+
+    def _claim(self) -> bool:
+        """Create /controller and bump /controller_epoch (kazoo thread); False if another won."""
+        value = _json({"version": 2, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))})
+        try:
+            self.client.create("/controller", value, ephemeral=True)
+        except NodeExistsError:
+            return False
+        while True:
+            try:
+                raw, stat = self.client.get("/controller_epoch")
+            except NoNodeError:
+                try:
+                    stat = self.client.create("/controller_epoch", b"1", include_data=True)[1]
+                    self.epoch, self._epoch_version = 1, stat.version
+                    return True
+                except NodeExistsError:
+                    continue
+            try:
+                stat = self.client.set("/controller_epoch", str(int(raw) + 1).encode(), version=stat.version)
+            except BadVersionError:
+                continue
+            self.epoch, self._epoch_version = int(raw) + 1, stat.version
+            return True
+
+    def _watch_requests(self) -> None:
+        ChildrenWatch(self.client, SHUTDOWN, self._on_shutdown_requests)
+        ChildrenWatch(self.client, DELETE_TOPICS, self._on_delete_requests)
+        DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store._post(self.reconcile_soon))
+        DataWatch(self.client, REASSIGN, lambda *_a: self.store._post(self.reconcile_soon))
+
+    def _on_shutdown_requests(self, children: list[str]) -> None:
+        ids = {int(c) for c in children if c.isdigit()}
+        self.store._post(self._set_shutting_down, ids)
+
+    def _set_shutting_down(self, ids: set[int]) -> None:
+        self._shutting_down = ids
+        self.reconcile_soon()
+
+    def _on_delete_requests(self, children: list[str]) -> None:
+        self.store._post(self._set_pending_deletes, list(children))
+
+    def _set_pending_deletes(self, names: list[str]) -> None:
+        self._pending_deletes = names
+        self.reconcile_soon()
+
+    # ------------------------------------------------------------------ reconciling
+
+    def reconcile_soon(self) -> None:
+        """Run one reconciling pass (another after it if something changes meanwhile)."""
+        if not self.active:
+            return
+        if self._pass is not None and not self._pass.done():
+            self._dirty = True
+            return
+        self._pass = asyncio.get_running_loop().create_task(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        while self.active:
+            self._dirty = False
+            try:
+                await self._delete_requested_topics()
+                await self._handle_admin_requests()
+                await self._fix_partitions()
+                await self.finish_reassignments()
+            except Exception:  # noqa: BLE001 - the next change triggers another pass
+                log.exception("controller pass failed")
+            if not self._dirty:
+                return
+
+    def _live(self) -> set[int]:
+        return self.store.live_broker_ids()
+
+    def _unclean(self, topic: TopicMetadata) -> bool:
+        value = topic.configs.get("unclean.leader.election.enable")
+        return self.unclean_default if value is None else value.strip().lower() == "true"
+
+    async def _fix_partitions(self) -> None:
+        live = self._live()
+        serving = live - self._shutting_down
+        for name, topic in list(self.store.topics().items()):
+            for index, state in enumerate(topic.partitions):
+                new_state = self._decide(state, live, serving, self._unclean(topic))
+                if new_state is None:
+                    new_state = self._progress_reassignment(state)
+                if new_state is not None:
+                    await self._write_state(name, index, state, new_state)
+
+    @staticmethod
+    def _decide(state: PartitionState, live: set[int], serving: set[int], unclean: bool) -> PartitionState | None:
+        """The state a partition should have given who is alive and who is shutting down."""
+        if state.leader not in serving:
+            elected = elect_leader(state, serving, unclean)
+            if elected is not None and (elected.leader != -1 or state.leader not in live):
+                return replace(elected, isr=[b for b in elected.isr if b in serving] or elected.isr)
+            if state.leader in live:  # shutting down, nobody else can lead: it leads until it stops
+                return None
+        gone = [b for b in state.isr if b not in serving]
+        if gone and len(state.isr) > len(gone):
+            return replace(state, isr=[b for b in state.isr if b in serving],
+                           partition_epoch=state.partition_epoch + 1)
+        return None
+
+    async def _write_state(self, name: str, index: int, old: PartitionState, new: PartitionState) -> None:
+        try:
+            await asyncio.to_thread(self.store._write_state, name, index, new, old.partition_epoch,
+                                    self._epoch_version)
+            if new.leader != old.leader:
+                log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", name, index, old.leader, new.leader,
+                         new.leader_epoch, new.isr)
+        except StalePartitionStateError:
+            self._dirty = True  # decided from an old state: decide again from the new one
+
+    # ------------------------------------------------------------------ deletions
+
+    async def _delete_requested_topics(self) -> None:
+        for name in list(self._pending_deletes):
+            await asyncio.to_thread(self._delete_topic, name)
+            log.info("deleted topic %s", name)
+
+    def _delete_topic(self, name: str) -> None:
+        transaction = self.client.transaction()
+        transaction.check("/controller_epoch", self._epoch_version)
+        for path in _tree(self.client, topic_path(name)) + _tree(self.client, f"/config/topics/{name}"):
+            transaction.delete(path)
+        transaction.delete(f"{DELETE_TOPICS}/{name}")
+        results = transaction.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise RuntimeError(f"deleting {name}: {results}")
+
+    # ------------------------------------------------------------------ elections and reassignments
+
+    async def _handle_admin_requests(self) -> None:
+        election = await asyncio.to_thread(_take_request, self.client, PREFERRED_ELECTION)
+        if election is not None:
+            await self._run_elections(election)
+        reassignment = await asyncio.to_thread(_take_request, self.client, REASSIGN)
+        if reassignment is not None:
+            for item in reassignment.get("partitions", []):
+                await self._start_reassignment(item["topic"], int(item["partition"]), item.get("replicas"))
+
+    async def _run_elections(self, request: dict[str, Any]) -> None:
+        live = self._live() - self._shutting_down
+        for item in request.get("partitions", []):
+            name, index = item["topic"], int(item["partition"])
+            state = self.store._state(name, index)
+            if state is None:
+                continue
+            decided = elect_unclean(state, live) if request.get("unclean") else elect_preferred(state, live)
+            if isinstance(decided, PartitionState):
+                await self._write_state(name, index, state, decided)
+
+    async def _start_reassignment(self, name: str, index: int, target: list[int] | None) -> None:
+        topic = self.store.topics().get(name)
+        if topic is None or index >= len(topic.partitions):
+            return
+        state = topic.partitions[index]
+        if target is None:  # cancel: back to the replicas before the reassignment
+            original = [b for b in state.replicas if b not in state.adding_replicas]
+            new = replace(state, replicas=original, adding_replicas=[], removing_replicas=[])
+        else:
+            current = state.target_replicas if state.adding_replicas or state.removing_replicas else state.replicas
+            original = [b for b in state.replicas if b not in state.adding_replicas]
+            new = replace(state, replicas=list(target) + [b for b in original if b not in target],
+                          adding_replicas=[b for b in target if b not in original],
+                          removing_replicas=[b for b in original if b not in target])
+            if current == list(target) and not new.adding_replicas and not new.removing_replicas:
+                return
+        await self._write_assignment(topic, index, new)
+
+    def _progress_reassignment(self, state: PartitionState) -> PartitionState | None:
+        """A reassignment whose new replicas are all in the ISR completes: the leader moves into
+        the target replicas if it is leaving, the leaving replicas drop out of the ISR."""
+        if not (state.adding_replicas or state.removing_replicas):
+            return None
+        target = state.target_replicas
+        if not all(b in state.isr for b in state.adding_replicas):
+            return None
+        isr = [b for b in state.isr if b in target]
+        leader = state.leader if state.leader in target else next((b for b in target if b in isr), -1)
+        if leader == state.leader and isr == state.isr:
+            return None  # the state is final; the assignment is finished in _finish_reassignments
+        return replace(state, leader=leader, isr=isr, partition_epoch=state.partition_epoch + 1,
+                       leader_epoch=state.leader_epoch + (leader != state.leader))
+
+    async def finish_reassignments(self) -> None:
+        """Assignments whose partition state is final: drop the old replicas from the assignment."""
+        for _name, topic in list(self.store.topics().items()):
+            for index, state in enumerate(topic.partitions):
+                if (state.adding_replicas or state.removing_replicas) and self._progress_reassignment(state) is None \
+                        and all(b in state.isr for b in state.adding_replicas):
+                    await self._write_assignment(topic, index, replace(
+                        state, replicas=state.target_replicas, adding_replicas=[], removing_replicas=[]))
+
+    async def _write_assignment(self, topic: TopicMetadata, index: int, state: PartitionState) -> None:
+        partitions = [state if i == index else p for i, p in enumerate(topic.partitions)]
+        try:
+            await asyncio.to_thread(self._set_assignment, topic, partitions)
+        except (BadVersionError, RuntimeError):
+            self._dirty = True
+
+    def _set_assignment(self, topic: TopicMetadata, partitions: list[PartitionState]) -> None:
+        _, stat = self.client.get(topic_path(topic.name))
+        transaction = self.client.transaction()
+        transaction.check("/controller_epoch", self._epoch_version)
+        transaction.set_data(topic_path(topic.name), encode_assignment(topic.topic_id, partitions),
+                             version=stat.version)
+        results = transaction.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise RuntimeError(f"assignment of {topic.name} changed or controller fenced")
+
+    # ------------------------------------------------------------------ leader balance
+
+    def _schedule_rebalance(self) -> None:
+        if not self.rebalance or not self.active:
+            return
+        loop = asyncio.get_running_loop()
+        self._rebalancer = loop.call_later(self.rebalance_interval_s, self._rebalance_now)
+
+    def _rebalance_now(self) -> None:
+        if not self.active:
+            return
+        asyncio.get_running_loop().create_task(self._rebalance())
+        self._schedule_rebalance()
+
+    async def _rebalance(self) -> None:
+        """Kafka's auto leader rebalance: per broker, when more than leader.imbalance.per.broker.percentage
+        of the partitions it prefers are led elsewhere, elect it where it is in the ISR."""
+        live = self._live() - self._shutting_down
+        preferred_of: dict[int, list[tuple[str, int, PartitionState]]] = {}
+        for name, topic in self.store.topics().items():
+            for index, state in enumerate(topic.partitions):
+                if state.target_replicas:
+                    preferred_of.setdefault(state.target_replicas[0], []).append((name, index, state))
+        for broker, partitions in preferred_of.items():
+            elsewhere = [p for p in partitions if p[2].leader != broker]
+            if broker not in live or len(elsewhere) * 100 <= self.imbalance_percentage * len(partitions):
+                continue
+            for name, index, state in elsewhere:
+                decided = elect_preferred(state, live)
+                if isinstance(decided, PartitionState):
+                    await self._write_state(name, index, state, decided)
+
+
+def _tree(client: Any, path: str) -> list[str]:
+    """`path` and everything under it, deepest first (for deleting in one transaction)."""
+    try:
+        children = client.get_children(path)
+    except NoNodeError:
+        return []
+    paths: list[str] = []
+    for child in children:
+        paths += _tree(client, f"{path}/{child}")
+    return paths + [path]
+
+
+def _take_request(client: Any, path: str) -> dict[str, Any] | None:
+    """Read and delete an admin request znode (None when there is none)."""
+    try:
+        raw, stat = client.get(path)
+        client.delete(path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        return None
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        log.warning("ignoring an unreadable request in %s", path)
+        return None

@@ -1,0 +1,283 @@
+"""Followers fetch from leaders: one `ReplicaFetcher` per (leader broker, fetcher index).
+
+A fetcher keeps one connection to its leader and sends Fetch v12 (topics by name; KIP-320's
+`last_fetched_epoch` and `diverging_epoch`) with this broker's id as `replica_id`, so the leader
+reads up to its log end and records how far this follower has come. Fetched batches are checked
+(framing, CRC) and appended as they are (`PartitionLog.append_as_follower`: offsets and leader
+epochs kept). When the leader answers a `diverging_epoch`, this log holds batches the leader
+does not (it led, or followed an old leader, and was cut off): it is truncated to where the
+epochs agree before fetching again, so replicas never diverge silently.
+
+Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
+metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
+The leader's bytes are network bytes like any other: the response is bounded (size, then the
+schema walk of `protocol.bounds`) before kio decodes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from ..protocol import bounds
+from ..protocol.codec import ChunkSink, make
+from ..protocol.records import validate_batches, whole_batches_length
+from ..storage.log import FollowerAppendError
+from .partition import Partition
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY, FETCH_VERSION = 1, 12
+_SIZE = struct.Struct(">i")
+_REQUEST = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.request)
+_RESPONSE = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.response)
+_WRITE_HEADER = entity_writer(_REQUEST.RequestHeader)
+_WRITE_BODY = entity_writer(_REQUEST.FetchRequest)
+_READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
+_READ_BODY = entity_reader(_RESPONSE.FetchResponse)
+_PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+                   ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    broker_id: int
+    max_bytes: int  # replica.fetch.max.bytes (per partition)
+    response_max_bytes: int  # replica.fetch.response.max.bytes
+    wait_max_ms: int
+    min_bytes: int
+    backoff_ms: int
+    socket_timeout_ms: int
+
+
+class ReplicaFetcher:
+    """Fetches the partitions this broker follows from one leader."""
+
+    def __init__(self, config: FetcherConfig, leader_id: int, address: tuple[str, int], name: str) -> None:
+        self.config = config
+        self.leader_id = leader_id
+        self.address = address
+        self.name = name
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._correlation = 0
+        self._failing = False
+        self._delayed: dict[tuple[str, int], float] = {}  # partition -> loop time its fetching resumes
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = partition
+        self._delayed.pop((partition.topic, partition.index), None)
+        self._wakeup.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    def remove(self, partition: Partition) -> None:
+        self.partitions.pop((partition.topic, partition.index), None)
+        self._delayed.pop((partition.topic, partition.index), None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._close()
+
+    def reconnect(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            self._delayed = {key: at for key, at in self._delayed.items() if at > now}
+            wanted = [p for key, p in self.partitions.items()
+                      if p.is_follower and p.state.leader == self.leader_id and key not in self._delayed]
+            if not wanted:
+                self._wakeup.clear()
+                wait = min(self._delayed.values(), default=now + 3600) - now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait)
+                continue
+            try:
+                response = await self._fetch(wanted)
+                self._handle(wanted, response)
+                if self._failing:
+                    log.info("%s: fetching from broker %d again", self.name, self.leader_id)
+                    self._failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure: reconnect after a pause
+                if not self._failing:
+                    log.warning("%s: fetch from broker %d at %s:%d failed: %s (retrying every %d ms)", self.name,
+                                self.leader_id, *self.address, exc, self.config.backoff_ms)
+                    self._failing = True
+                self._close()
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+
+    async def _fetch(self, partitions: list[Partition]) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(*self.address), self.config.socket_timeout_ms / 1000)
+        self._correlation += 1
+        sink = ChunkSink()
+        _WRITE_HEADER(sink, _REQUEST.RequestHeader(
+            request_api_key=FETCH_KEY, request_api_version=FETCH_VERSION, correlation_id=self._correlation,
+            client_id=f"logbus-replica-fetcher-{self.config.broker_id}"))
+        _WRITE_BODY(sink, self._request(partitions))
+        payload = b"".join(sink)
+        self._writer.write(_SIZE.pack(len(payload)) + payload)
+        timeout = (self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000
+        return await asyncio.wait_for(self._response(), timeout)
+
+    def _request(self, partitions: list[Partition]) -> Any:
+        topics: dict[str, list[Any]] = {}
+        for partition in partitions:
+            topics.setdefault(partition.topic, []).append(make(
+                _REQUEST.FetchPartition, partition=partition.index, current_leader_epoch=partition.leader_epoch,
+                fetch_offset=partition.log.log_end_offset, last_fetched_epoch=partition.log.latest_epoch(),
+                log_start_offset=partition.log.log_start_offset, partition_max_bytes=self.config.max_bytes))
+        return make(
+            _REQUEST.FetchRequest, replica_id=self.config.broker_id,
+            max_wait=datetime.timedelta(milliseconds=self.config.wait_max_ms), min_bytes=self.config.min_bytes,
+            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=tuple(make(_REQUEST.FetchTopic, topic=t, partitions=tuple(p)) for t, p in topics.items()),
+            forgotten_topics_data=(), rack_id="")
+
+    async def _response(self) -> Any:
+        assert self._reader is not None
+        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+        if not 0 <= size <= self.config.response_max_bytes + (1 << 20):
+            raise ConnectionError(f"response of {size} bytes")
+        frame = await self._reader.readexactly(size)
+        header, used = _READ_HEADER(frame, 0)
+        if header.correlation_id != self._correlation:
+            raise ConnectionError(f"correlation id {header.correlation_id}, expected {self._correlation}")
+        bounds.check_request(_RESPONSE.FetchResponse, frame, used)
+        body, _ = _READ_BODY(frame, used)
+        if body.error_code != ErrorCode.none:
+            raise ConnectionError(f"fetch refused: {ErrorCode(body.error_code).name}")
+        return body
+
+    # ------------------------------------------------------------------ answers
+
+    def _handle(self, partitions: list[Partition], response: Any) -> None:
+        by_key = {(p.topic, p.index): p for p in partitions}
+        for topic in response.responses:
+            for answer in topic.partitions:
+                partition = by_key.get((topic.topic, answer.partition_index))
+                if partition is not None and partition.is_follower and partition.state.leader == self.leader_id:
+                    self._handle_partition(partition, answer)
+
+    def _handle_partition(self, partition: Partition, answer: Any) -> None:
+        error = ErrorCode(answer.error_code)
+        if error == ErrorCode.offset_out_of_range:
+            self._out_of_range(partition, answer)
+        elif error in _PARKING_ERRORS:  # the leader has not seen the new state yet, or moved on: retry later
+            self._delayed[(partition.topic, partition.index)] = \
+                asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+        elif error != ErrorCode.none:
+            log.warning("%s: %s from broker %d: %s", self.name, partition, self.leader_id, error.name)
+        elif answer.diverging_epoch.epoch >= 0:
+            self._truncate_diverged(partition, answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset)
+        else:
+            self._append(partition, answer)
+
+    def _append(self, partition: Partition, answer: Any) -> None:
+        records = answer.records or b""
+        whole = whole_batches_length(records)
+        if whole:
+            data = bytearray(memoryview(records)[:whole])
+            headers = validate_batches(data)
+            try:
+                partition.append_as_follower(data, headers, answer.high_watermark)
+            except FollowerAppendError as exc:
+                log.warning("%s: %s", self.name, exc)
+                return
+        else:
+            partition.follow_high_watermark(answer.high_watermark)
+
+    def _truncate_diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
+        """KIP-320: the leader's log ends epoch `epoch` at `end_offset`; keep what agrees with it."""
+        mine_epoch, mine_end = partition.log.end_offset_for_epoch(epoch)
+        target = min(end_offset, mine_end) if mine_epoch == epoch else min(end_offset, max(mine_end, 0))
+        if mine_epoch < 0:
+            target = min(end_offset, partition.high_watermark)
+        log.info("%s: %s diverges from broker %d at epoch %d; truncating %d -> %d", self.name, partition,
+                 self.leader_id, epoch, partition.log.log_end_offset, target)
+        partition.truncate_to(target)
+
+    def _out_of_range(self, partition: Partition, answer: Any) -> None:
+        """Kafka's handleOutOfRangeError: past the leader's end -> truncate to it; before its log
+        start -> start afresh at the leader's log start."""
+        leo = partition.log.log_end_offset
+        if answer.high_watermark >= 0 and leo > answer.high_watermark:
+            partition.truncate_to(answer.high_watermark)
+        elif answer.log_start_offset > leo:
+            partition.truncate_fully_and_start_at(answer.log_start_offset)
+
+
+class FetcherManager:
+    """The fetchers of this broker: `num.replica.fetchers` per leader broker, partitions spread
+    over them by hash. A partition whose leader has no known address waits for the next broker
+    change."""
+
+    def __init__(self, config: FetcherConfig, fetchers_per_broker: int,
+                 address_of: Any) -> None:
+        self.config = config
+        self.per_broker = fetchers_per_broker
+        self.address_of = address_of  # broker id -> (host, port) | None
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._where: dict[tuple[str, int], tuple[int, int]] = {}
+        self._waiting: dict[tuple[str, int], Partition] = {}
+
+    def follow(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self.unfollow(partition)
+        address = self.address_of(partition.state.leader)
+        if address is None:
+            self._waiting[key] = partition
+            return
+        slot = (partition.state.leader, hash(key) % self.per_broker)
+        fetcher = self.fetchers.get(slot)
+        if fetcher is not None and fetcher.address != address:  # the leader came back elsewhere
+            fetcher.address = address
+            fetcher.reconnect()
+        if fetcher is None:
+            fetcher = self.fetchers[slot] = ReplicaFetcher(
+                self.config, partition.state.leader, address, f"fetcher-{slot[0]}-{slot[1]}")
+        fetcher.add(partition)
+        self._where[key] = slot
+
+    def unfollow(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self._waiting.pop(key, None)
+        slot = self._where.pop(key, None)
+        if slot is not None and (fetcher := self.fetchers.get(slot)) is not None:
+            fetcher.remove(partition)
+
+    def brokers_changed(self) -> None:
+        for partition in list(self._waiting.values()):
+            self.follow(partition)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(fetcher.stop() for fetcher in self.fetchers.values()))
+        self.fetchers.clear()

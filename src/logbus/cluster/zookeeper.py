@@ -1,0 +1,688 @@
+"""Cluster metadata in ZooKeeper, in Kafka's ZooKeeper-mode layout, through kazoo.
+
+Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
+
+- `/cluster/id`                                   {"version":"1","id":...}
+- `/brokers/ids/<id>`  (ephemeral)                {"version":5,"host","port","endpoints",...,"rack"}
+- `/brokers/topics/<t>`                           {"version":3,"topic_id","partitions":{"0":[1,2]},
+                                                   "adding_replicas":{},"removing_replicas":{}}
+- `/brokers/topics/<t>/partitions/<p>/state`      {"controller_epoch","leader","version":1,"leader_epoch","isr"}
+- `/config/topics/<t>`                            {"version":1,"config":{...}}
+- `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>"}
+- `/admin/delete_topics/<t>`                      a deletion the controller carries out
+- `/admin/preferred_replica_election`             {"version":1,"partitions":[{"topic","partition"}]}
+- `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
+- `/controller` (ephemeral), `/controller_epoch`, `/latest_producer_id_block`
+- `/logbus/controlled_shutdown/<id>` (ephemeral)  logbus's own: a broker asking to lose its leaderships
+
+The broker reads a view held in memory (`topics()`, `brokers()`), kept current by watches.
+kazoo runs watch callbacks on its own thread, one after another; they read what changed there
+and hand the result to the event loop with `call_soon_threadsafe`, where the view changes and
+listeners are called. Every write runs in a worker thread, so no ZooKeeper call blocks the loop.
+
+A topic enters the view once its assignment and every partition's state exist: the broker
+that creates a topic writes both in one ZooKeeper transaction (Kafka's admin path wrote the
+assignment and left the states to the controller; one transaction means no half-created topic
+is ever seen). Every partition-state write is conditional on the znode's version, which is the
+state's `partition_epoch`; a write that loses a race raises StalePartitionStateError and the
+writer decides again from the fresh state that its watch brings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kio.schema.errors import ErrorCode
+
+from .assignment import assign_replicas
+from .metadata import (
+    NO_LEADER,
+    BrokerIdInUseError,
+    BrokerInfo,
+    MetadataStore,
+    MetadataWriteError,
+    PartitionKey,
+    PartitionState,
+    StalePartitionStateError,
+    TopicExistsError,
+    TopicMetadata,
+    UnknownTopicError,
+    new_cluster_id,
+    runs_to_completion,
+)
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
+
+
+def topic_path(name: str) -> str:
+    return f"/brokers/topics/{name}"
+
+
+def state_path(name: str, index: int) -> str:
+    return f"/brokers/topics/{name}/partitions/{index}/state"
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def encode_state(state: PartitionState, controller_epoch: int) -> bytes:
+    return _json({"controller_epoch": controller_epoch, "leader": state.leader, "version": 1,
+                  "leader_epoch": state.leader_epoch, "isr": state.isr})
+
+
+def encode_assignment(topic_id: str, partitions: list[PartitionState]) -> bytes:
+    return _json({
+        "version": 3, "topic_id": topic_id,
+        "partitions": {str(i): p.replicas for i, p in enumerate(partitions)},
+        "adding_replicas": {str(i): p.adding_replicas for i, p in enumerate(partitions) if p.adding_replicas},
+        "removing_replicas": {str(i): p.removing_replicas for i, p in enumerate(partitions) if p.removing_replicas},
+    })
+
+
+def encode_broker(broker: BrokerInfo) -> bytes:
+    value: dict[str, Any] = {
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{broker.host}:{broker.port}"], "jmx_port": -1, "features": {},
+        "host": broker.host, "timestamp": str(int(time.time() * 1000)), "port": broker.port, "version": 5,
+    }
+    if broker.rack:
+        value["rack"] = broker.rack
+    return _json(value)
+
+
+def decode_broker(broker_id: int, raw: bytes) -> BrokerInfo:
+    value = json.loads(raw)
+    host, port = value.get("host"), value.get("port", -1)
+    if not host and value.get("endpoints"):
+        host, _, port_text = value["endpoints"][0].split("://", 1)[1].rpartition(":")
+        port = int(port_text)
+    return BrokerInfo(broker_id, host, int(port), value.get("rack"))
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    """The cluster's metadata in ZooKeeper; see the module docstring for the layout."""
+
+    def __init__(self, connect: str, broker_id: int, session_timeout_ms: int = 18000,
+                 connection_timeout_ms: int | None = None) -> None:
+        super().__init__()
+        self.connect = connect
+        self.broker_id = broker_id
+        self.controller_id = -1
+        self.cluster_id = ""
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._topics: dict[str, TopicMetadata] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._watched_topics: set[str] = set()
+        self._watched_states: set[tuple[str, int]] = set()
+        self._changed = asyncio.Event()
+        self._registration: BrokerInfo | None = None
+        self._next_producer_id = 0
+        self._producer_id_limit = 0  # exclusive end of the block in hand
+        self._session_listeners: list[Callable[[bool], None]] = []
+        self._closing = False
+
+    # ------------------------------------------------------------------ start-up and the view
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        warnings.filterwarnings("ignore", "No chroot path exists", UserWarning)  # created below
+        try:
+            await asyncio.to_thread(self.client.start, self.connection_timeout_s)
+        except KazooTimeoutError:
+            await asyncio.to_thread(self.client.stop)
+            raise TimeoutError(f"no ZooKeeper session within {self.connection_timeout_s:g} s") from None
+        self.client.add_listener(self._on_connection_state)
+        self.cluster_id = await asyncio.to_thread(self._prepare_layout)
+        await asyncio.to_thread(self._install_watches)
+
+    def _prepare_layout(self) -> str:
+        """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/changes",
+                     "/admin/delete_topics", "/logbus/controlled_shutdown"):
+            self.client.ensure_path(path)
+        with contextlib.suppress(NodeExistsError):
+            self.client.create("/cluster/id", _json({"version": "1", "id": new_cluster_id()}), makepath=True)
+        raw, _ = self.client.get("/cluster/id")
+        return json.loads(raw)["id"]
+
+    def _install_watches(self) -> None:
+        """Read the current state into the view and watch for changes (kazoo thread)."""
+        ChildrenWatch(self.client, "/brokers/ids", self._on_broker_ids)
+        ChildrenWatch(self.client, "/brokers/topics", self._on_topic_names)
+        DataWatch(self.client, "/controller", self._on_controller)
+
+    def _post(self, callback: Callable[..., None], *args: object) -> None:
+        """Run `callback(*args)` on the event loop (from a kazoo thread)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(callback, *args)
+
+    def _on_broker_ids(self, children: list[str]) -> None:
+        brokers = {}
+        for child in children:
+            try:
+                raw, _ = self.client.get(f"/brokers/ids/{child}")
+                brokers[int(child)] = decode_broker(int(child), raw)
+            except (NoNodeError, ValueError, KeyError):
+                continue
+        self._post(self._apply_brokers, brokers)
+
+    def _apply_brokers(self, brokers: dict[int, BrokerInfo]) -> None:
+        if brokers == self._brokers:
+            return
+        self._brokers = brokers
+        self._view_changed()
+        self._announce_brokers()
+
+    def _on_controller(self, data: bytes | None, _stat: object, *_event: object) -> None:
+        controller = -1
+        if data:
+            try:
+                controller = int(json.loads(data)["brokerid"])
+            except (ValueError, KeyError, TypeError):
+                controller = -1
+        self._post(self._apply_controller, controller)
+
+    def _apply_controller(self, controller: int) -> None:
+        self.controller_id = controller
+        self._view_changed()
+        for listener in self._session_listeners:
+            listener(True)
+
+    def _on_topic_names(self, children: list[str]) -> None:
+        for name in children:
+            if name not in self._watched_topics:
+                self._watched_topics.add(name)
+                DataWatch(self.client, topic_path(name), lambda *_a, n=name: self._refresh_topic(n))
+                DataWatch(self.client, f"/config/topics/{name}", lambda *_a, n=name: self._refresh_topic(n))
+        for name in self._watched_topics - set(children):
+            self._watched_topics.discard(name)
+            self._post(self._apply_topic, name, None)
+
+    def _refresh_topic(self, name: str) -> bool:
+        """Read topic `name` whole and hand it to the loop (kazoo thread). False stops the watch."""
+        if name not in self._watched_topics:
+            return False
+        try:
+            raw, _ = self.client.get(topic_path(name))
+        except NoNodeError:
+            self._post(self._apply_topic, name, None)
+            return True
+        metadata = self._read_topic(name, json.loads(raw))
+        if metadata is not None:
+            self._post(self._apply_topic, name, metadata)
+        return True
+
+    def _read_topic(self, name: str, assignment: dict[str, Any]) -> TopicMetadata | None:
+        adding = assignment.get("adding_replicas") or {}
+        removing = assignment.get("removing_replicas") or {}
+        partitions = []
+        for index in range(len(assignment.get("partitions", {}))):
+            replicas = assignment["partitions"].get(str(index))
+            if replicas is None:
+                return None
+            try:
+                raw, stat = self.client.get(state_path(name, index))
+            except NoNodeError:
+                return None  # not fully created yet (or being deleted): not in the view
+            self._watch_state(name, index)
+            state = json.loads(raw)
+            partitions.append(PartitionState(
+                state["leader"], state["leader_epoch"], list(replicas), list(state["isr"]), stat.version,
+                list(adding.get(str(index), [])), list(removing.get(str(index), [])),
+            ))
+        configs: dict[str, str] = {}
+        try:
+            raw, _ = self.client.get(f"/config/topics/{name}")
+            configs = {k: str(v) for k, v in json.loads(raw).get("config", {}).items()}
+        except NoNodeError:
+            pass
+        topic_id = assignment.get("topic_id") or str(uuid.UUID(int=0))
+        return TopicMetadata(name, topic_id, partitions, configs, name in INTERNAL_TOPICS)
+
+    def _watch_state(self, name: str, index: int) -> None:
+        if (name, index) in self._watched_states:
+            return
+        self._watched_states.add((name, index))
+
+        def changed(data: bytes | None, _stat: object, *_event: object) -> bool:
+            if name not in self._watched_topics:
+                self._watched_states.discard((name, index))
+                return False
+            if data is not None:
+                self._refresh_topic(name)
+            return True
+
+        DataWatch(self.client, state_path(name, index), changed)
+
+    def _apply_topic(self, name: str, metadata: TopicMetadata | None) -> None:
+        current = self._topics.get(name)
+        if metadata == current:
+            return
+        if metadata is None:
+            self._topics = {n: t for n, t in self._topics.items() if n != name}
+            self._watched_states = {key for key in self._watched_states if key[0] != name}
+        else:
+            if current is not None and _older(metadata, current):
+                return  # a stale read overtaken by a newer one
+            self._topics = {**self._topics, name: metadata}
+        self._view_changed()
+        self._announce(name, metadata)
+
+    def _view_changed(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = CHANGE_TIMEOUT_S) -> bool:
+        """Wait until `condition()` holds for the view (True) or `timeout` passes (False)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not condition():
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                return condition()
+        return True
+
+    # ------------------------------------------------------------------ session
+
+    def add_session_listener(self, listener: Callable[[bool], None]) -> None:
+        """`listener(True)` when the session (re)connects or the controller changes, `(False)` when lost."""
+        self._session_listeners.append(listener)
+
+    def _on_connection_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._post(self._session_lost)
+        elif state == KazooState.CONNECTED:
+            self._post(self._session_connected)
+
+    def _session_lost(self) -> None:
+        if self._closing:
+            return
+        log.warning("ZooKeeper session lost; this broker is not the controller until it reconnects")
+        for listener in self._session_listeners:
+            listener(False)
+
+    def _session_connected(self) -> None:
+        if self._closing or self._registration is None:
+            return
+        self._spawn(self._reregister())
+
+    async def _reregister(self) -> None:
+        """After a new session: the ephemeral registration is gone; write it again."""
+        try:
+            await asyncio.to_thread(self._create_registration, self._registration)
+        except BrokerIdInUseError:
+            pass  # the old session's node is still there; it goes with that session
+        except Exception:  # noqa: BLE001 - retried at the next reconnection
+            log.exception("could not register again in ZooKeeper")
+        for listener in self._session_listeners:
+            listener(True)
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    @property
+    def session_id(self) -> int:
+        return self.client.client_id[0] if self.client.client_id else 0
+
+    # ------------------------------------------------------------------ brokers
+
+    async def register_broker(self, broker: BrokerInfo) -> None:
+        """Write this broker's ephemeral registration; BrokerIdInUseError when another live broker has the id."""
+        await asyncio.to_thread(self._create_registration, broker)
+        self._registration = broker
+        await self.wait_for(lambda: broker.broker_id in self._brokers, 10)
+
+    def _create_registration(self, broker: BrokerInfo) -> None:
+        path = f"/brokers/ids/{broker.broker_id}"
+        try:
+            self.client.create(path, encode_broker(broker), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            _, stat = self.client.get(path)
+            if stat.ephemeralOwner != self.session_id:
+                raise BrokerIdInUseError(
+                    f"broker id {broker.broker_id} is registered by another live broker in {self.connect}"
+                ) from None
+
+    def brokers(self) -> list[BrokerInfo]:
+        return sorted(self._brokers.values(), key=lambda b: b.broker_id)
+
+    def live_broker_ids(self) -> set[int]:
+        return set(self._brokers)
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return self._topics
+
+    # ------------------------------------------------------------------ topic changes
+
+    @runs_to_completion
+    async def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+        internal: bool = False, assignments: list[list[int]] | None = None,
+    ) -> TopicMetadata:
+        live = sorted(self._brokers)
+        racks = {b.broker_id: b.rack for b in self._brokers.values() if b.rack}
+        if assignments is None:
+            assignments = assign_replicas(live, num_partitions, replication_factor, racks=racks)
+        partitions = [_initial_state(replicas, set(live)) for replicas in assignments]
+        topic_id = str(uuid.uuid4())
+        await asyncio.to_thread(self._write_new_topic, name, topic_id, partitions, configs)
+        if not await self.wait_for(lambda: name in self._topics):
+            raise MetadataWriteError(f"topic {name} written to ZooKeeper but not seen within {CHANGE_TIMEOUT_S} s")
+        return self._topics[name]
+
+    def _write_new_topic(self, name: str, topic_id: str, partitions: list[PartitionState],
+                         configs: dict[str, str]) -> None:
+        if self.client.exists(topic_path(name)) or self.client.exists(f"/admin/delete_topics/{name}"):
+            raise TopicExistsError(f"Topic '{name}' already exists.")
+        self.client.ensure_path("/config/topics")
+        transaction = self.client.transaction()
+        transaction.create(f"/config/topics/{name}", _json({"version": 1, "config": configs}))
+        transaction.create(topic_path(name), encode_assignment(topic_id, partitions))
+        transaction.create(f"{topic_path(name)}/partitions")
+        for index, state in enumerate(partitions):
+            transaction.create(f"{topic_path(name)}/partitions/{index}")
+            transaction.create(state_path(name, index), encode_state(state, self.controller_epoch()))
+        _commit(transaction, lambda: TopicExistsError(f"Topic '{name}' already exists."))
+
+    def controller_epoch(self) -> int:
+        try:
+            raw, _ = self.client.get("/controller_epoch")
+            return int(raw)
+        except (NoNodeError, ValueError):
+            return 0
+
+    @runs_to_completion
+    async def delete_topic(self, name: str) -> None:
+        """Ask the controller to delete `name` (/admin/delete_topics) and wait until it is gone."""
+        if name not in self._topics:
+            raise UnknownTopicError(name)
+        with contextlib.suppress(NodeExistsError):
+            await asyncio.to_thread(self.client.create, f"/admin/delete_topics/{name}", b"", makepath=True)
+        if not await self.wait_for(lambda: name not in self._topics):
+            raise MetadataWriteError(f"topic {name} is queued for deletion; no controller has deleted it yet")
+
+    @runs_to_completion
+    async def add_partitions(
+        self, name: str, total: int, assignments: list[list[int]] | None = None
+    ) -> TopicMetadata:
+        current = self._require(name)
+        count = len(current.partitions)
+        live = sorted(self._brokers)
+        if assignments is None:
+            replication = len(current.partitions[0].replicas) if current.partitions else 1
+            assignments = assign_replicas(live, total - count, replication, count)
+        added = [_initial_state(replicas, set(live)) for replicas in assignments]
+        await asyncio.to_thread(self._write_partitions, current, added)
+        if not await self.wait_for(lambda: len(self._require(name).partitions) >= total):
+            raise MetadataWriteError(f"partitions of {name} written but not seen within {CHANGE_TIMEOUT_S} s")
+        return self._topics[name]
+
+    def _write_partitions(self, current: TopicMetadata, added: list[PartitionState]) -> None:
+        name = current.name
+        raw, stat = self.client.get(topic_path(name))
+        known = json.loads(raw)
+        if len(known.get("partitions", {})) != len(current.partitions):
+            raise MetadataWriteError(f"the partitions of {name} changed meanwhile; try again")
+        partitions = [*current.partitions, *added]
+        transaction = self.client.transaction()
+        transaction.set_data(topic_path(name), encode_assignment(current.topic_id, partitions), version=stat.version)
+        for index, state in enumerate(added, start=len(current.partitions)):
+            transaction.create(f"{topic_path(name)}/partitions/{index}")
+            transaction.create(state_path(name, index), encode_state(state, self.controller_epoch()))
+        _commit(transaction, lambda: MetadataWriteError(f"the partitions of {name} changed meanwhile; try again"))
+
+    @runs_to_completion
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        self._require(name)
+        await asyncio.to_thread(self._write_configs, name, configs)
+        if not await self.wait_for(lambda: name in self._topics and self._topics[name].configs == configs):
+            raise MetadataWriteError(f"configs of {name} written but not seen within {CHANGE_TIMEOUT_S} s")
+        return self._topics[name]
+
+    def _write_configs(self, name: str, configs: dict[str, str]) -> None:
+        path = f"/config/topics/{name}"
+        value = _json({"version": 1, "config": configs})
+        try:
+            self.client.set(path, value)
+        except NoNodeError:
+            self.client.create(path, value, makepath=True)
+        self.client.create("/config/changes/config_change_", _json({"version": 2, "entity_path": f"topics/{name}"}),
+                           sequence=True, makepath=True)
+
+    # ------------------------------------------------------------------ producer ids
+
+    @runs_to_completion
+    async def allocate_producer_id(self) -> int:
+        if self._next_producer_id >= self._producer_id_limit:
+            start = await asyncio.to_thread(self._claim_producer_id_block)
+            self._next_producer_id, self._producer_id_limit = start, start + PRODUCER_ID_BLOCK
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
+
+    def _claim_producer_id_block(self) -> int:
+        """Claim the next block through a conditional update of /latest_producer_id_block."""
+        path = "/latest_producer_id_block"
+        while True:
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                raw, stat = b"", None
+            start = int(json.loads(raw)["block_end"]) + 1 if raw else 0
+            value = _json({"version": 1, "broker": self.broker_id, "block_start": str(start),
+                           "block_end": str(start + PRODUCER_ID_BLOCK - 1)})
+            try:
+                if stat is None:
+                    self.client.create(path, value, makepath=True)
+                else:
+                    self.client.set(path, value, version=stat.version)
+                return start
+            except (BadVersionError, NodeExistsError):
+                continue  # another broker claimed one meanwhile
+
+    # ------------------------------------------------------------------ partition state
+
+    @runs_to_completion
+    async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
+                              isr: list[int]) -> PartitionState:
+        current = self._require(topic)
+        if not 0 <= index < len(current.partitions):
+            raise UnknownTopicError(f"{topic}-{index}")
+        state = current.partitions[index]
+        if (state.leader_epoch, state.partition_epoch) != (leader_epoch, partition_epoch):
+            raise StalePartitionStateError(f"{topic}-{index}: state moved on to epoch {state.leader_epoch}/"
+                                           f"{state.partition_epoch}")
+        new_state = replace(state, isr=list(isr))
+        version = await asyncio.to_thread(self._write_state, topic, index, new_state, partition_epoch)
+        new_state = replace(new_state, partition_epoch=version)
+        latest = self._topics.get(topic)
+        if latest is not None and latest.partitions[index].partition_epoch < version:
+            partitions = [new_state if i == index else p for i, p in enumerate(latest.partitions)]
+            self._apply_topic(topic, replace(latest, partitions=partitions))
+        return new_state
+
+    def _write_state(self, topic: str, index: int, state: PartitionState, version: int,
+                     controller_epoch_version: int | None = None) -> int:
+        """Conditionally write a partition's state; returns the new znode version. With
+        `controller_epoch_version`, also fenced by /controller_epoch (a controller's write)."""
+        data = encode_state(state, self.controller_epoch())
+        try:
+            if controller_epoch_version is None:
+                return self.client.set(state_path(topic, index), data, version=version).version
+            transaction = self.client.transaction()
+            transaction.check("/controller_epoch", controller_epoch_version)
+            transaction.set_data(state_path(topic, index), data, version=version)
+            _commit(transaction, lambda: StalePartitionStateError(f"{topic}-{index} changed or controller fenced"))
+            return version + 1
+        except (BadVersionError, NoNodeError):
+            raise StalePartitionStateError(f"{topic}-{index} changed meanwhile") from None
+
+    # ------------------------------------------------------------------ elections and reassignments
+
+    async def elect_leaders(self, partitions: list[PartitionKey], unclean: bool) -> dict[PartitionKey, int | None]:
+        """Decide from the view which partitions need an election, hand those to the controller
+        (/admin/preferred_replica_election, or the unclean flag in it) and wait for the result."""
+        from .elections import elect_preferred, elect_unclean
+
+        live = set(self._brokers)
+        results: dict[PartitionKey, int | None] = {}
+        wanted: list[PartitionKey] = []
+        for name, index in partitions:
+            state = self._state(name, index)
+            if state is None:
+                results[(name, index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            decided = elect_unclean(state, live) if unclean else elect_preferred(state, live)
+            if isinstance(decided, ErrorCode):
+                results[(name, index)] = decided
+            else:
+                wanted.append((name, index))
+        if wanted:
+            request = {"version": 1, "unclean": unclean,
+                       "partitions": [{"topic": t, "partition": p} for t, p in wanted]}
+            await asyncio.to_thread(self._write_admin_request, "/admin/preferred_replica_election", request)
+            elected = await self.wait_for(lambda: all(self._elected(key, unclean) for key in wanted), 15)
+            for key in wanted:
+                results[key] = None if elected or self._elected(key, unclean) else ErrorCode.request_timed_out
+        return results
+
+    def _elected(self, key: PartitionKey, unclean: bool) -> bool:
+        state = self._state(*key)
+        if state is None:
+            return True
+        if unclean:
+            return state.leader in self._brokers
+        return bool(state.target_replicas) and state.leader == state.target_replicas[0]
+
+    def _write_admin_request(self, path: str, request: dict[str, Any]) -> None:
+        """Write an admin request znode, merging with one the controller has not taken yet."""
+        while True:
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                try:
+                    self.client.create(path, _json(request), makepath=True)
+                    return
+                except NodeExistsError:
+                    continue
+            pending = json.loads(raw) if raw else {"partitions": []}
+            merged = {**request, "partitions": pending.get("partitions", []) + request["partitions"]}
+            try:
+                self.client.set(path, _json(merged), version=stat.version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
+    async def alter_reassignments(
+        self, changes: dict[PartitionKey, list[int] | None]
+    ) -> dict[PartitionKey, int | None]:
+        """Check each change against the view, then hand the valid ones to the controller
+        (/admin/reassign_partitions; null replicas cancel) and return once it took them."""
+        live = set(self._brokers)
+        results: dict[PartitionKey, int | None] = {}
+        accepted = []
+        for (name, index), target in changes.items():
+            state = self._state(name, index)
+            if state is None:
+                results[(name, index)] = ErrorCode.unknown_topic_or_partition
+            elif target is None and not (state.adding_replicas or state.removing_replicas):
+                results[(name, index)] = ErrorCode.no_reassignment_in_progress
+            elif target is not None and (not target or len(set(target)) != len(target) or not set(target) <= live):
+                results[(name, index)] = ErrorCode.invalid_replica_assignment
+            else:
+                results[(name, index)] = None
+                accepted.append({"topic": name, "partition": index, "replicas": target})
+        if accepted:
+            await asyncio.to_thread(self._write_admin_request, "/admin/reassign_partitions",
+                                    {"version": 1, "partitions": accepted})
+        return results
+
+    def _state(self, name: str, index: int) -> PartitionState | None:
+        topic = self._topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    # ------------------------------------------------------------------ controlled shutdown
+
+    async def request_controlled_shutdown(self, timeout: float) -> bool:
+        """Ask the controller to move this broker's leaderships away; True once it leads nothing."""
+        path = f"/logbus/controlled_shutdown/{self.broker_id}"
+        try:
+            await asyncio.to_thread(self.client.create, path, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except Exception:  # noqa: BLE001 - no ZooKeeper: nothing can move; stop anyway
+            return False
+        return await self.wait_for(lambda: not self.led_partitions(), timeout)
+
+    def led_partitions(self) -> list[PartitionKey]:
+        """Partitions this broker leads, by the view, among those that have another replica in the ISR."""
+        return [(name, index) for name, topic in self._topics.items()
+                for index, state in enumerate(topic.partitions)
+                if state.leader == self.broker_id and len(state.isr) > 1]
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def close(self) -> None:
+        self._closing = True
+        try:
+            await asyncio.to_thread(self.client.stop)
+            await asyncio.to_thread(self.client.close)
+        except Exception:  # noqa: BLE001 - closing anyway
+            log.exception("closing the ZooKeeper client")
+
+    def _require(self, name: str) -> TopicMetadata:
+        metadata = self._topics.get(name)
+        if metadata is None:
+            raise UnknownTopicError(name)
+        return metadata
+
+
+def _initial_state(replicas: list[int], live: set[int]) -> PartitionState:
+    """A new partition: the first live replica leads, the live replicas are the ISR."""
+    isr = [b for b in replicas if b in live] or list(replicas)
+    leader = isr[0] if any(b in live for b in replicas) else NO_LEADER
+    return PartitionState(leader, 0, list(replicas), isr)
+
+
+def _older(new: TopicMetadata, current: TopicMetadata) -> bool:
+    """A read of a topic that is older than the view's (some partition's state version is lower)."""
+    if new.topic_id != current.topic_id:
+        return False
+    return len(new.partitions) < len(current.partitions) or any(
+        n.partition_epoch < c.partition_epoch for n, c in zip(new.partitions, current.partitions, strict=False)
+    )
+
+
+def _commit(transaction: Any, failure: Callable[[], Exception]) -> None:
+    """Commit a kazoo transaction; raise `failure()` if any of its operations failed."""
+    results = transaction.commit()
+    if any(isinstance(result, Exception) for result in results):
+        raise failure()
