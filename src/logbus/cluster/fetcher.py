@@ -45,6 +45,7 @@ _WRITE_HEADER = entity_writer(_REQUEST.RequestHeader)
 _WRITE_BODY = entity_writer(_REQUEST.FetchRequest)
 _READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
 _READ_BODY = entity_reader(_RESPONSE.FetchResponse)
+STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
 _PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
 
@@ -89,10 +90,10 @@ class ReplicaFetcher:
         self._delayed.pop((partition.topic, partition.index), None)
 
     async def stop(self) -> None:
+        self._close()
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self._close()
+            await asyncio.wait({self._task}, timeout=STOP_WAIT_S)
 
     def reconnect(self) -> None:
         self._close()
@@ -115,7 +116,8 @@ class ReplicaFetcher:
                 self._wakeup.clear()
                 wait = min(self._delayed.values(), default=now + 3600) - now
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wakeup.wait()
                 continue
             try:
                 response = await self._fetch(wanted)
@@ -135,8 +137,8 @@ class ReplicaFetcher:
 
     async def _fetch(self, partitions: list[Partition]) -> Any:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(*self.address), self.config.socket_timeout_ms / 1000)
+            async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
+                self._reader, self._writer = await asyncio.open_connection(*self.address)
         self._correlation += 1
         sink = ChunkSink()
         _WRITE_HEADER(sink, _REQUEST.RequestHeader(
@@ -145,8 +147,8 @@ class ReplicaFetcher:
         _WRITE_BODY(sink, self._request(partitions))
         payload = b"".join(sink)
         self._writer.write(_SIZE.pack(len(payload)) + payload)
-        timeout = (self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000
-        return await asyncio.wait_for(self._response(), timeout)
+        async with asyncio.timeout((self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000):
+            return await self._response()
 
     def _request(self, partitions: list[Partition]) -> Any:
         topics: dict[str, list[Any]] = {}

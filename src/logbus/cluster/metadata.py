@@ -182,8 +182,9 @@ class MetadataStore(ABC):
     @abstractmethod
     async def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        internal: bool = False,
-    ) -> TopicMetadata: ...
+        internal: bool = False, assignments: list[list[int]] | None = None,
+    ) -> TopicMetadata:
+        """Create a topic; `assignments` (replicas per partition) or else an even spread."""
 
     @abstractmethod
     async def delete_topic(self, name: str) -> None: ...
@@ -338,12 +339,12 @@ class EmbeddedMetadataStore(MetadataStore):
     @runs_to_completion
     async def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        internal: bool = False,
+        internal: bool = False, assignments: list[list[int]] | None = None,
     ) -> TopicMetadata:
         async with self._lock:
             if name in self._topics:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
-            assignment = assign_replicas(list(self._brokers), num_partitions, replication_factor)
+            assignment = assignments or assign_replicas(list(self._brokers), num_partitions, replication_factor)
             metadata = TopicMetadata(
                 name, str(uuid.uuid4()),
                 [PartitionState(r[0], 0, list(r), list(r)) for r in assignment],

@@ -148,7 +148,8 @@ class Partition:
             if remaining <= 0:
                 return verdict
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 return self.replicated(offset)
         return verdict

@@ -302,7 +302,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             if left <= 0:
                 return False
             try:
-                await asyncio.wait_for(self._changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
             except TimeoutError:
                 return condition()
         return True

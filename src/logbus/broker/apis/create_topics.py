@@ -75,7 +75,9 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
     if validate_only:
         return partitions, replication, configs, NO_TOPIC_ID
     with metadata_change(topic.name):
-        created = await broker.metadata.create_topic(topic.name, partitions, replication, configs)
+        assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
+        created = await broker.metadata.create_topic(topic.name, partitions, replication, configs,
+                                                     assignments=assignments or None)
     return partitions, replication, configs, created.uuid
 
 
