@@ -315,3 +315,63 @@ def _coordinator(cluster: Cluster, group: str) -> int:
 
     answer = raw_request(cluster.bootstrap.split(",")[0], 10, 3, key=group, key_type=0)
     return answer.node_id
+
+
+def test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss(zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(2, zookeeper=zookeeper) as cluster:
+        create(cluster, "unclean", replication=2, **{"unclean.leader.election.enable": "true"})
+        leader = partition_state(cluster, "unclean")[0]
+        follower = 3 - leader
+        Sender(cluster).send("unclean", [b"both-%d" % i for i in range(10)])
+        wait_until(lambda: replicas_identical(cluster, "unclean"), message="replicas identical")
+        cluster.brokers[follower].stop()
+        wait_until(lambda: partition_state(cluster, "unclean")[2] == [leader], timeout=FAILOVER_S,
+                   interval=0.2, message="the follower out of the ISR")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", **QUIET})
+        for i in range(20):
+            producer.produce("unclean", b"lost-%d" % i, partition=0)
+        assert producer.flush(15) == 0
+        cluster.brokers[leader].kill()
+        cluster.brokers[follower].start()
+        assert wait_new_leader(cluster, "unclean", leader) == follower
+        values = [m.value() for m in consume_partition(cluster.bootstrap, "unclean", 0, 10)]
+        assert values == [b"both-%d" % i for i in range(10)], "the stale replica leads with what it had"
+
+
+def test_racks_are_advertised_and_replicas_spread_over_them(zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(0, zookeeper=zookeeper) as cluster:
+        for broker_id, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b")):
+            cluster.add_broker(broker_id, {"broker.rack": rack})
+        found = admin(cluster).list_topics(timeout=10)
+        wait_until(lambda: len(admin(cluster).list_topics(timeout=5).brokers) == 4, message="four brokers")
+        create(cluster, "racked", partitions=8, replication=2)
+        racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+        partitions = admin(cluster).list_topics("racked", timeout=10).topics["racked"].partitions.values()
+        assert all({racks[r] for r in p.replicas} == {"a", "b"} for p in partitions), "one replica per rack"
+        assert found.brokers[1].host == "127.0.0.1"
+
+
+def test_an_unreachable_zookeeper_stops_the_broker_in_time(tmp_path: os.PathLike) -> None:
+    from logbus.testing import free_test_port
+
+    command = [sys.executable, "-m", "logbus", "serve", "--data-dir", str(tmp_path / "data"), "--port", "0",
+               "--set", f"zookeeper.connect=127.0.0.1:{free_test_port()}",
+               "--set", "zookeeper.connection.timeout.ms=1500"]
+    began = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "cannot reach ZooKeeper" in done.stderr
+    assert time.monotonic() - began < 15
+
+
+def test_leadership_returns_to_the_preferred_replica(zookeeper: ZooKeeperServer) -> None:
+    config = {"leader.imbalance.check.interval.seconds": "1", "leader.imbalance.per.broker.percentage": "0"}
+    with running_cluster(3, config, zookeeper=zookeeper) as cluster:
+        create(cluster, "preferred")
+        _, replicas, _ = partition_state(cluster, "preferred")
+        preferred = replicas[0]
+        cluster.brokers[preferred].kill()
+        wait_new_leader(cluster, "preferred", preferred)
+        cluster.brokers[preferred].start()
+        wait_until(lambda: partition_state(cluster, "preferred")[0] == preferred, timeout=FAILOVER_S,
+                   interval=0.2, message="the preferred replica leading again")

@@ -164,11 +164,33 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "remote.storage.enable": (KAFKA_TOPIC_KEYS,),  # true is refused: no tiered storage, as Kafka without it
     "leader.replication.throttled.replicas": (KAFKA_TOPIC_KEYS,),  # validated, stored, described
     "follower.replication.throttled.replicas": (KAFKA_TOPIC_KEYS,),
+    # the cluster (issue 12)
+    "zookeeper.connect": ("test_cluster.py::test_every_broker_describes_the_cluster_and_replicas_are_byte_identical",),
+    "zookeeper.session.timeout.ms": (
+        "test_cluster.py::test_a_killed_leader_is_replaced_from_the_isr_and_nothing_acknowledged_is_lost",),
+    "zookeeper.connection.timeout.ms": ("test_cluster.py::test_an_unreachable_zookeeper_stops_the_broker_in_time",),
+    "broker.rack": ("test_cluster.py::test_racks_are_advertised_and_replicas_spread_over_them",),
+    "controlled.shutdown.enable": ("test_cluster.py::test_a_rolling_restart_under_acks_all_load_fails_no_send",),
+    "auto.leader.rebalance.enable": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),
+    "leader.imbalance.check.interval.seconds": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),
+    "leader.imbalance.per.broker.percentage": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),
+    "replica.lag.time.max.ms": (
+        "test_cluster.py::test_without_enough_in_sync_replicas_acks_all_is_refused_and_acks_1_works",),
+    "unclean.leader.election.enable": (
+        "test_cluster.py::test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss",),
+    "offsets.topic.replication.factor": (
+        "test_cluster.py::test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies",),
 }
 
 # Keys whose effect is in the code but whose test is still to be written (named in the report).
 EFFECT_WITHOUT_TEST: dict[str, str] = {
-    "offsets.topic.replication.factor": "replicas of __consumer_offsets, capped by the live brokers",
+    "replica.fetch.max.bytes": "bytes per partition in a follower's Fetch (cluster/fetcher.py)",
+    "replica.fetch.response.max.bytes": "bytes per follower Fetch response, and the bound on its frame",
+    "replica.fetch.wait.max.ms": "max_wait of a follower's Fetch",
+    "replica.fetch.min.bytes": "min_bytes of a follower's Fetch",
+    "replica.fetch.backoff.ms": "pause of a fetcher after a failed fetch",
+    "num.replica.fetchers": "fetcher connections per leader broker",
+    "replica.socket.timeout.ms": "how long a follower's connect and fetch may take",
 }
 
 ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
@@ -182,7 +204,6 @@ ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
     "compression.zstd.level": "the broker never compresses yet (compression.type=producer)",
     "preallocate": "segment files grow as they are written",
     "log.preallocate": "segment files grow as they are written",
-    "unclean.leader.election.enable": "one broker: there is no other replica to elect",
     "message.downconversion.enable": "a no-op in Kafka 4 too: no request version that needs down-conversion",
     "log.message.downconversion.enable": "a no-op in Kafka 4 too: no request version that needs down-conversion",
     "remote.log.copy.disable": "no tiered storage",

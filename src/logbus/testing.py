@@ -259,7 +259,7 @@ def running_cluster(size: int, config: dict[str, str] | None = None,
         workdir = tempfile.mkdtemp(prefix="logbus-cluster-")
         stack.callback(shutil.rmtree, workdir, True)
         settings = {"zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "3000",
-                    "offsets.topic.replication.factor": str(min(size, 3)), **(config or {})}
+                    "offsets.topic.replication.factor": str(max(1, min(size, 3))), **(config or {})}
         cluster = Cluster(zookeeper, workdir, settings, f"/logbus-{os.path.basename(workdir)}")
         stack.callback(cluster.stop)
         for broker_id in range(1, size + 1):
