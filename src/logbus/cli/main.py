@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import consume, groups, pipeline, produce, serve, topics
+from . import cluster, consume, groups, pipeline, produce, serve, topics
 from .common import CliError
 
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(subparsers)
     pipeline.add_parser(subparsers)
     groups.add_parser(subparsers)
+    cluster.add_parser(subparsers)
     return parser
 
 

@@ -131,8 +131,9 @@ def run_describe(args: argparse.Namespace) -> int:
     futures = admin.describe_topics(kafka.TopicCollection(names), request_timeout=args.timeout)
     descriptions = [_await(futures[name], args, name) for name in names]
     overrides = _non_default_configs(admin, args, names)
+    live = {node.id for node in admin.describe_cluster(request_timeout=args.timeout).result(args.timeout).nodes}
     for description in descriptions:
-        print(format_description(description, overrides.get(description.name)))
+        print(format_description(description, overrides.get(description.name), live))
     return 0
 
 
@@ -158,8 +159,9 @@ def _non_default_configs(admin: Any, args: argparse.Namespace, names: list[str])
     return overrides
 
 
-def format_description(description: Any, configs: dict[str, str] | None) -> str:
-    """kafka-topics.sh's layout: a topic line, then one tab-indented line per partition."""
+def format_description(description: Any, configs: dict[str, str] | None, live: set[int] | None = None) -> str:
+    """kafka-topics.sh's layout: a topic line, then one tab-indented line per partition (with
+    `Offline:` listing replicas on brokers that are not alive, as kafka-topics shows them)."""
     partitions = sorted(description.partitions, key=lambda p: p.id)
     replication = len(partitions[0].replicas) if partitions else 0
     config_text = ",".join(f"{k}={v}" for k, v in sorted((configs or {}).items()))
@@ -171,9 +173,10 @@ def format_description(description: Any, configs: dict[str, str] | None) -> str:
         leader = partition.leader.id if partition.leader is not None else "none"
         replicas = ",".join(str(node.id) for node in partition.replicas)
         isr = ",".join(str(node.id) for node in partition.isr)
+        offline = ",".join(str(node.id) for node in partition.replicas if live is not None and node.id not in live)
         lines.append(
             f"\tTopic: {description.name}\tPartition: {partition.id}\tLeader: {leader}"
-            f"\tReplicas: {replicas}\tIsr: {isr}"
+            f"\tReplicas: {replicas}\tIsr: {isr}" + (f"\tOffline: {offline}" if offline else "")
         )
     return "\n".join(lines)
 
