@@ -375,3 +375,70 @@ def test_leadership_returns_to_the_preferred_replica(zookeeper: ZooKeeperServer)
         cluster.brokers[preferred].start()
         wait_until(lambda: partition_state(cluster, "preferred")[0] == preferred, timeout=FAILOVER_S,
                    interval=0.2, message="the preferred replica leading again")
+
+
+def _consecutive_free_ports(count: int) -> int:
+    from logbus.cluster.zookeeper_server import free_port
+    from logbus.testing import free_test_port
+
+    for _ in range(50):
+        base = free_test_port()
+        if all(_bindable(base + i) for i in range(count)):
+            return base
+    return free_port()
+
+
+def _bindable(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_cluster_up_starts_zookeeper_and_brokers_and_ctrl_c_stops_them(tmp_path: os.PathLike) -> None:
+    base = _consecutive_free_ports(3)
+    command = [sys.executable, "-m", "logbus", "cluster", "up", "--brokers", "3", "--data-dir", str(tmp_path),
+               "--base-port", str(base), "--set", "zookeeper.session.timeout.ms=6000"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        bootstrap = ""
+        deadline = time.monotonic() + 60
+        assert process.stdout is not None
+        while time.monotonic() < deadline and not bootstrap:
+            line = process.stdout.readline()
+            assert line, "cluster up exited before serving"
+            if line.startswith("bootstrap servers: "):
+                bootstrap = line.split(": ", 1)[1].strip()
+        assert bootstrap == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
+        client = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        client.create_topics([NewTopic("tried", 1, 3)])["tried"].result(20)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **QUIET})
+        producer.produce("tried", b"replicated", partition=0)
+        assert producer.flush(20) == 0
+        described = subprocess.run([sys.executable, "-m", "logbus", "cluster", "describe", "--bootstrap-server",
+                                    bootstrap], capture_output=True, text=True, timeout=60)
+        assert described.returncode == 0, described.stderr
+        assert "Brokers: 3" in described.stdout and "Controller: " in described.stdout
+        topics = subprocess.run([sys.executable, "-m", "logbus", "topics", "describe", "tried", "--bootstrap-server",
+                                 bootstrap], capture_output=True, text=True, timeout=60)
+        assert "ReplicationFactor: 3" in topics.stdout and "Isr: " in topics.stdout, topics.stdout + topics.stderr
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=90)
+    assert process.returncode == 0, output
+    assert "cluster stopped" in output
+    assert not any(_listening(base + i) for i in range(3)), "a broker still listens"
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
