@@ -212,8 +212,8 @@ ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
     "local.retention.bytes": "no tiered storage: the local log is the whole log",
     "log.local.retention.ms": "no tiered storage: the local log is the whole log",
     "log.local.retention.bytes": "no tiered storage: the local log is the whole log",
-    "leader.replication.throttled.replicas": "one broker: no replication to throttle",
-    "follower.replication.throttled.replicas": "one broker: no replication to throttle",
+    "leader.replication.throttled.replicas": "replication is not throttled yet",
+    "follower.replication.throttled.replicas": "replication is not throttled yet",
 }
 
 

@@ -264,10 +264,10 @@ def kafka_latency_consume(bootstrap: str, topic: str, seconds: float) -> dict:
     return _percentiles(_keep_after_warmup(pairs))
 
 
-def kafka_latency_produce(bootstrap: str, topic: str, size: int, rate: int, seconds: float) -> dict:
+def kafka_latency_produce(bootstrap: str, topic: str, size: int, rate: int, seconds: float, acks: str = "1") -> dict:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 1, "log_level": 0})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 1, "log_level": 0})
     pacer = Pacer(rate)
     while time.monotonic() - pacer.started < seconds:
         due = pacer.due()

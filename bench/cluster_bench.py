@@ -1,0 +1,181 @@
+"""Replication costs and failover times of a logbus cluster (issue 12), measured side by side.
+
+    .venv/bin/python bench/cluster_bench.py [--reps 3] [--out bench/results/cluster_bench.json]
+
+One real ZooKeeper and three brokers on loopback; rdkafka_performance (built by
+`python -m bench.suite --install-only`) produces. In each repetition, alternating:
+
+- produce 100 B and 1 KB into an RF1 topic with acks=1 and into an RF3 topic with acks=all
+  (target: RF3 acks=all >= 0.5x RF1 acks=1, Kafka's published ratio is 421k/821k = 0.51);
+- end-to-end latency at 10k records/s into the RF3 topic with acks=all (target p99 < 20 ms);
+- failover: SIGKILL the leader of an RF3 partition (zookeeper.session.timeout.ms 6000) and time
+  until an acks=all produce succeeds again (target <= 8 s); SIGTERM it (controlled shutdown) and
+  time the same, counting failed sends (target <= 1 s, none failed);
+- two brokers against one: the same produce load into 2 partitions led by one broker, or by
+  two (does a cluster on a 2-core machine use both cores?).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from bench.suite import kafka_load  # noqa: E402
+from bench.suite.install import CACHE_DIR  # noqa: E402
+from bench.suite.runner import WorkerProcess, run_worker  # noqa: E402
+from logbus.testing import Cluster, running_cluster  # noqa: E402
+
+TOOL = os.path.join(CACHE_DIR, "bin", "rdkafka_performance")
+COUNTS = {100: 2_000_000, 1000: 400_000}
+QUIET = {"log_level": 0}
+
+
+def create(cluster: Cluster, topic: str, partitions: int, replication: int,
+           assignments: list[list[int]] | None = None) -> None:
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+    new = NewTopic(topic, replica_assignment=assignments) if assignments else NewTopic(topic, partitions, replication)
+    client.create_topics([new])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = client.list_topics(topic, timeout=5).topics[topic]
+        if found.error is None and all(p.leader >= 0 and len(p.isrs) == len(p.replicas)
+                                       for p in found.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{topic} not ready")
+
+
+def leader_of(cluster: Cluster, topic: str) -> int:
+    found = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET}).list_topics(topic, timeout=5)
+    return found.topics[topic].partitions[0].leader
+
+
+def produce_ratio(cluster: Cluster, reps: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for size, count in COUNTS.items():
+        rf1, rf3 = [], []
+        for rep in range(reps):
+            for replicas, acks, into in ((1, "1", rf1), (3, "all", rf3)):
+                topic = f"p{size}-rf{replicas}-{rep}"
+                create(cluster, topic, 1, replicas)
+                into.append(kafka_load.produce(TOOL, cluster.bootstrap, topic, size, count, acks, 600)["records_s"])
+        results[f"{size} B"] = {"rf1_acks1": statistics.median(rf1), "rf3_acks_all": statistics.median(rf3),
+                                "ratio": statistics.median(rf3) / statistics.median(rf1), "runs": [rf1, rf3]}
+        print(f"produce {size} B: RF1 acks=1 {statistics.median(rf1):,.0f}/s, RF3 acks=all "
+              f"{statistics.median(rf3):,.0f}/s, ratio {results[f'{size} B']['ratio']:.2f}", flush=True)
+    return results
+
+
+def latency(cluster: Cluster, reps: int) -> dict[str, Any]:
+    p99s, p999s, p50s = [], [], []
+    for rep in range(reps):
+        topic = f"latency-{rep}"
+        create(cluster, topic, 1, 3)
+        where = {"bootstrap": cluster.bootstrap, "topic": topic}
+        consumer = WorkerProcess("kafka_latency_consume", seconds=8, **where)
+        consumer.ready(30)
+        run_worker("kafka_latency_produce", 70, size=100, rate=10_000, seconds=5, acks="all", **where)
+        result = consumer.result(70)
+        p50s.append(result["p50_ms"])
+        p99s.append(result["p99_ms"])
+        p999s.append(result["p999_ms"])
+    print(f"end-to-end at 10k/s, RF3 acks=all: p50 {statistics.median(p50s):.2f} ms, p99 "
+          f"{statistics.median(p99s):.2f} ms, p99.9 {statistics.median(p999s):.2f} ms", flush=True)
+    return {"p50_ms": statistics.median(p50s), "p99_ms": statistics.median(p99s),
+            "p999_ms": statistics.median(p999s), "runs": p99s}
+
+
+def failover(cluster: Cluster, reps: int) -> dict[str, Any]:
+    kills, terms, failed_after_term = [], [], []
+    for rep in range(reps):
+        for how, into in (("kill", kills), ("term", terms)):
+            topic = f"failover-{how}-{rep}"
+            create(cluster, topic, 1, 3)
+            seconds, failed = _time_failover(cluster, topic, how)
+            into.append(seconds)
+            if how == "term":
+                failed_after_term.append(failed)
+    print(f"failover: SIGKILL {statistics.median(kills):.2f} s (max {max(kills):.2f}), SIGTERM "
+          f"{statistics.median(terms):.2f} s (max {max(terms):.2f}), failed sends after SIGTERM "
+          f"{sum(failed_after_term)}", flush=True)
+    return {"sigkill_s": statistics.median(kills), "sigkill_max_s": max(kills), "sigterm_s": statistics.median(terms),
+            "sigterm_max_s": max(terms), "sigterm_failed_sends": sum(failed_after_term), "runs": [kills, terms]}
+
+
+def _time_failover(cluster: Cluster, topic: str, how: str) -> tuple[float, int]:
+    """Seconds from the signal to the next acknowledged acks=all record, and failed sends meanwhile."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 0, "message.timeout.ms": 60000, **QUIET})
+    producer.produce(topic, b"warm", partition=0)
+    producer.flush(30)
+    leader = leader_of(cluster, topic)
+    broker = cluster.brokers[leader]
+    acked: list[float] = []
+    failed: list[Any] = []
+    began = time.monotonic()
+    if how == "kill":
+        broker.kill()
+    else:
+        broker.process.send_signal(15)
+    while not acked and time.monotonic() - began < 60:
+        producer.produce(topic, b"probe", partition=0,
+                         on_delivery=lambda e, m: (failed if e else acked).append(e or time.monotonic()))
+        producer.flush(0.1)
+    producer.flush(60)
+    if how == "term":
+        broker.process.wait(60)
+        broker.process = None
+    broker.start()
+    return (acked[0] - began if acked else float("inf")), len(failed)
+
+
+def two_brokers(cluster: Cluster, reps: int) -> dict[str, Any]:
+    one, two = [], []
+    for rep in range(reps):
+        for assignments, into in (([[1], [1]], one), ([[1], [2]], two)):
+            topic = f"cores-{len({a[0] for a in assignments})}-{rep}"
+            create(cluster, topic, 2, 1, assignments)
+            into.append(kafka_load.produce(TOOL, cluster.bootstrap, topic, 100, COUNTS[100], "1", 600)["records_s"])
+    print(f"2 partitions on one broker {statistics.median(one):,.0f}/s, on two brokers {statistics.median(two):,.0f}/s "
+          f"({statistics.median(two) / statistics.median(one):.2f}x)", flush=True)
+    return {"one_broker": statistics.median(one), "two_brokers": statistics.median(two),
+            "ratio": statistics.median(two) / statistics.median(one), "runs": [one, two]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "cluster_bench.json"))
+    args = parser.parse_args()
+    if not os.path.exists(TOOL):
+        print(f"{TOOL} is missing: run `python -m bench.suite --install-only` first", file=sys.stderr)
+        return 2
+    config = {"zookeeper.session.timeout.ms": "6000", "min.insync.replicas": "2",
+              "log.flush.offset.checkpoint.interval.ms": "60000"}
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": args.reps,
+                               "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0]}
+    with running_cluster(3, config) as cluster:
+        results["produce"] = produce_ratio(cluster, args.reps)
+        results["latency"] = latency(cluster, args.reps)
+        results["failover"] = failover(cluster, args.reps)
+        results["two_brokers"] = two_brokers(cluster, args.reps)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=1)
+    print(f"results in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
