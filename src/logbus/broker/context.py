@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -24,6 +24,15 @@ class RequestContext:
     def close_connection(self) -> None:
         if self.close is not None:
             self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredResponse:
+    """A response that completes later (a produce with acks=all waiting for the ISR). The
+    connection goes on with its next requests meanwhile and still answers in request order, so
+    a producer's pipelined requests wait for replication together, not one after another."""
+
+    result: Awaitable[Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import os
 import socket
 from collections import Counter, deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import codec
 from ..protocol.frames import (
@@ -43,7 +43,7 @@ from ..protocol.frames import (
 from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
 from .apis.api_versions import unsupported_version_response
-from .context import RawResponse, RequestContext
+from .context import DeferredResponse, RawResponse, RequestContext
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -284,6 +284,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.client_host = "?"
         self.sendfile = False
         self._frames: deque[bytes] = deque()
+        self._deferred: deque[tuple[bytes, asyncio.Future]] = deque()  # answered later, in this order
+        self._deferred_sender: asyncio.Task | None = None
         self._queued_bytes = 0  # received and not yet answered: partial frame, queued frames, the one in work
         self._worker: asyncio.Task | None = None
         self._can_write = asyncio.Event()
@@ -333,7 +335,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         connections = self.broker.connections
         limit = 2 if self._reading_paused else 1
         queued_frame_bytes = self._queued_bytes - self.splitter.pending
-        too_much = len(self._frames) >= MAX_QUEUED_FRAMES // limit or queued_frame_bytes >= MAX_QUEUED_BYTES // limit
+        queued_frames = len(self._frames) + len(self._deferred)
+        too_much = queued_frames >= MAX_QUEUED_FRAMES // limit or queued_frame_bytes >= MAX_QUEUED_BYTES // limit
         wait_for_memory = connections.over_bound() and bool(self._frames or not self.splitter.pending)
         if wait_for_memory:
             connections.wait_for_room(self)
@@ -368,6 +371,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._account(-self._queued_bytes)
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
+        if self._deferred_sender is not None and not self._deferred_sender.done():
+            self._deferred_sender.cancel()
 
     def close(self) -> None:
         self._closed = True
@@ -390,6 +395,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 log.exception("request failed; closing connection from %s", self.client_host)
                 self.close()
                 return
+            if isinstance(chunks, asyncio.Future) or self._deferred:
+                self._defer(frame, chunks)
+                continue
             if chunks is not None and not self._closed:
                 try:
                     await self._send(chunks)
@@ -401,6 +409,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     log.warning("closing connection from %s while sending: %s", self.client_host, exc)
                     self.close()
                     return
+            self._done(frame)
+
+    def _defer(self, frame: bytes, chunks: asyncio.Future | list | None) -> None:
+        """Answer `frame` after the deferred responses before it (`_send_deferred`), in order."""
+        if not isinstance(chunks, asyncio.Future):
+            ready = asyncio.get_running_loop().create_future()
+            ready.set_result(chunks)
+            chunks = ready
+        self._frames.popleft()
+        self._deferred.append((frame, chunks))
+        if self._deferred_sender is None or self._deferred_sender.done():
+            self._deferred_sender = asyncio.get_running_loop().create_task(self._send_deferred())
+
+    async def _send_deferred(self) -> None:
+        while self._deferred and not self._closed:
+            frame, pending = self._deferred[0]
+            try:
+                chunks = await pending
+                if chunks is not None and not self._closed:
+                    await self._send(chunks)
+            except (ConnectionError, OSError) as exc:
+                log.debug("connection from %s gone while answering: %s", self.client_host, exc)
+                self.close()
+                return
+            except Exception:
+                log.exception("request failed; closing connection from %s", self.client_host)
+                self.close()
+                return
+            self._deferred.popleft()
             self._done(frame)
 
     def _done(self, frame: bytes) -> None:
@@ -465,6 +502,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.sendfile, self.close,
         )
         response = await spec.handle(ctx, request)
+        if isinstance(response, DeferredResponse):
+            return asyncio.ensure_future(self._encode_later(response, spec, api_version, correlation_id, flexible))
+        return self._encode(response, spec, api_version, correlation_id, flexible)
+
+    async def _encode_later(self, deferred: DeferredResponse, spec: ApiSpec, api_version: int, correlation_id: int,
+                            flexible: bool) -> list[bytes | memoryview | FileRegion] | None:
+        return self._encode(await deferred.result, spec, api_version, correlation_id, flexible)
+
+    @staticmethod
+    def _encode(response: Any, spec: ApiSpec, api_version: int, correlation_id: int,
+                flexible: bool) -> list[bytes | memoryview | FileRegion] | None:
         if response is None:
             return None
         return frame_chunks(

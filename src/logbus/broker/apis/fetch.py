@@ -264,7 +264,8 @@ async def _wait_for_enough(
     ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float
 ) -> None:
     """Wait until the bytes appended to the partitions since now could make up `missing` bytes
-    (each partition counted up to its max bytes), or the deadline, or the broker stops.
+    (each partition counted up to its max bytes), or a high watermark moved (which may make
+    bytes appended earlier readable to a consumer), or the deadline, or the broker stops.
 
     A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
     caller then reads for real, which may still find too little (an estimate: bytes appended
@@ -272,13 +273,16 @@ async def _wait_for_enough(
     """
     loop = asyncio.get_running_loop()
     start = [partition.appended_bytes for partition, _ in partitions]
+    watermarks = [partition.high_watermark for partition, _ in partitions]
     while (remaining := deadline - loop.time()) > 0 and not ctx.broker.stopping:
         await _wait_for_data([partition for partition, _ in partitions], remaining)
         arrived = sum(
             min(partition.appended_bytes - before, max_bytes)
             for (partition, max_bytes), before in zip(partitions, start, strict=True)
         )
-        if arrived >= missing:
+        if arrived >= missing or any(
+            partition.high_watermark != hw for (partition, _), hw in zip(partitions, watermarks, strict=True)
+        ):  # a moved HW may have made appended bytes readable (a consumer reads below it)
             return
 
 

@@ -46,7 +46,7 @@ from ...protocol.records import (
     validate_batches,
 )
 from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError, now_ms
-from ..context import RequestContext
+from ..context import DeferredResponse, RequestContext
 from ..topics import INTERNAL_TOPICS, validate_topic_name
 
 API_KEY = 0
@@ -75,8 +75,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if any(_failed(r) for _, responses in topics for r in responses):
             ctx.close_connection()  # Kafka closes it, so that the producer refreshes its metadata
         return None
-    if request.acks == -1:
-        await _wait_for_replicas(topics, request.timeout.total_seconds())
+    if any(isinstance(r, _AwaitingReplicas) for _, responses in topics for r in responses):
+        return DeferredResponse(_answer_once_replicated(ctx, module, topics, request.timeout.total_seconds()))
+    return _response(ctx, module, topics)
+
+
+async def _answer_once_replicated(ctx: RequestContext, module: Any, topics: list[tuple[Any, list[Any]]],
+                                  timeout: float) -> Any:
+    await _wait_for_replicas(topics, timeout)
+    return _response(ctx, module, topics)
+
+
+def _response(ctx: RequestContext, module: Any, topics: list[tuple[Any, list[Any]]]) -> Any:
     return make(response_class(API_KEY, ctx.api_version), responses=tuple(
         make(module.TopicProduceResponse, name=getattr(topic_data, "name", None),
              topic_id=getattr(topic_data, "topic_id", None), partition_responses=tuple(responses))
