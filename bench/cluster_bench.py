@@ -43,7 +43,8 @@ QUIET = {"log_level": 0}
 def create(cluster: Cluster, topic: str, partitions: int, replication: int,
            assignments: list[list[int]] | None = None) -> None:
     client = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
-    new = NewTopic(topic, partitions, replica_assignment=assignments) if assignments else NewTopic(topic, partitions, replication)
+    new = NewTopic(topic, partitions, replica_assignment=assignments) if assignments \
+        else NewTopic(topic, partitions, replication)
     client.create_topics([new])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
