@@ -45,7 +45,8 @@ _WRITE_HEADER = entity_writer(_REQUEST.RequestHeader)
 _WRITE_BODY = entity_writer(_REQUEST.FetchRequest)
 _READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
 _READ_BODY = entity_reader(_RESPONSE.FetchResponse)
-STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
+STOP_WAIT_S = 2.0
+NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows  # a fetcher cancelled at shutdown gets this long to finish
 _PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
 
@@ -193,9 +194,11 @@ class ReplicaFetcher:
         error = ErrorCode(answer.error_code)
         if error == ErrorCode.offset_out_of_range:
             self._out_of_range(partition, answer)
-        elif error in _PARKING_ERRORS:  # the leader has not seen the new state yet, or moved on: retry later
-            self._delayed[(partition.topic, partition.index)] = \
-                asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+        elif error in _PARKING_ERRORS:
+            # the leader has not seen the new state yet (it will within milliseconds: retry soon),
+            # or it moved on (this broker's own state change re-adds the partition)
+            pause = NEW_STATE_RETRY_S if error == ErrorCode.unknown_leader_epoch else self.config.backoff_ms / 1000
+            self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + pause
         elif error != ErrorCode.none:
             log.warning("%s: %s from broker %d: %s", self.name, partition, self.leader_id, error.name)
         elif answer.diverging_epoch.epoch >= 0:
