@@ -7,6 +7,7 @@ seconds; every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import signal
@@ -54,10 +55,12 @@ def create(cluster: Cluster, topic: str, partitions: int = 1, replication: int =
 
 
 def segment_digests(cluster: Cluster, topic: str, index: int = 0) -> dict[int, str]:
-    """Per broker, a digest of the partition's segment files (all of them, in order)."""
+    """Per broker holding the partition, a digest of its segment files (all of them, in order)."""
     digests = {}
     for broker_id, broker in cluster.brokers.items():
         directory = os.path.join(broker.data_dir, f"{topic}-{index}")
+        if not os.path.isdir(directory):
+            continue
         digest = hashlib.sha256()
         for name in sorted(os.listdir(directory)):
             if name.endswith(".log"):
@@ -470,3 +473,40 @@ def _created(client: AdminClient, topic: str) -> bool:
     except Exception as exc:  # noqa: BLE001 - not yet: ZooKeeper sessions being re-established
         return "already exists" in str(exc)
     return True
+
+
+def test_a_fourth_broker_takes_over_a_replica_by_reassignment_under_load(zookeeper: ZooKeeperServer) -> None:
+    from helpers import RawConnection
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+
+    with running_cluster(3, {"min.insync.replicas": "2"}, zookeeper=zookeeper) as cluster:
+        create(cluster, "moving")
+        cluster.add_broker(4)
+        sender = Sender(cluster)
+        sender.send("moving", [b"before-%d" % i for i in range(500)])
+        _, replicas, _ = partition_state(cluster, "moving")
+        target = tuple([b for b in replicas if b != replicas[0]] + [4])  # the preferred leader leaves
+        module = load_payload_module(45, 0, EntityType.request)
+        with RawConnection(cluster.brokers[1].bootstrap) as connection:
+            answer = connection.call(45, 0, timeout=datetime.timedelta(seconds=10), topics=(
+                module.ReassignableTopic(name="moving", partitions=(
+                    module.ReassignablePartition(partition_index=0, replicas=target),)),))
+        assert answer.responses[0].partitions[0].error_code == 0
+        for round_ in range(10):  # keep producing while the new replica catches up and the old one leaves
+            sender.send("moving", [b"during-%d-%d" % (round_, i) for i in range(100)])
+        wait_until(lambda: sorted(partition_state(cluster, "moving")[1]) == sorted(target), timeout=FAILOVER_S,
+                   interval=0.2, message="the replicas of the target assignment")
+        leader, replicas, isr = partition_state(cluster, "moving")
+        assert leader in target and set(isr) <= set(target)
+        sender.send("moving", [b"after-%d" % i for i in range(100)])
+        assert not sender.failed, sender.failed[:3]
+        all_consumed(cluster, "moving", sender.acked)
+        digests = segment_digests_of(cluster, "moving", target)
+        wait_until(lambda: len(set(segment_digests_of(cluster, "moving", target).values())) == 1,
+                   message="the new replica identical to the others")
+        assert len(digests) == 3
+
+
+def segment_digests_of(cluster: Cluster, topic: str, brokers: tuple[int, ...]) -> dict[int, str]:
+    return {b: d for b, d in segment_digests(cluster, topic).items() if b in brokers}

@@ -288,8 +288,9 @@ class Controller:
         """Assignments whose partition state is final: drop the old replicas from the assignment."""
         for _name, topic in list(self.store.topics().items()):
             for index, state in enumerate(topic.partitions):
-                if (state.adding_replicas or state.removing_replicas) and self._progress_reassignment(state) is None \
-                        and all(b in state.isr for b in state.adding_replicas):
+                target = state.target_replicas
+                if (state.adding_replicas or state.removing_replicas) and state.leader in target \
+                        and all(b in state.isr for b in state.adding_replicas) and set(state.isr) <= set(target):
                     await self._write_assignment(topic, index, replace(
                         state, replicas=state.target_replicas, adding_replicas=[], removing_replicas=[]))
 

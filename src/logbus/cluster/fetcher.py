@@ -45,8 +45,8 @@ _WRITE_HEADER = entity_writer(_REQUEST.RequestHeader)
 _WRITE_BODY = entity_writer(_REQUEST.FetchRequest)
 _READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
 _READ_BODY = entity_reader(_RESPONSE.FetchResponse)
-STOP_WAIT_S = 2.0
-NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows  # a fetcher cancelled at shutdown gets this long to finish
+STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
+NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows
 _PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
 

@@ -175,8 +175,8 @@ class Partition:
 
     def _maybe_expand_isr(self, broker_id: int, follower: FollowerState) -> None:
         """A follower that has the log up to the HW, from this leader's epoch on, joins the ISR."""
-        if broker_id in self.state.isr or self.isr_change_pending or broker_id not in self.state.replicas:
-            return
+        if broker_id in self.state.isr or self.isr_change_pending or broker_id not in self.state.target_replicas:
+            return  # (a replica a reassignment removes never joins again)
         epoch_start = next((start for epoch, start in self.log.epochs if epoch == self.leader_epoch),
                            self.log.log_end_offset)
         if follower.log_end_offset >= max(self.high_watermark, epoch_start):
