@@ -313,11 +313,16 @@ def test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies(zookeeper:
                    message="the committed offset from the new coordinator")
 
 
-def _coordinator(cluster: Cluster, group: str) -> int:
+def _coordinator(cluster: Cluster, group: str, skip: int = -1) -> int:
+    """The group's coordinator as FindCoordinator answers it (asking a broker other than `skip`)."""
     from helpers import raw_request
 
-    answer = raw_request(cluster.bootstrap.split(",")[0], 10, 3, key=group, key_type=0)
-    return answer.node_id
+    asked = next(b.bootstrap for i, b in cluster.brokers.items() if b.running and i != skip)
+    try:
+        answer = raw_request(asked, 10, 3, key=group, key_type=0)
+    except (OSError, AssertionError):
+        return -1
+    return answer.node_id if answer.error_code == 0 else -1
 
 
 def test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss(zookeeper: ZooKeeperServer) -> None:
@@ -510,3 +515,54 @@ def test_a_fourth_broker_takes_over_a_replica_by_reassignment_under_load(zookeep
 
 def segment_digests_of(cluster: Cluster, topic: str, brokers: tuple[int, ...]) -> dict[int, str]:
     return {b: d for b, d in segment_digests(cluster, topic).items() if b in brokers}
+
+
+def test_a_coordinator_that_loses_and_regains_leadership_serves_fresh_offsets(zookeeper: ZooKeeperServer) -> None:
+    from confluent_kafka import Consumer
+
+    config = {"leader.imbalance.check.interval.seconds": "1", "leader.imbalance.per.broker.percentage": "0"}
+    with running_cluster(3, config, zookeeper=zookeeper) as cluster:
+        create(cluster, "fresh")
+
+        def commit(offset: int) -> None:
+            consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "fresh-group",
+                                 "enable.auto.commit": False, **QUIET})
+            try:
+                wait_until(lambda: _committed_ok(consumer, offset), timeout=FAILOVER_S, interval=0.5,
+                           message=f"offset {offset} committed")
+            finally:
+                consumer.close()
+
+        commit(5)
+        coordinator = _coordinator(cluster, "fresh-group")
+        paused = cluster.brokers[coordinator]
+        paused.process.send_signal(signal.SIGSTOP)  # its session expires: leadership moves away
+        try:
+            wait_until(lambda: _coordinator(cluster, "fresh-group", skip=coordinator) not in (-1, coordinator),
+                       timeout=FAILOVER_S, interval=0.5, message="another coordinator")
+            commit(9)
+        finally:
+            paused.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: _coordinator(cluster, "fresh-group") == coordinator, timeout=FAILOVER_S, interval=0.5,
+                   message="the preferred leader coordinating again")
+        probe = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "fresh-group", **QUIET})
+        try:
+            wait_until(lambda: _committed(probe) == 9, timeout=FAILOVER_S, interval=0.5,
+                       message="the offset committed elsewhere, read back by the returning coordinator")
+        finally:
+            probe.close()
+
+
+def _committed_ok(consumer: object, offset: int) -> bool:
+    try:
+        consumer.commit(offsets=[TopicPartition("fresh", 0, offset)], asynchronous=False)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - coordinator moving: try again
+        return False
+    return True
+
+
+def _committed(consumer: object) -> int:
+    try:
+        return consumer.committed([TopicPartition("fresh", 0)], timeout=5)[0].offset  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - coordinator moving: ask again
+        return -1

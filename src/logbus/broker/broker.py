@@ -45,6 +45,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
         )
+        self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections = Connections(config)
         self.stopping = False

@@ -38,9 +38,11 @@ from ..errors import KafkaApiError
 from .clock import Clock, Timer
 from .group import ClassicGroup, GroupState, JoinResult, Member
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue, partition_for_group
+from .store import TOPIC as OFFSETS_TOPIC
 from .store import Entry, OffsetsTopic
 
 if TYPE_CHECKING:
+    from ..cluster.partition import Partition
     from ..config import BrokerConfig
 
 log = logging.getLogger(__name__)
@@ -764,6 +766,26 @@ class GroupCoordinator:
             self._loading[index] = task
             task.add_done_callback(functools.partial(self._on_load_done, index))
         return False
+
+    def on_leadership(self, partition: Partition, leads: bool) -> None:
+        """A `__consumer_offsets` partition this broker stopped leading: its groups leave memory
+        (timers cancelled, waiting JoinGroup/SyncGroup answered NOT_COORDINATOR), so its clients
+        find the new coordinator, and a later leadership loads them afresh from the log. A
+        partition it starts leading is loaded at its first request (`_ensure_loaded`)."""
+        if leads or partition.topic != OFFSETS_TOPIC:
+            return
+        index = partition.index
+        self.loaded_partitions.discard(index)
+        loading = self._loading.pop(index, None)
+        if loading is not None:
+            loading.cancel()
+        for group_id in [g for g in self.groups if self.partition_for(g) == index]:
+            group = self.groups.pop(group_id)
+            self._cancel_timers(group)
+            for member in group.members.values():
+                if member.join_waiter is not None and not member.join_waiter.done():
+                    member.join_waiter.set_result(JoinResult(ErrorCode.not_coordinator, member.member_id))
+            self._fail_sync_waiters(group, ErrorCode.not_coordinator)
 
     def _on_load_done(self, index: int, task: asyncio.Task) -> None:
         """A failed load (a read error) is logged; the next request for one of its groups retries it."""

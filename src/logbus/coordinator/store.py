@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
+COMMIT_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms
 LOAD_CHUNK_BYTES = 16 * 1024  # load steps of a few ms each on the event loop
 LOAD_DECODE_STEP = 512
 
@@ -115,7 +116,7 @@ class OffsetsTopic:
             raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
         data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], self.clock.now_ms()))
         try:
-            partition.append_as_leader(data, validate_batches(data), acks=-1)
+            info = partition.append_as_leader(data, validate_batches(data), acks=-1)
         except NotLeaderError as exc:
             raise KafkaApiError(ErrorCode.not_coordinator, str(exc)) from None
         except NotEnoughReplicasError as exc:
@@ -123,6 +124,13 @@ class OffsetsTopic:
         except OSError as exc:
             raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
         await self.replicas.flush_if_due(partition)
+        # acks=all, as Kafka writes offsets: a commit is answered once every in-sync replica has it,
+        # so it survives the coordinator's death (offsets.commit.timeout.ms, Kafka's 5 s)
+        error = await partition.wait_replicated(info.last_offset + 1, COMMIT_TIMEOUT_S)
+        if error == ErrorCode.not_leader_or_follower:
+            raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} changed leader")
+        if error is not None:
+            raise KafkaApiError(ErrorCode.coordinator_not_available, f"{TOPIC}-{index}: {error.name}")
 
     # ------------------------------------------------------------ reads
 
