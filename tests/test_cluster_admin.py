@@ -4,6 +4,10 @@ answered as a one-broker Kafka answers them, at every served version (real broke
 from __future__ import annotations
 
 import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -75,3 +79,35 @@ def test_reassignments_on_one_broker(broker: BrokerProcess, version: int) -> Non
     with RawConnection(broker.bootstrap) as connection:
         listed = connection.call(LIST, 0, timeout=TIMEOUT, topics=None)
     assert listed.error_code == ErrorCode.none and listed.topics == ()
+
+
+def logbus(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logbus", *args, "--bootstrap-server", broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_reassign_generate_execute_verify_round_trip(broker: BrokerProcess, tmp_path: Path) -> None:
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "two"}]}))
+    generated = logbus(broker, "reassign", "--generate", "--topics-to-move-json-file", str(topics),
+                       "--broker-list", "0")
+    assert generated.returncode == 0, generated.stderr
+    proposed = json.loads(generated.stdout.split("Proposed partition reassignment configuration\n")[1])
+    assert sorted((p["partition"], p["replicas"]) for p in proposed["partitions"]) == [(0, [0]), (1, [0])]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposed))
+    executed = logbus(broker, "reassign", "--execute", "--reassignment-json-file", str(plan))
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+    assert "Successfully started partition reassignments for two-0,two-1" in executed.stdout
+    verified = logbus(broker, "reassign", "--verify", "--reassignment-json-file", str(plan))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "Reassignment of partition two-0 is completed." in verified.stdout
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "two", "partition": 0, "replicas": [3]}]}))
+    refused = logbus(broker, "reassign", "--execute", "--reassignment-json-file", str(plan))
+    assert refused.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in refused.stdout.upper()
+
+
+def test_elect_leaders_reports_valid_replicas_already_elected(broker: BrokerProcess) -> None:
+    done = logbus(broker, "elect-leaders", "--election-type", "preferred", "--topic", "two")
+    assert done.returncode == 0, done.stderr
+    assert "Valid replica already elected for partitions two-0, two-1" in done.stdout

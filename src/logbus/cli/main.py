@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import cluster, consume, groups, pipeline, produce, serve, topics
+from . import cluster, consume, elect_leaders, groups, pipeline, produce, reassign, serve, topics
 from .common import CliError
 
 
@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_parser(subparsers)
     groups.add_parser(subparsers)
     cluster.add_parser(subparsers)
+    reassign.add_parser(subparsers)
+    elect_leaders.add_parser(subparsers)
     return parser
 
 

@@ -25,7 +25,8 @@ from kio.static.constants import EntityType
 from ..protocol.codec import ChunkSink, make
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
-VERSIONS = {METADATA: 12, LIST_OFFSETS: 7, FETCH: 12}
+ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46  # for `logbus reassign`, which shares this client
+VERSIONS = {METADATA: 12, LIST_OFFSETS: 7, FETCH: 12, ALTER_REASSIGNMENTS: 0, LIST_REASSIGNMENTS: 0}
 EARLIEST, LATEST = -2, -1
 CLIENT_ID = "logbus-spark"
 _SIZE = struct.Struct(">i")
