@@ -386,25 +386,14 @@ def test_leadership_returns_to_the_preferred_replica(zookeeper: ZooKeeperServer)
 
 
 def _consecutive_free_ports(count: int) -> int:
-    from logbus.cluster.zookeeper_server import free_port
+    from logbus.cli.cluster import port_free
     from logbus.testing import free_test_port
 
     for _ in range(50):
         base = free_test_port()
-        if all(_bindable(base + i) for i in range(count)):
+        if all(port_free(base + i) for i in range(count)):
             return base
-    return free_port()
-
-
-def _bindable(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    raise AssertionError(f"no {count} consecutive free ports")
 
 
 def test_cluster_up_starts_zookeeper_and_brokers_and_ctrl_c_stops_them(tmp_path: os.PathLike) -> None:
@@ -566,3 +555,43 @@ def _committed(consumer: object) -> int:
         return consumer.committed([TopicPartition("fresh", 0)], timeout=5)[0].offset  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - coordinator moving: ask again
         return -1
+
+
+def test_chasing_the_leader_loses_and_duplicates_nothing(zookeeper: ZooKeeperServer) -> None:
+    """Kafka's replication system test: leaders killed (SIGKILL x5) and stopped (SIGTERM x5) under
+    an idempotent acks=all producer; every acknowledged record is read once, replicas end identical."""
+    with running_cluster(3, {"min.insync.replicas": "2"}, zookeeper=zookeeper) as cluster:
+        create(cluster, "chased")
+        sender = Sender(cluster, **{"message.timeout.ms": "120000"})
+        stop = threading.Event()
+
+        def load() -> None:
+            i = 0
+            while not stop.is_set():
+                sender.producer.produce("chased", b"c-%06d" % i, partition=0, on_delivery=sender._delivered)
+                sender.producer.poll(0.005)
+                i += 1
+
+        thread = threading.Thread(target=load)
+        thread.start()
+        try:
+            for round_ in range(10):
+                leader = wait_until(lambda: (found := partition_state(cluster, "chased")[0]) > 0 and found,
+                                    timeout=FAILOVER_S, message="a leader")
+                broker = cluster.brokers[leader]
+                if round_ % 2:
+                    assert broker.stop() == 0
+                else:
+                    broker.kill()
+                wait_new_leader(cluster, "chased", leader)
+                broker.start()
+                wait_until(lambda b=leader: b in partition_state(cluster, "chased")[2], timeout=FAILOVER_S,
+                           interval=0.2, message=f"broker {leader} back in the ISR")
+        finally:
+            stop.set()
+            thread.join()
+        assert sender.producer.flush(120) == 0
+        assert not sender.failed, sender.failed[:3]
+        assert len(sender.acked) > 100
+        all_consumed(cluster, "chased", sender.acked)
+        wait_until(lambda: replicas_identical(cluster, "chased"), timeout=FAILOVER_S, message="replicas identical")

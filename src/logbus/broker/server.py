@@ -398,18 +398,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if isinstance(chunks, asyncio.Future) or self._deferred:
                 self._defer(frame, chunks)
                 continue
-            if chunks is not None and not self._closed:
-                try:
-                    await self._send(chunks)
-                except ConnectionError as exc:  # the client went away mid-response, as consumers do
-                    log.debug("connection from %s gone while sending: %s", self.client_host, exc)
-                    self.close()
-                    return
-                except OSError as exc:  # reading the segment file failed
-                    log.warning("closing connection from %s while sending: %s", self.client_host, exc)
-                    self.close()
-                    return
+            if not await self._send_or_close(chunks):
+                return
             self._done(frame)
+
+    async def _send_or_close(self, chunks: list[bytes | memoryview | FileRegion] | None) -> bool:
+        """Send a response (None: there is none); False when the connection had to close."""
+        if chunks is None or self._closed:
+            return not self._closed
+        try:
+            await self._send(chunks)
+        except ConnectionError as exc:  # the client went away mid-response, as consumers do
+            log.debug("connection from %s gone while sending: %s", self.client_host, exc)
+            self.close()
+            return False
+        except OSError as exc:  # reading the segment file failed
+            log.warning("closing connection from %s while sending: %s", self.client_host, exc)
+            self.close()
+            return False
+        return True
 
     def _defer(self, frame: bytes, chunks: asyncio.Future | list | None) -> None:
         """Answer `frame` after the deferred responses before it (`_send_deferred`), in order."""
@@ -427,15 +434,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             frame, pending = self._deferred[0]
             try:
                 chunks = await pending
-                if chunks is not None and not self._closed:
-                    await self._send(chunks)
-            except (ConnectionError, OSError) as exc:
-                log.debug("connection from %s gone while answering: %s", self.client_host, exc)
-                self.close()
-                return
             except Exception:
                 log.exception("request failed; closing connection from %s", self.client_host)
                 self.close()
+                return
+            if not await self._send_or_close(chunks):
                 return
             self._deferred.popleft()
             self._done(frame)

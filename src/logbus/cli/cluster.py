@@ -50,7 +50,7 @@ def run_up(args: argparse.Namespace) -> int:
         raise CliError("--brokers must be at least 1")
     data_dir = os.path.abspath(args.data_dir)
     ports = [args.base_port + i for i in range(args.brokers)]
-    taken = [port for port in ports if not _port_free(port)]
+    taken = [port for port in ports if not port_free(port)]
     if taken:
         raise CliError(f"port {taken[0]} is in use: give another --base-port")
     zookeeper = ZooKeeperServer(os.path.join(data_dir, "zookeeper"), port=args.zookeeper_port)
@@ -82,7 +82,7 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
@@ -112,7 +112,7 @@ def _wait_serving(brokers: list[subprocess.Popen], ports: list[int], stop: threa
     while waiting and not stop.is_set():
         if time.monotonic() > deadline or any(broker.poll() is not None for broker in brokers):
             raise CliError("the brokers did not start; see broker.log in each broker's directory")
-        waiting = {port for port in waiting if _port_free(port)}
+        waiting = {port for port in waiting if port_free(port)}
         stop.wait(0.1)
 
 

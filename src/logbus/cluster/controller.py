@@ -244,7 +244,7 @@ class Controller:
         live = self._live() - self._shutting_down
         for item in request.get("partitions", []):
             name, index = item["topic"], int(item["partition"])
-            state = self.store._state(name, index)
+            state = self.store.partition_state(name, index)
             if state is None:
                 continue
             decided = elect_unclean(state, live) if request.get("unclean") else elect_preferred(state, live)

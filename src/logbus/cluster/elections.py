@@ -69,3 +69,14 @@ def without_broker(state: PartitionState, broker_id: int, live: set[int],
     if broker_id in state.isr and len(state.isr) > 1:
         return replace(state, isr=[b for b in state.isr if b != broker_id], partition_epoch=state.partition_epoch + 1)
     return None
+
+
+def reassignment_error(state: PartitionState, target: list[int] | None, live: set[int]) -> ErrorCode | None:
+    """Why AlterPartitionReassignments refuses `target` for a partition in `state` (None: accepted).
+    A null target cancels, which needs a reassignment in progress."""
+    if target is None:
+        in_progress = state.adding_replicas or state.removing_replicas
+        return None if in_progress else ErrorCode.no_reassignment_in_progress
+    if not target or len(set(target)) != len(target) or not set(target) <= live:
+        return ErrorCode.invalid_replica_assignment
+    return None

@@ -223,6 +223,12 @@ class MetadataStore(ABC):
         Per partition: None (accepted) or a Kafka error code (INVALID_REPLICA_ASSIGNMENT,
         NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION)."""
 
+    def partition_state(self, name: str, index: int) -> PartitionState | None:
+        topic = self.topics().get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
     def list_reassignments(self, partitions: list[PartitionKey] | None = None) -> dict[PartitionKey, PartitionState]:
         """ListPartitionReassignments: the partitions (of those asked, or all) with one in progress."""
         found = {}
@@ -424,7 +430,7 @@ class EmbeddedMetadataStore(MetadataStore):
         live = {b.broker_id for b in self._brokers.values()}
         results: dict[PartitionKey, int | None] = {}
         for name, index in partitions:
-            state = self._partition_state(name, index)
+            state = self.partition_state(name, index)
             if state is None:
                 results[(name, index)] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -438,27 +444,15 @@ class EmbeddedMetadataStore(MetadataStore):
     ) -> dict[PartitionKey, int | None]:
         """One broker: the only assignment it can hold is itself, which is already in place; a
         target naming another broker is INVALID_REPLICA_ASSIGNMENT, a cancel finds nothing in progress."""
+        from .elections import reassignment_error
+
         live = {b.broker_id for b in self._brokers.values()}
         results: dict[PartitionKey, int | None] = {}
-        for (name, index), target in changes.items():
-            state = self._partition_state(name, index)
-            if state is None:
-                results[(name, index)] = ErrorCode.unknown_topic_or_partition
-            elif target is None:
-                results[(name, index)] = ErrorCode.no_reassignment_in_progress
-            elif not target or len(set(target)) != len(target) or not set(target) <= live:
-                results[(name, index)] = ErrorCode.invalid_replica_assignment
-            elif target == state.replicas:
-                results[(name, index)] = None
-            else:  # unreachable with one live broker: a valid target is that broker itself
-                results[(name, index)] = ErrorCode.invalid_replica_assignment
+        for key, target in changes.items():
+            state = self.partition_state(*key)
+            results[key] = ErrorCode.unknown_topic_or_partition if state is None else \
+                reassignment_error(state, target, live)
         return results
-
-    def _partition_state(self, name: str, index: int) -> PartitionState | None:
-        topic = self._topics.get(name)
-        if topic is None or not 0 <= index < len(topic.partitions):
-            return None
-        return topic.partitions[index]
 
     async def _commit_partitions(self, topic: TopicMetadata, states: dict[int, PartitionState]) -> TopicMetadata:
         """Write `topic` with the partitions in `states` replaced; returns the new metadata."""

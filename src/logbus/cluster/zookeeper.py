@@ -555,7 +555,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         results: dict[PartitionKey, int | None] = {}
         wanted: list[PartitionKey] = []
         for name, index in partitions:
-            state = self._state(name, index)
+            state = self.partition_state(name, index)
             if state is None:
                 results[(name, index)] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -574,7 +574,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         return results
 
     def _elected(self, key: PartitionKey, unclean: bool) -> bool:
-        state = self._state(*key)
+        state = self.partition_state(*key)
         if state is None:
             return True
         if unclean:
@@ -605,30 +605,21 @@ class ZooKeeperMetadataStore(MetadataStore):
     ) -> dict[PartitionKey, int | None]:
         """Check each change against the view, then hand the valid ones to the controller
         (/admin/reassign_partitions; null replicas cancel) and return once it took them."""
+        from .elections import reassignment_error
+
         live = set(self._brokers)
         results: dict[PartitionKey, int | None] = {}
         accepted = []
         for (name, index), target in changes.items():
-            state = self._state(name, index)
-            if state is None:
-                results[(name, index)] = ErrorCode.unknown_topic_or_partition
-            elif target is None and not (state.adding_replicas or state.removing_replicas):
-                results[(name, index)] = ErrorCode.no_reassignment_in_progress
-            elif target is not None and (not target or len(set(target)) != len(target) or not set(target) <= live):
-                results[(name, index)] = ErrorCode.invalid_replica_assignment
-            else:
-                results[(name, index)] = None
+            state = self.partition_state(name, index)
+            error = ErrorCode.unknown_topic_or_partition if state is None else reassignment_error(state, target, live)
+            results[(name, index)] = error
+            if error is None:
                 accepted.append({"topic": name, "partition": index, "replicas": target})
         if accepted:
             await asyncio.to_thread(self._write_admin_request, "/admin/reassign_partitions",
                                     {"version": 1, "partitions": accepted})
         return results
-
-    def _state(self, name: str, index: int) -> PartitionState | None:
-        topic = self._topics.get(name)
-        if topic is None or not 0 <= index < len(topic.partitions):
-            return None
-        return topic.partitions[index]
 
     # ------------------------------------------------------------------ controlled shutdown
 
