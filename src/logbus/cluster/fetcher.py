@@ -31,7 +31,7 @@ from kio.static.constants import EntityType
 
 from ..protocol import bounds
 from ..protocol.codec import ChunkSink, make
-from ..protocol.records import validate_batches, whole_batches_length
+from ..protocol.records import BatchHeader, validate_batches, whole_batches_length
 from ..storage.log import FollowerAppendError
 from .partition import Partition
 
@@ -170,15 +170,7 @@ class ReplicaFetcher:
         (size,) = _SIZE.unpack(await self._reader.readexactly(4))
         if not 0 <= size <= self.config.response_max_bytes + (1 << 20):
             raise ConnectionError(f"response of {size} bytes")
-        frame = await self._reader.readexactly(size)
-        header, used = _READ_HEADER(frame, 0)
-        if header.correlation_id != self._correlation:
-            raise ConnectionError(f"correlation id {header.correlation_id}, expected {self._correlation}")
-        bounds.check_request(_RESPONSE.FetchResponse, frame, used)
-        body, _ = _READ_BODY(frame, used)
-        if body.error_code != ErrorCode.none:
-            raise ConnectionError(f"fetch refused: {ErrorCode(body.error_code).name}")
-        return body
+        return decode_fetch_response(await self._reader.readexactly(size), self._correlation)
 
     # ------------------------------------------------------------------ answers
 
@@ -207,11 +199,8 @@ class ReplicaFetcher:
             self._append(partition, answer)
 
     def _append(self, partition: Partition, answer: Any) -> None:
-        records = answer.records or b""
-        whole = whole_batches_length(records)
-        if whole:
-            data = bytearray(memoryview(records)[:whole])
-            headers = validate_batches(data)
+        data, headers = fetched_batches(answer.records or b"")
+        if headers:
             try:
                 partition.append_as_follower(data, headers, answer.high_watermark)
             except FollowerAppendError as exc:
@@ -238,6 +227,32 @@ class ReplicaFetcher:
             partition.truncate_to(answer.high_watermark)
         elif answer.log_start_offset > leo:
             partition.truncate_fully_and_start_at(answer.log_start_offset)
+
+
+def decode_fetch_response(frame: bytes, correlation: int) -> Any:
+    """A leader's Fetch v12 response frame, bounded before kio decodes it; ConnectionError (the
+    fetcher reconnects) for anything that is not a well-formed answer to request `correlation`."""
+    try:
+        header, used = _READ_HEADER(frame, 0)
+        bounds.check_request(_RESPONSE.FetchResponse, frame, used)
+        body, _ = _READ_BODY(frame, used)
+    except Exception as exc:  # noqa: BLE001 - kio raises many kinds on a malformed frame
+        raise ConnectionError(f"malformed fetch response: {exc}") from None
+    if header.correlation_id != correlation:
+        raise ConnectionError(f"correlation id {header.correlation_id}, expected {correlation}")
+    if body.error_code != ErrorCode.none:
+        raise ConnectionError(f"fetch refused: {ErrorCode(body.error_code).name}")
+    return body
+
+
+def fetched_batches(records: bytes | memoryview) -> tuple[bytearray, list[BatchHeader]]:
+    """The whole batches of a fetched record set (a partial last batch is left for the next
+    fetch), checked for framing and CRC (CorruptRecordError / KafkaApiError otherwise)."""
+    whole = whole_batches_length(records)
+    if not whole:
+        return bytearray(), []
+    data = bytearray(memoryview(records)[:whole])
+    return data, validate_batches(data)
 
 
 class FetcherManager:
