@@ -338,3 +338,20 @@ def test_log_flush_start_offset_checkpoint_interval_ms_schedules_the_log_start_c
 
     assert asyncio.run(scenario(3_600_000, 20)) == (True, False)
     assert asyncio.run(scenario(20, 3_600_000)) == (False, True)
+
+
+def test_leader_epoch_cache_truncates_from_either_end_as_kafka_does(tmp_path) -> None:
+    from logbus.storage.epoch_cache import LeaderEpochCache
+
+    cache = LeaderEpochCache(str(tmp_path))
+    for epoch, start in ((1, 0), (3, 10), (4, 20)):
+        cache.assign(epoch, start)
+    cache.assign(2, 30)  # older than the latest: ignored
+    assert cache.entries == [(1, 0), (3, 10), (4, 20)] and cache.unsynced
+    assert cache.end_offset_for(3, 25) == (3, 20) and cache.end_offset_for(4, 25) == (4, 25)
+    assert cache.end_offset_for(2, 25) == (1, 10) and cache.end_offset_for(5, 25) == (-1, -1)
+    cache.truncate_from_start(15)
+    assert cache.entries == [(3, 15), (4, 20)], "the epoch holding the new start begins there"
+    cache.truncate_from_end(20)
+    assert cache.entries == [(3, 15)]
+    assert LeaderEpochCache(str(tmp_path)).read_file() == [(3, 15)], "the file follows"

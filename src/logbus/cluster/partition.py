@@ -177,8 +177,8 @@ class Partition:
         """A follower that has the log up to the HW, from this leader's epoch on, joins the ISR."""
         if broker_id in self.state.isr or self.isr_change_pending or broker_id not in self.state.target_replicas:
             return  # (a replica a reassignment removes never joins again)
-        epoch_start = next((start for epoch, start in self.log.epochs if epoch == self.leader_epoch),
-                           self.log.log_end_offset)
+        epoch_start = self.log.epoch_cache.start_of(self.leader_epoch)
+        epoch_start = self.log.log_end_offset if epoch_start is None else epoch_start
         if follower.log_end_offset >= max(self.high_watermark, epoch_start):
             self._request_isr([*self.state.isr, broker_id])
 

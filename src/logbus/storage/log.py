@@ -1,8 +1,10 @@
-"""A partition's log: its segments, offsets, retention, flushing and crash recovery.
+"""A partition's log: its segments, offsets, appends, truncation, retention and flushing.
 
-This is Kafka's UnifiedLog for one `<topic>-<partition>` directory. It knows nothing of the
-network or of replication: it appends validated batches, hands out byte slices for fetches,
-and keeps log start offset, log end offset and recovery point. The high watermark belongs to
+This is Kafka's UnifiedLog for one `<topic>-<partition>` directory; opening it from disk (crash
+recovery) is `loader.py`, its leader epochs `epoch_cache.py`. It knows nothing of the network:
+it appends validated batches as leader (assigning offsets) or as follower (keeping the leader's),
+truncates to a follower's divergence point, hands out byte slices for fetches, and keeps log
+start offset, log end offset and recovery point. The high watermark belongs to
 the partition (cluster/partition.py), which bounds reads with it.
 
 File descriptors are only closed (segment deletion, close) under `io_lock`, the same lock a
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
 import contextlib
 import dataclasses
 import glob
@@ -37,13 +38,12 @@ from ..protocol.records import (
     read_header,
     set_log_append_time,
 )
-from . import checkpoints
+from .epoch_cache import LeaderEpochCache
 from .files import fsync_file
 from .jobs import FileJobs
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
-from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice, segment_name
+from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice
 
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 SCAN_AHEAD_BYTES = 64 * 1024  # past the index interval: the batch holding a fetch offset starts in here
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,7 @@ class PartitionLog:
         self.log_start_offset = 0
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(directory)
-        self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset)
-        self._epochs_unsynced = False  # the epoch checkpoint was written but not yet fsynced
+        self.epoch_cache = LeaderEpochCache(directory)
         self.jobs = FileJobs()  # the log manager gives it a worker thread
         self.open_segments: OpenSegments | None = None  # the log manager's descriptor budget
         self.io_lock = asyncio.Lock()
@@ -109,99 +108,16 @@ class PartitionLog:
     # ------------------------------------------------------------------ loading
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> int:
-        """Open the segments on disk; recover those past the recovery point after a crash.
+        """Open the segments on disk, recovering after a crash (see loader.py); returns how many
+        bytes recovery cut from torn or corrupt tails."""
+        from .loader import LogLoader
 
-        Returns how many bytes recovery cut from torn or corrupt tails.
-        """
-        os.makedirs(self.directory, exist_ok=True)
-        for suffix in (".tmp", ".deleted", ".cleaned"):
-            for leftover in glob.glob(os.path.join(self.directory, "*" + suffix)):
-                os.unlink(leftover)
-        self._complete_swaps()
-        bases = self._segment_bases()
-        for base in bases or [max(log_start_offset, 0)]:
-            self._add_segment(base)
-        cut = self._load_segments(recovery_point, clean_shutdown)
-        if cut and len(self.segments) > 1:
-            self._drop_empty_tail_segments()
-        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
-        self.recovery_point = self.log_end_offset if clean_shutdown else min(
-            recovery_point, self.log_end_offset
-        )
-        self.epochs = self._load_epochs(self.log_end_offset if clean_shutdown else self.recovery_point)
-        self._rebuild_producer_state()
-        return cut
+        return LogLoader(self).load(recovery_point, log_start_offset, clean_shutdown)
 
-    def _segment_bases(self) -> list[int]:
-        """Base offsets of the `<20 digits>.log` files; any other `.log` file is left alone."""
-        bases = []
-        for path in glob.glob(os.path.join(self.directory, "*.log")):
-            stem = os.path.basename(path)[:-4]
-            if stem.isdigit() and stem.isascii():
-                bases.append(int(stem))
-            else:
-                log.warning("%s: ignoring %s, not a segment file name", self.directory, os.path.basename(path))
-        return sorted(bases)
-
-    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
-        """Load each segment, recovering those past the recovery point and those with bad indexes.
-
-        As in Kafka, corruption found past the recovery point ends the log there: the segments
-        after it were never flushed and are deleted. A flushed segment whose indexes had to be
-        rebuilt only loses its own bad tail. Returns how many bytes were cut.
-        """
-        cut = 0
-        for i, segment in enumerate(self.segments):
-            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-            needs_recovery = not clean_shutdown and (next_base is None or next_base > recovery_point)
-            if not needs_recovery and segment.load_state():
-                continue
-            if not needs_recovery:
-                log.warning("%s: rebuilding the indexes of segment %d", self.directory, segment.base_offset)
-            segment_cut = segment.recover()
-            cut += segment_cut
-            if segment_cut and needs_recovery:
-                later = self.segments[i + 1 :]
-                cut += sum(later_segment.size for later_segment in later)
-                self._delete_segments(later)
-                break
-        return cut
-
-    def _load_epochs(self, durable_to: int) -> list[tuple[int, int]]:
-        """The leader epochs, from the checkpoint when it knows the last batch's epoch.
-
-        Otherwise the checkpoint was not fsynced before a crash: its entries that start below
-        `durable_to` (the recovery point, which a flush moves only after fsyncing it) are kept
-        and the later epoch changes are read from the batch headers. A damaged file (possible
-        after an OS crash) is rebuilt from every batch.
-        """
-        path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)
-        try:
-            found = [(int(epoch), int(start)) for epoch, start in checkpoints.read_lines(path, 2)]
-        except ValueError as exc:
-            log.warning("%s: rebuilding the leader epochs from the log: %s", self.directory, exc)
-            found, durable_to = [], -1
-        last = self._last_header()
-        known = last is None or last.partition_leader_epoch < 0 or (
-            bool(found) and found[-1][0] >= last.partition_leader_epoch
-        )
-        if durable_to >= 0 and (known or durable_to >= self.log_end_offset):
-            return [(epoch, start) for epoch, start in found if start <= self.log_end_offset]
-        epochs = [(epoch, start) for epoch, start in found if start < durable_to]
-        for header in self._headers_from_offset(max(durable_to, 0)):
-            if header.partition_leader_epoch > (epochs[-1][0] if epochs else -1):
-                epochs.append((header.partition_leader_epoch, header.base_offset))
-        if epochs != found:
-            checkpoints.write_epochs(path, epochs)
-        return epochs
-
-    def _last_header(self) -> BatchHeader | None:
-        """The header of the log's last batch (None for an empty log)."""
-        for segment in reversed(self.segments):
-            if segment.size:
-                tail = collections.deque(segment.headers_from(segment.offset_index.lookup(segment.next_offset - 1)), 1)
-                return tail[0] if tail else None
-        return None
+    @property
+    def epochs(self) -> list[tuple[int, int]]:
+        """(leader epoch, start offset) entries, oldest first."""
+        return self.epoch_cache.entries
 
     def _headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches that end at or after `offset`."""
@@ -215,24 +131,6 @@ class PartitionLog:
             self.segments.remove(segment)
             self._base_offsets.remove(segment.base_offset)
             segment.delete()
-
-    def _complete_swaps(self) -> None:
-        """Finish a cleaner swap that a crash cut short (Kafka's `.swap` recovery).
-
-        A `.swap` segment is complete (it was fsynced as `.cleaned` before the rename), so it
-        replaces every segment whose base offset falls in its offset range. Its indexes are
-        rebuilt, as a crash may have left them half renamed.
-        """
-        for path in sorted(glob.glob(os.path.join(self.directory, "*.log.swap"))):
-            base = int(os.path.basename(path).split(".")[0])
-            swap = LogSegment(self.directory, base, self.config.index_interval_bytes, suffix=".swap")
-            swap.recover()
-            for old in glob.glob(os.path.join(self.directory, "*.log")):
-                old_base = int(os.path.basename(old)[:-4])
-                if base <= old_base < max(swap.next_offset, base + 1):
-                    _unlink_segment_files(self.directory, old_base)
-            swap.rename_suffix("")
-            swap.close()
 
     def replace_segments(self, replacements: list[tuple[LogSegment, list[LogSegment]]]) -> bool:
         """Swap cleaned segments in for the ones they were cleaned from; the caller holds io_lock.
@@ -261,21 +159,6 @@ class PartitionLog:
         self.segments = segments
         self._base_offsets = [segment.base_offset for segment in segments]
         return True
-
-    def _drop_empty_tail_segments(self) -> None:
-        while len(self.segments) > 1 and self.segments[-1].size == 0:
-            segment = self.segments.pop()
-            self._base_offsets.pop()
-            segment.delete()
-
-    def _rebuild_producer_state(self) -> None:
-        start = self.producer_state.load_snapshot(self.log_end_offset)
-        for segment in self.segments:
-            if segment.next_offset <= start:
-                continue
-            for header in segment.headers_from(segment.offset_index.lookup(start)):
-                if header.last_offset >= start:
-                    self.producer_state.update(header)
 
     def _add_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
@@ -380,16 +263,13 @@ class PartitionLog:
     def _after_truncation(self) -> None:
         end = self.log_end_offset
         self.recovery_point = min(self.recovery_point, end)
-        epochs = [(epoch, start) for epoch, start in self.epochs if start < end]
-        if epochs != self.epochs:
-            checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), epochs, sync=True)
-            self.epochs = epochs
+        self.epoch_cache.truncate_from_end(end)
         self.producer_state.forget_after(end)
         self.producer_state.drop_snapshots_after(end)
 
     def latest_epoch(self) -> int:
         """The leader epoch of the last batch (-1 for a log without epochs)."""
-        return self.epochs[-1][0] if self.epochs else -1
+        return self.epoch_cache.latest_epoch
 
     @staticmethod
     def _reread(data: bytearray, headers: list[BatchHeader]) -> list[BatchHeader]:
@@ -433,46 +313,18 @@ class PartitionLog:
         return segment
 
     def _track_epoch(self, leader_epoch: int, start_offset: int) -> None:
-        """Record a new leader epoch starting at `start_offset`: checkpoint file first, then memory.
-
-        The file is written without fsync (two fsyncs cost ~9 ms on the event loop); the next
-        flush fsyncs it before the recovery point passes `start_offset`, and recovery re-reads
-        the epochs past the recovery point from the batches (see `_load_epochs`). Kafka instead
-        fsyncs here, holding the log's lock. Raises OSError (a full disk) with nothing changed,
-        so the append is retried whole.
-        """
-        if self.epochs and self.epochs[-1][0] >= leader_epoch:
-            return
-        epochs = [*self.epochs, (leader_epoch, start_offset)]
-        checkpoints.write_epochs(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT), epochs, sync=False)
-        self.epochs = epochs
-        self._epochs_unsynced = True
+        """Record a new leader epoch starting at `start_offset` (see epoch_cache.py: written now,
+        fsynced by the next flush; Kafka instead fsyncs here, holding the log's lock). Raises
+        OSError (a full disk) with nothing changed, so the append is retried whole."""
+        self.epoch_cache.assign(leader_epoch, start_offset)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
-        """(epoch, end offset) as OffsetForLeaderEpoch answers it (Kafka's LeaderEpochFileCache).
-
-        The latest epoch ends at the log end. An older one ends where the next epoch starts and
-        is answered with the largest known epoch at or below it, or itself when it predates every
-        known epoch. An epoch above the latest, or any epoch of a log with none, is unknown: (-1, -1).
-        """
-        if not self.epochs or leader_epoch < 0:
-            return -1, -1
-        if leader_epoch == self.epochs[-1][0]:
-            return leader_epoch, self.log_end_offset
-        later = [(epoch, start) for epoch, start in self.epochs if epoch > leader_epoch]
-        if not later:
-            return -1, -1
-        earlier = [epoch for epoch, _ in self.epochs if epoch <= leader_epoch]
-        return (earlier[-1] if earlier else leader_epoch), later[0][1]
+        """(epoch, end offset) as OffsetForLeaderEpoch answers it (LeaderEpochCache.end_offset_for)."""
+        return self.epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
 
     def epoch_for_offset(self, offset: int) -> int:
         """The leader epoch under which `offset` was written (-1 when unknown)."""
-        epoch = -1
-        for candidate, start in self.epochs:
-            if start > offset:
-                break
-            epoch = candidate
-        return epoch
+        return self.epoch_cache.epoch_for(offset)
 
     # ------------------------------------------------------------------ reads
 
@@ -561,6 +413,7 @@ class PartitionLog:
         """Advance the log start offset (DeleteRecords); returns the new log start offset."""
         if offset > self.log_start_offset:
             self.log_start_offset = min(offset, self.log_end_offset)
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
         return self.log_start_offset
 
     def segments_to_delete(self, now: int) -> list[LogSegment]:
@@ -602,6 +455,7 @@ class PartitionLog:
                 self._base_offsets.remove(segment.base_offset)
                 self._retire(segment)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
         return len(doomed)
 
     def _retire(self, segment: LogSegment) -> None:
@@ -642,7 +496,7 @@ class PartitionLog:
             try:
                 await _fsync_pinned(run_blocking, segments, files)
             except BaseException:
-                self._epochs_unsynced = self._epochs_unsynced or bool(files)
+                self.epoch_cache.unsynced = self.epoch_cache.unsynced or bool(files)
                 raise
             self.recovery_point = max(self.recovery_point, target)
             self.last_flush_ms = self.clock()
@@ -652,10 +506,10 @@ class PartitionLog:
 
         Taken before the flush runs: an epoch begun meanwhile stays marked for the next one.
         """
-        if not self._epochs_unsynced:
+        if not self.epoch_cache.unsynced:
             return []
-        self._epochs_unsynced = False
-        return [os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)]
+        self.epoch_cache.unsynced = False
+        return [self.epoch_cache.path]
 
     async def close(self, run_blocking: Callable, fsync: bool) -> None:
         await self.jobs.drain()
@@ -685,13 +539,6 @@ class PartitionLog:
                 segment.close()
             self.segments = []
             await run_blocking(_remove_directory, self.directory)
-
-
-def _unlink_segment_files(directory: str, base_offset: int) -> None:
-    stem = os.path.join(directory, segment_name(base_offset))
-    for extension in (".log", ".index", ".timeindex"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stem + extension)
 
 
 async def _fsync_pinned(run_blocking: Callable, segments: list[LogSegment], files: Sequence[str]) -> None:

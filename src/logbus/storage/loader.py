@@ -1,0 +1,171 @@
+"""Opening a partition's log from disk: Kafka's LogLoader.
+
+Leftover temporary files are removed, a compaction swap that a crash cut short is completed,
+each segment is opened, and after an unclean shutdown the segments past the recovery point are
+recovered (framing, CRC and offsets checked, a torn or corrupt tail cut, indexes rebuilt; the
+segments after a cut are deleted: they were never flushed). A clean start still checks each
+segment's tail after its last index entry. Then the leader epochs are read (from the checkpoint,
+or back from the batches past the recovery point when it was not fsynced before a crash) and the
+producer state is rebuilt from the last snapshot plus the log after it.
+
+The loader works on the `PartitionLog` it is given, before that log serves anything.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import glob
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from ..protocol.records import BatchHeader
+from .segment import LogSegment, segment_name
+
+if TYPE_CHECKING:
+    from .log import PartitionLog
+
+logger = logging.getLogger(__name__)
+
+
+class LogLoader:
+    def __init__(self, log: PartitionLog) -> None:
+        self.log = log
+
+    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> int:
+        """Open the segments on disk; recover those past the recovery point after a crash.
+
+        Returns how many bytes recovery cut from torn or corrupt tails.
+        """
+        os.makedirs(self.log.directory, exist_ok=True)
+        for suffix in (".tmp", ".deleted", ".cleaned"):
+            for leftover in glob.glob(os.path.join(self.log.directory, "*" + suffix)):
+                os.unlink(leftover)
+        self._complete_swaps()
+        bases = self._segment_bases()
+        for base in bases or [max(log_start_offset, 0)]:
+            self.log._add_segment(base)
+        cut = self._load_segments(recovery_point, clean_shutdown)
+        if cut and len(self.log.segments) > 1:
+            self._drop_empty_tail_segments()
+        self.log.log_start_offset = max(log_start_offset, self.log.segments[0].base_offset)
+        self.log.recovery_point = self.log.log_end_offset if clean_shutdown else min(
+            recovery_point, self.log.log_end_offset
+        )
+        self._load_epochs(self.log.log_end_offset if clean_shutdown else self.log.recovery_point)
+        self._rebuild_producer_state()
+        return cut
+
+    def _segment_bases(self) -> list[int]:
+        """Base offsets of the `<20 digits>.log` files; any other `.log` file is left alone."""
+        bases = []
+        for path in glob.glob(os.path.join(self.log.directory, "*.log")):
+            stem = os.path.basename(path)[:-4]
+            if stem.isdigit() and stem.isascii():
+                bases.append(int(stem))
+            else:
+                logger.warning("%s: ignoring %s, not a segment file name", self.log.directory, os.path.basename(path))
+        return sorted(bases)
+
+    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
+        """Load each segment, recovering those past the recovery point and those with bad indexes.
+
+        As in Kafka, corruption found past the recovery point ends the log there: the segments
+        after it were never flushed and are deleted. A flushed segment whose indexes had to be
+        rebuilt only loses its own bad tail. Returns how many bytes were cut.
+        """
+        cut = 0
+        for i, segment in enumerate(self.log.segments):
+            next_base = self.log.segments[i + 1].base_offset if i + 1 < len(self.log.segments) else None
+            needs_recovery = not clean_shutdown and (next_base is None or next_base > recovery_point)
+            if not needs_recovery and segment.load_state():
+                continue
+            if not needs_recovery:
+                logger.warning("%s: rebuilding the indexes of segment %d", self.log.directory, segment.base_offset)
+            segment_cut = segment.recover()
+            cut += segment_cut
+            if segment_cut and needs_recovery:
+                later = self.log.segments[i + 1 :]
+                cut += sum(later_segment.size for later_segment in later)
+                self.log._delete_segments(later)
+                break
+        return cut
+
+    def _load_epochs(self, durable_to: int) -> None:
+        """The leader epochs, from the checkpoint when it knows the last batch's epoch.
+
+        Otherwise the checkpoint was not fsynced before a crash: its entries that start below
+        `durable_to` (the recovery point, which a flush moves only after fsyncing it) are kept
+        and the later epoch changes are read from the batch headers. A damaged file (possible
+        after an OS crash) is rebuilt from every batch.
+        """
+        cache = self.log.epoch_cache
+        try:
+            found = cache.read_file()
+        except ValueError as exc:
+            logger.warning("%s: rebuilding the leader epochs from the log: %s", self.log.directory, exc)
+            found, durable_to = [], -1
+        last = self._last_header()
+        known = last is None or last.partition_leader_epoch < 0 or (
+            bool(found) and found[-1][0] >= last.partition_leader_epoch
+        )
+        if durable_to >= 0 and (known or durable_to >= self.log.log_end_offset):
+            cache.entries = [(epoch, start) for epoch, start in found if start <= self.log.log_end_offset]
+            return
+        epochs = [(epoch, start) for epoch, start in found if start < durable_to]
+        for header in self.log._headers_from_offset(max(durable_to, 0)):
+            if header.partition_leader_epoch > (epochs[-1][0] if epochs else -1):
+                epochs.append((header.partition_leader_epoch, header.base_offset))
+        if epochs != found:
+            cache.replace(epochs)
+        else:
+            cache.entries = epochs
+
+    def _last_header(self) -> BatchHeader | None:
+        """The header of the log's last batch (None for an empty log)."""
+        for segment in reversed(self.log.segments):
+            if segment.size:
+                tail = collections.deque(segment.headers_from(segment.offset_index.lookup(segment.next_offset - 1)), 1)
+                return tail[0] if tail else None
+        return None
+
+    def _complete_swaps(self) -> None:
+        """Finish a cleaner swap that a crash cut short (Kafka's `.swap` recovery).
+
+        A `.swap` segment is complete (it was fsynced as `.cleaned` before the rename), so it
+        replaces every segment whose base offset falls in its offset range. Its indexes are
+        rebuilt, as a crash may have left them half renamed.
+        """
+        for path in sorted(glob.glob(os.path.join(self.log.directory, "*.log.swap"))):
+            base = int(os.path.basename(path).split(".")[0])
+            swap = LogSegment(self.log.directory, base, self.log.config.index_interval_bytes, suffix=".swap")
+            swap.recover()
+            for old in glob.glob(os.path.join(self.log.directory, "*.log")):
+                old_base = int(os.path.basename(old)[:-4])
+                if base <= old_base < max(swap.next_offset, base + 1):
+                    _unlink_segment_files(self.log.directory, old_base)
+            swap.rename_suffix("")
+            swap.close()
+
+    def _drop_empty_tail_segments(self) -> None:
+        while len(self.log.segments) > 1 and self.log.segments[-1].size == 0:
+            segment = self.log.segments.pop()
+            self.log._base_offsets.pop()
+            segment.delete()
+
+    def _rebuild_producer_state(self) -> None:
+        start = self.log.producer_state.load_snapshot(self.log.log_end_offset)
+        for segment in self.log.segments:
+            if segment.next_offset <= start:
+                continue
+            for header in segment.headers_from(segment.offset_index.lookup(start)):
+                if header.last_offset >= start:
+                    self.log.producer_state.update(header)
+
+
+def _unlink_segment_files(directory: str, base_offset: int) -> None:
+    stem = os.path.join(directory, segment_name(base_offset))
+    for extension in (".log", ".index", ".timeindex"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stem + extension)
