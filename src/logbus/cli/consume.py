@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -135,8 +137,12 @@ def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> i
     idle_limit_s = args.timeout_ms / 1000 if args.timeout_ms is not None else None
     printed = 0
     last_record_at = time.monotonic()
+    interrupted = threading.Event()
+    # Ctrl-C sets a flag the loop reads between polls: a KeyboardInterrupt raised inside
+    # librdkafka's poll can be lost there (seen once in CI: the consume never ended)
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
-        while args.max is None or printed < args.max:
+        while (args.max is None or printed < args.max) and not interrupted.is_set():
             limit = BATCH_SIZE if args.max is None else min(BATCH_SIZE, args.max - printed)
             messages = consumer.consume(num_messages=limit, timeout=POLL_INTERVAL_S)
             records = [m for m in messages if not _is_error(m, args, kafka)]
@@ -149,6 +155,8 @@ def _print_records(consumer: Any, args: argparse.Namespace, out: IO[bytes]) -> i
                 break
     except KeyboardInterrupt:
         pass  # Ctrl-C is how an open-ended consume ends
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return printed
 
 
