@@ -163,6 +163,8 @@ def two_brokers(cluster: Cluster, reps: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--parts", default="produce,latency,failover,two_brokers",
+                        help="which measurements (comma-separated)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "cluster_bench.json"))
     args = parser.parse_args()
@@ -173,11 +175,10 @@ def main() -> int:
               "log.flush.offset.checkpoint.interval.ms": "60000"}
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": args.reps,
                                "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0]}
+    parts = {"produce": produce_ratio, "latency": latency, "failover": failover, "two_brokers": two_brokers}
     with running_cluster(3, config) as cluster:
-        results["produce"] = produce_ratio(cluster, args.reps)
-        results["latency"] = latency(cluster, args.reps)
-        results["failover"] = failover(cluster, args.reps)
-        results["two_brokers"] = two_brokers(cluster, args.reps)
+        for name in args.parts.split(","):
+            results[name] = parts[name](cluster, args.reps)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(results, handle, indent=1)

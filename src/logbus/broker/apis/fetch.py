@@ -117,11 +117,11 @@ def _read_partition(
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
         return _answer(module, fetch.partition, error), 0
     replica = replica_id(request)
+    epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
+    if epoch_error is not None:  # first, as Kafka: a fetcher ahead of this broker retries soon
+        return _answer(module, fetch.partition, epoch_error), 0
     if not partition.is_leader:
         return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
-    epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
-    if epoch_error is not None:
-        return _answer(module, fetch.partition, epoch_error), 0
     if replica >= 0:
         if replica not in partition.state.replicas:
             return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
