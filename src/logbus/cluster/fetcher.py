@@ -122,7 +122,7 @@ class ReplicaFetcher:
                 continue
             try:
                 response = await self._fetch(wanted)
-                self._handle(wanted, response)
+                await self._handle(wanted, response)
                 if self._failing:
                     log.info("%s: fetching from broker %d again", self.name, self.leader_id)
                     self._failing = False
@@ -174,18 +174,18 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ answers
 
-    def _handle(self, partitions: list[Partition], response: Any) -> None:
+    async def _handle(self, partitions: list[Partition], response: Any) -> None:
         by_key = {(p.topic, p.index): p for p in partitions}
         for topic in response.responses:
             for answer in topic.partitions:
                 partition = by_key.get((topic.topic, answer.partition_index))
                 if partition is not None and partition.is_follower and partition.state.leader == self.leader_id:
-                    self._handle_partition(partition, answer)
+                    await self._handle_partition(partition, answer)
 
-    def _handle_partition(self, partition: Partition, answer: Any) -> None:
+    async def _handle_partition(self, partition: Partition, answer: Any) -> None:
         error = ErrorCode(answer.error_code)
         if error == ErrorCode.offset_out_of_range:
-            self._out_of_range(partition, answer)
+            await self._out_of_range(partition, answer)
         elif error in _PARKING_ERRORS:
             # the leader has not seen the new state yet (it will within milliseconds: retry soon),
             # or it moved on (this broker's own state change re-adds the partition)
@@ -194,7 +194,7 @@ class ReplicaFetcher:
         elif error != ErrorCode.none:
             log.warning("%s: %s from broker %d: %s", self.name, partition, self.leader_id, error.name)
         elif answer.diverging_epoch.epoch >= 0:
-            self._truncate_diverged(partition, answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset)
+            await self._truncate_diverged(partition, answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset)
         else:
             self._append(partition, answer)
 
@@ -209,7 +209,7 @@ class ReplicaFetcher:
         else:
             partition.follow_high_watermark(answer.high_watermark)
 
-    def _truncate_diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
+    async def _truncate_diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
         """KIP-320: the leader's log ends epoch `epoch` at `end_offset`; keep what agrees with it."""
         mine_epoch, mine_end = partition.log.end_offset_for_epoch(epoch)
         target = min(end_offset, mine_end) if mine_epoch == epoch else min(end_offset, max(mine_end, 0))
@@ -217,16 +217,16 @@ class ReplicaFetcher:
             target = min(end_offset, partition.high_watermark)
         log.info("%s: %s diverges from broker %d at epoch %d; truncating %d -> %d", self.name, partition,
                  self.leader_id, epoch, partition.log.log_end_offset, target)
-        partition.truncate_to(target)
+        await partition.truncate_to(target)
 
-    def _out_of_range(self, partition: Partition, answer: Any) -> None:
+    async def _out_of_range(self, partition: Partition, answer: Any) -> None:
         """Kafka's handleOutOfRangeError: past the leader's end -> truncate to it; before its log
         start -> start afresh at the leader's log start."""
         leo = partition.log.log_end_offset
         if answer.high_watermark >= 0 and leo > answer.high_watermark:
-            partition.truncate_to(answer.high_watermark)
+            await partition.truncate_to(answer.high_watermark)
         elif answer.log_start_offset > leo:
-            partition.truncate_fully_and_start_at(answer.log_start_offset)
+            await partition.truncate_fully_and_start_at(answer.log_start_offset)
 
 
 def decode_fetch_response(frame: bytes, correlation: int) -> Any:

@@ -12,6 +12,7 @@ so its HW follows its LEO at once. A follower's HW is the leader's, capped by it
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -226,12 +227,16 @@ class Partition:
             self.high_watermark = new_hw
             self._wake()
 
-    def truncate_to(self, offset: int) -> None:
-        self.log.truncate_to(offset)
+    async def truncate_to(self, offset: int) -> None:
+        """Cut the log at `offset` under its I/O lock (a flush in a worker never sees a segment's
+        descriptor closed under it) and make the cut durable off the event loop."""
+        async with self.log.io_lock:
+            await asyncio.to_thread(_fsync_paths, self.log.truncate_to(offset))
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        self.log.truncate_fully_and_start_at(offset)
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
+        async with self.log.io_lock:
+            await asyncio.to_thread(_fsync_paths, self.log.truncate_fully_and_start_at(offset))
         self.high_watermark = offset
 
     # ------------------------------------------------------------------ reads
@@ -254,3 +259,12 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"
+
+
+def _fsync_paths(paths: list[str]) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -4,8 +4,9 @@ Entries are (leader epoch, start offset), in `leader-epoch-checkpoint` (Kafka's 
 format). A new epoch is written without fsync, on the event loop (two fsyncs cost ~9 ms there);
 `unsynced` tells the log's next flush to fsync the file before its recovery point passes the
 epoch's start, and recovery reads the epochs past the recovery point back from the batches.
-A truncation from the end (a follower cut back to its leader's log) is fsynced at once: it is
-rare, and a dropped epoch that came back after a crash would mislead the next divergence check.
+A truncation from the end (a follower cut back to its leader's log) is fsynced before the
+follower goes on (in a worker thread): a dropped epoch that came back after a crash would
+mislead the next divergence check.
 A truncation from the start (retention, DeleteRecords) is flushed like a new epoch: an old
 entry that survives a crash only names offsets the log no longer has.
 """
@@ -78,10 +79,11 @@ class LeaderEpochCache:
         return next((start for e, start in self.entries if e == epoch), None)
 
     def truncate_from_end(self, end_offset: int) -> None:
-        """Forget the epochs that start at or after `end_offset` (the log was cut there)."""
+        """Forget the epochs that start at or after `end_offset` (the log was cut there). The
+        caller fsyncs `path` off the event loop before it goes on (PartitionLog.truncate_to)."""
         kept = [(epoch, start) for epoch, start in self.entries if start < end_offset]
         if kept != self.entries:
-            self.replace(kept)
+            self.replace(kept, sync=False)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: earlier epochs go, the one holding it starts there."""

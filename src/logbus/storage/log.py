@@ -217,17 +217,21 @@ class PartitionLog:
     def append_as_follower(self, data: bytearray, headers: list[BatchHeader]) -> AppendInfo:
         """Append batches fetched from the leader as they are: offsets and leader epochs kept.
 
-        The batches must follow the log end offset without a gap (FollowerAppendError
-        otherwise: the fetcher fetched from the wrong place). Producer state is updated from them
-        without the leader's sequence checks, as Kafka's follower does, so that a new leader
-        still deduplicates a producer's retries.
+        The first batch may start after the log end offset (a compacted leader log has gaps, as
+        Kafka allows) but never before it (FollowerAppendError: the fetcher fetched from the
+        wrong place), and batches must not overlap. Producer state is updated from them without
+        the leader's sequence checks, as Kafka's follower does, so that a new leader still
+        deduplicates a producer's retries.
         """
         expected = self.log_end_offset
         for header in headers:
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise FollowerAppendError(
                     f"{self.topic}-{self.partition}: batch at offset {header.base_offset}, log end is {expected}")
             expected = header.last_offset + 1
+        first = headers[0].base_offset
+        if first > self.log_end_offset and not self.active_segment.can_index(headers[-1].last_offset):
+            self.roll(first)  # a gap too wide for this segment's relative offsets
         self._maybe_roll(len(data), max(h.max_timestamp for h in headers), headers[-1].last_offset)
         for header in headers:
             self._track_epoch(header.partition_leader_epoch, header.base_offset)
@@ -235,37 +239,47 @@ class PartitionLog:
         for header in headers:
             self.producer_state.update(header)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
-        return AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1)
+        return AppendInfo(first, headers[-1].last_offset, -1)
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int) -> list[str]:
         """Drop everything at and after `offset` (a follower whose log diverged from its leader's):
-        segments, indexes, leader epochs, producer state, recovery point. The cut segment is
-        fsynced before this returns, so a crash cannot bring the dropped batches back."""
+        segments, indexes, leader epochs (fsynced), producer state, recovery point. The caller
+        holds `io_lock` and then fsyncs the returned paths off the event loop (the cut segment
+        and the directory), so a crash cannot bring the dropped batches back."""
         if offset >= self.log_end_offset:
-            return
+            return []
         if offset < self.log_start_offset:
-            self.truncate_fully_and_start_at(offset)
-            return
+            return self.truncate_fully_and_start_at(offset)
         doomed = [s for s in self.segments[1:] if s.base_offset >= offset]
         self._delete_segments(doomed)
         self.active_segment.truncate_to_offset(offset)
-        os.fsync(self.active_segment.fileno())
         self._after_truncation()
+        return [self.active_segment.path, self.epoch_cache.path, self.directory]
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int) -> list[str]:
         """Delete every segment and start the log empty at `offset` (a follower whose fetch offset
-        fell below its leader's log start offset)."""
+        fell below its leader's log start offset). Same contract as `truncate_to`."""
         self._delete_segments(list(self.segments))
         self._add_segment(offset).next_offset = offset
         self.log_start_offset = offset
-        self._after_truncation()
+        self.recovery_point = offset
+        self.epoch_cache.replace([], sync=False)
+        self.producer_state.producers = {}
+        self.producer_state.drop_snapshots_after(-1)
+        return [self.epoch_cache.path, self.directory]
 
     def _after_truncation(self) -> None:
+        """Epochs, producer state (the last snapshot at or before the new end, plus the log after
+        it, as after a restart) and recovery point follow a cut log."""
         end = self.log_end_offset
         self.recovery_point = min(self.recovery_point, end)
         self.epoch_cache.truncate_from_end(end)
-        self.producer_state.forget_after(end)
         self.producer_state.drop_snapshots_after(end)
+        self.producer_state.producers = {}
+        start = self.producer_state.load_snapshot(end)
+        for header in self._headers_from_offset(start):
+            if header.base_offset < end:
+                self.producer_state.update(header)
 
     def latest_epoch(self) -> int:
         """The leader epoch of the last batch (-1 for a log without epochs)."""
@@ -301,11 +315,12 @@ class PartitionLog:
         ):
             self.roll()
 
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end offset."""
-        if self.active_segment.size == 0:
+    def roll(self, base: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (or at `base`, past it: a follower's
+        gap)."""
+        if self.active_segment.size == 0 and base is None:
             return self.active_segment
-        base = self.log_end_offset
+        base = self.log_end_offset if base is None else base
         self.active_segment.offset_index.flush()
         segment = self._add_segment(base)
         segment.next_offset = base
