@@ -7,6 +7,7 @@ seconds; every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import os
@@ -88,6 +89,28 @@ class Sender:
             self.acked.append(message.value())  # type: ignore[attr-defined]
         else:
             self.failed.append(error)
+
+    @contextlib.contextmanager
+    def sending(self, topic: str, pause: float) -> Iterator[None]:
+        """Produce numbered records to partition 0 in a thread (one every `pause` s at most)
+        for the duration of the block; delivery reports are served by the same thread."""
+        stop = threading.Event()
+
+        def load() -> None:
+            i = 0
+            while not stop.is_set():
+                self.producer.produce(topic, b"%s-%06d" % (topic.encode(), i), partition=0,
+                                      on_delivery=self._delivered)
+                self.producer.poll(pause)
+                i += 1
+
+        thread = threading.Thread(target=load)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def send(self, topic: str, values: list[bytes], timeout: float = 60) -> None:
         for value in values:
@@ -260,26 +283,12 @@ def test_a_rolling_restart_under_acks_all_load_fails_no_send(zookeeper: ZooKeepe
     with running_cluster(3, {"min.insync.replicas": "2"}, zookeeper=zookeeper) as cluster:
         create(cluster, "rolling")
         sender = Sender(cluster, **{"message.timeout.ms": "60000"})
-        stop = threading.Event()
-
-        def load() -> None:
-            i = 0
-            while not stop.is_set():
-                sender.producer.produce("rolling", b"r-%06d" % i, partition=0, on_delivery=sender._delivered)
-                sender.producer.poll(0.002)
-                i += 1
-
-        thread = threading.Thread(target=load)
-        thread.start()
-        try:
+        with sender.sending("rolling", pause=0.002):
             for broker_id, broker in cluster.brokers.items():
                 assert broker.stop() == 0
                 broker.start()
                 wait_until(lambda b=broker_id: b in partition_state(cluster, "rolling")[2], timeout=FAILOVER_S,
                            interval=0.2, message=f"broker {broker_id} back in the ISR")
-        finally:
-            stop.set()
-            thread.join()
         assert sender.producer.flush(60) == 0
         assert not sender.failed, sender.failed[:3]
         all_consumed(cluster, "rolling", sender.acked)
@@ -563,18 +572,7 @@ def test_chasing_the_leader_loses_and_duplicates_nothing(zookeeper: ZooKeeperSer
     with running_cluster(3, {"min.insync.replicas": "2"}, zookeeper=zookeeper) as cluster:
         create(cluster, "chased")
         sender = Sender(cluster, **{"message.timeout.ms": "120000"})
-        stop = threading.Event()
-
-        def load() -> None:
-            i = 0
-            while not stop.is_set():
-                sender.producer.produce("chased", b"c-%06d" % i, partition=0, on_delivery=sender._delivered)
-                sender.producer.poll(0.005)
-                i += 1
-
-        thread = threading.Thread(target=load)
-        thread.start()
-        try:
+        with sender.sending("chased", pause=0.005):
             for round_ in range(10):
                 leader = wait_until(lambda: (found := partition_state(cluster, "chased")[0]) > 0 and found,
                                     timeout=FAILOVER_S, message="a leader")
@@ -587,9 +585,6 @@ def test_chasing_the_leader_loses_and_duplicates_nothing(zookeeper: ZooKeeperSer
                 broker.start()
                 wait_until(lambda b=leader: b in partition_state(cluster, "chased")[2], timeout=FAILOVER_S,
                            interval=0.2, message=f"broker {leader} back in the ISR")
-        finally:
-            stop.set()
-            thread.join()
         assert sender.producer.flush(120) == 0
         assert not sender.failed, sender.failed[:3]
         assert len(sender.acked) > 100

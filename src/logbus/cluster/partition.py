@@ -12,7 +12,6 @@ so its HW follows its LEO at once. A follower's HW is the leader's, capped by it
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ..protocol.records import BatchHeader
+from ..storage.files import fsync_path
 from ..storage.log import AppendInfo, PartitionLog
 from ..storage.segment import ReadSlice
 from .metadata import PartitionState
@@ -261,10 +261,7 @@ class Partition:
         return f"{self.topic}-{self.index}"
 
 
+
 def _fsync_paths(paths: list[str]) -> None:
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path)

@@ -27,16 +27,17 @@ def replace_file(path: str, text: str, sync: bool = True) -> None:
             os.unlink(tmp)
         raise
     if sync:
-        _fsync_path(os.path.dirname(path) or ".")
+        fsync_path(os.path.dirname(path) or ".")
 
 
 def fsync_file(path: str) -> None:
     """Make a file written with `sync=False` durable: its bytes, then its directory entry."""
-    _fsync_path(path)
-    _fsync_path(os.path.dirname(path) or ".")
+    fsync_path(path)
+    fsync_path(os.path.dirname(path) or ".")
 
 
-def _fsync_path(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by name."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
