@@ -26,8 +26,9 @@ from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore
 from logbus.cluster.replica_manager import ReplicaManager
 from logbus.config import BrokerConfig
 from logbus.coordinator import GroupConfig, GroupCoordinator, OffsetsTopic
-from logbus.coordinator.coordinator import JoinRequest, OffsetCommit
 from logbus.coordinator.group import ClassicGroup, GroupState, JoinResult
+from logbus.coordinator.membership import JoinRequest
+from logbus.coordinator.offsets import OffsetCommit
 from logbus.storage.manager import LogManager
 
 SESSION_MS = 10_000
@@ -186,7 +187,7 @@ async def joined_group(env: Env, members: int = 2, **kw: Any) -> list[JoinResult
     for _ in range(3):  # the initial delay, extended once by the second arrival
         if all(task.done() for task in tasks):
             break
-        await env.clock.advance(env.coordinator.initial_delay_ms)
+        await env.clock.advance(env.coordinator.membership.initial_delay_ms)
     early = [i for i, task in enumerate(tasks) if task.done()]
     if len(early) < members:  # without a delay the first completed alone; the others wait for it to rejoin
         for i in early:
@@ -498,7 +499,7 @@ async def advance_in_checks(env: Env, ms: int, *alive: JoinResult) -> None:
     members heartbeat at every step."""
     for _ in range(ms // 1000):
         await env.clock.advance(1000)
-        await until(lambda: not env.coordinator._tasks, "the expiry check")
+        await until(lambda: not env.coordinator.background_tasks, "the expiry check")
         for member in alive:
             assert heartbeat(env, member) == ErrorCode.none
 

@@ -931,7 +931,7 @@ def _write_big_offsets_partition(data_dir: str, topic: str, group: str, copies: 
     group, then one commit of `group` (offset 1234) at its very end; and a topic to produce to."""
     from test_group_state import coordinator_env  # the in-process coordinator over a real store
 
-    from logbus.coordinator.coordinator import OffsetCommit
+    from logbus.coordinator.offsets import OffsetCommit
     from logbus.coordinator.records import OffsetKey, OffsetValue
     from logbus.coordinator.store import encode_entry
     from logbus.protocol.records import build_batch, validate_batches

@@ -9,7 +9,8 @@ States follow Kafka's ClassicGroupState:
     Dead: deleted (DeleteGroups, or emptied with no offsets left); kept only while requests drain.
 
 This module holds state and the pure rules (protocol selection, which members rejoined);
-timers, waiting requests and persistence belong to `coordinator.py`.
+timers, waiting requests and persistence belong to the coordinator (`membership.py`, `offsets.py`
+and `loading.py`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...coordinator import group_coordinator
-from ...coordinator.coordinator import JoinRequest
+from ...coordinator.membership import JoinRequest
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 

@@ -16,7 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
-from ...coordinator.coordinator import OffsetCommit
+from ...coordinator.offsets import OffsetCommit
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 

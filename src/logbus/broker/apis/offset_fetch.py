@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
-from ...coordinator.coordinator import FetchedOffset
+from ...coordinator.offsets import FetchedOffset
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
 

@@ -1,0 +1,170 @@
+"""Which `__consumer_offsets` partitions' groups this coordinator holds in memory.
+
+A group lives on one partition of `__consumer_offsets` (`partition_for`); the broker leading
+that partition is its coordinator. State lives in memory and in that partition (records as
+Kafka writes them): the groups of a partition this broker leads are rebuilt from its records,
+in the background, at start-up or at the first request after it becomes the leader; until then
+their requests get COORDINATOR_LOAD_IN_PROGRESS (`coordinator_error`), as in Kafka. When it
+stops leading a partition, that partition's groups leave memory and a later leadership loads
+them afresh from the log.
+
+Depends on: the `OffsetsTopic` store (partitions, leadership, reading records back); the
+`Clock` (a loaded group's state timestamp); the groups dict it shares with `membership.py` and
+`offsets.py` (it adds the loaded groups and removes the unloaded ones); membership's `adopt`
+(a loaded group's members start their sessions) and `evict` (an unloaded group's timers stop,
+its waiting requests are answered NOT_COORDINATOR); and a `spawn` for the loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from .clock import Clock
+from .group import ClassicGroup, GroupState, Member
+from .records import GroupValue, OffsetKey, OffsetValue, partition_for_group
+from .store import TOPIC as OFFSETS_TOPIC
+from .store import OffsetsTopic
+
+if TYPE_CHECKING:
+    from ..cluster.partition import Partition
+
+log = logging.getLogger(__name__)
+
+
+class Loader:
+    def __init__(self, store: OffsetsTopic, clock: Clock, groups: dict[str, ClassicGroup], *,
+                 adopt: Callable[[ClassicGroup], None],
+                 evict: Callable[[ClassicGroup, ErrorCode], None],
+                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
+        self.store = store
+        self.clock = clock
+        self.groups = groups
+        self.adopt = adopt
+        self.evict = evict
+        self.spawn = spawn
+        self.loaded_partitions: set[int] = set()
+        self._loading: dict[int, asyncio.Task] = {}  # partition index -> its load
+
+    def start(self) -> None:
+        """Start loading the groups of every __consumer_offsets partition this broker leads."""
+        if self.store.exists():
+            for index in range(self.store.partition_count()):
+                self.ensure_loaded(index)
+
+    def stop(self) -> None:
+        for task in list(self._loading.values()):
+            task.cancel()
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for_group(group_id, self.store.partition_count())
+
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        """Why this broker cannot serve `group_id` now, or None when it can."""
+        if not self.store.exists():
+            return ErrorCode.coordinator_not_available
+        index = self.partition_for(group_id)
+        partition = self.store.partition(index)
+        if partition is None or not partition.is_leader:
+            return ErrorCode.not_coordinator
+        if not self.ensure_loaded(index):
+            return ErrorCode.coordinator_load_in_progress
+        return None
+
+    def ensure_loaded(self, index: int) -> bool:
+        """True once partition `index`'s groups are in memory; otherwise start loading it (once).
+
+        An empty partition is loaded at once; others load in the background, a chunk at a time,
+        and their groups' requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile, as in Kafka.
+        """
+        if index in self.loaded_partitions:
+            return True
+        partition = self.store.partition(index)
+        if partition is None or not partition.is_leader:
+            return False
+        if self.store.is_empty(index):
+            self.loaded_partitions.add(index)
+            return True
+        if index not in self._loading:
+            task = self.spawn(self._load(index))
+            self._loading[index] = task
+            task.add_done_callback(functools.partial(self._on_load_done, index))
+        return False
+
+    def on_leadership(self, partition: Partition, leads: bool) -> None:
+        """A `__consumer_offsets` partition this broker stopped leading: its groups leave memory
+        (timers cancelled, waiting JoinGroup/SyncGroup answered NOT_COORDINATOR), so its clients
+        find the new coordinator, and a later leadership loads them afresh from the log. A
+        partition it starts leading is loaded at its first request (`ensure_loaded`)."""
+        if leads or partition.topic != OFFSETS_TOPIC:
+            return
+        index = partition.index
+        self.loaded_partitions.discard(index)
+        loading = self._loading.pop(index, None)
+        if loading is not None:
+            loading.cancel()
+        for group_id in [g for g in self.groups if self.partition_for(g) == index]:
+            self.evict(self.groups.pop(group_id), ErrorCode.not_coordinator)
+
+    def _on_load_done(self, index: int, task: asyncio.Task) -> None:
+        """A failed load (a read error) is logged; the next request for one of its groups retries it."""
+        self._loading.pop(index, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cannot load the groups of %s: %r", self.store.partition(index), task.exception())
+
+    @property
+    def loading(self) -> bool:
+        """Is any partition's group state still being read (ListGroups answers LOAD_IN_PROGRESS)."""
+        return bool(self._loading)
+
+    async def _load(self, index: int) -> None:
+        """Rebuild the groups of partition `index` from its records."""
+        offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        metadata: dict[str, GroupValue | None] = {}
+        async for entries in self.store.read_latest(index):
+            for key, value in entries:
+                if isinstance(key, OffsetKey):
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if value is None:
+                        group_offsets.pop((key.topic, key.partition), None)
+                    else:
+                        group_offsets[(key.topic, key.partition)] = value
+                else:
+                    metadata[key.group] = value
+        for group_id in set(offsets) | set(metadata):
+            record = metadata.get(group_id)
+            if record is None and not offsets.get(group_id):
+                continue
+            group = group_from_record(group_id, record, self.clock.now_ms())
+            group.offsets = offsets.get(group_id, {})
+            self.adopt(group)
+            self.groups[group_id] = group
+        self.loaded_partitions.add(index)
+        log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
+
+
+def group_from_record(group_id: str, record: GroupValue | None, now_ms: int) -> ClassicGroup:
+    """The group a GroupMetadataValue describes (None: a group with offsets only); Stable with its
+    members, or Empty."""
+    group = ClassicGroup(group_id, state_timestamp=now_ms)
+    if record is None:
+        return group
+    group.generation = record.generation
+    group.protocol_type = record.protocol_type or None
+    group.protocol_name = record.protocol
+    if record.state_timestamp >= 0:
+        group.state_timestamp = record.state_timestamp
+    for value in record.members:
+        group.add(Member(
+            value.member_id, value.group_instance_id, value.client_id, value.client_host,
+            value.rebalance_timeout_ms, value.session_timeout_ms, group.protocol_type or "",
+            [(record.protocol or "", value.subscription)], value.assignment,
+        ))
+    group.leader_id = record.leader if record.leader in group.members else group.leader_id
+    group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+    return group

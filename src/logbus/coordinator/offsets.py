@@ -1,0 +1,273 @@
+"""Committed offsets: OffsetCommit/OffsetFetch/OffsetDelete, group deletion and offset expiry.
+
+Semantics follow Kafka's GroupCoordinator for classic groups:
+- A commit is a record in __consumer_offsets (OffsetCommitKey/Value, as Kafka writes them) and
+  then in the group's memory; metadata over `offset.metadata.max.bytes` is refused per
+  partition. A member's commit must carry the group's current generation (not while the group
+  completes a rebalance) and keeps the member alive; a commit without one (generation -1: admin
+  tools, `assign()`) is taken by an Empty group, or creates the group.
+- DeleteGroups and OffsetDelete write tombstones; only an Empty group is deleted, and OffsetDelete
+  keeps the offsets of the topics a consumer group's members subscribe to.
+- Offsets of Empty groups expire after `offsets.retention.minutes` (counted from when the group
+  became Empty; for groups without a protocol, from each commit), then the group is deleted; a
+  Stable consumer group loses the offsets of topics it no longer subscribes to (KIP-496). The
+  check runs every `offsets.retention.check.interval.ms`.
+
+Depends on: the retention config values; the `Clock` (commit timestamps, the expiry check's
+timer); the groups dict it shares with `membership.py` and `loading.py`; a
+`coordinator_error(group_id)` callable and `partition_for(group_id)` (`loading.py`: may this
+broker serve the group, and which __consumer_offsets partition holds it); `append(index,
+entries)`, the offsets topic's write; from `membership.py`, `reset_session` (a commit is a sign
+of life) and `cancel_timers` (a deleted group's); and a `spawn` for the expiry checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..errors import KafkaApiError
+from .clock import Clock, Timer
+from .group import ClassicGroup, GroupState, Member
+from .records import GroupKey, OffsetKey, OffsetValue
+from .store import Entry
+
+log = logging.getLogger(__name__)
+
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
+
+
+@dataclass(slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode = ErrorCode.none
+
+
+class Offsets:
+    def __init__(self, clock: Clock, groups: dict[str, ClassicGroup], *, retention_ms: int,
+                 retention_check_ms: int, coordinator_error: Callable[[str], ErrorCode | None],
+                 partition_for: Callable[[str], int],
+                 append: Callable[[int, list[Entry]], Coroutine[Any, Any, None]],
+                 reset_session: Callable[[ClassicGroup, Member], None],
+                 cancel_timers: Callable[[ClassicGroup], None],
+                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
+        self.clock = clock
+        self.groups = groups
+        self.retention_ms = retention_ms
+        self.retention_check_ms = retention_check_ms
+        self.coordinator_error = coordinator_error
+        self.partition_for = partition_for
+        self.append = append
+        self.reset_session = reset_session
+        self.cancel_timers = cancel_timers
+        self.spawn = spawn
+        self._expiry_timer: Timer | None = None
+
+    def start(self) -> None:
+        self._schedule_expiry()
+
+    def stop(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+
+    # ================================================================ OffsetCommit
+
+    async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                             commits: list[OffsetCommit], expire_timestamp: int = -1) -> list[ErrorCode]:
+        """Write the offsets; an error per commit, in order."""
+        error = self._commit_error(group_id, generation, member_id, instance_id)
+        if error is not None:
+            return [error] * len(commits)
+        group = self.groups[group_id]
+        now = self.clock.now_ms()
+        errors: list[ErrorCode] = []
+        entries: list[Entry] = []
+        for commit in commits:
+            metadata = commit.metadata or ""
+            if len(metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                errors.append(ErrorCode.offset_metadata_too_large)
+                continue
+            errors.append(ErrorCode.none)
+            value = OffsetValue(commit.offset, commit.leader_epoch, metadata, now, expire_timestamp)
+            entries.append((OffsetKey(group_id, commit.topic, commit.partition), value))
+        if not entries:
+            return errors
+        try:
+            await self.append(self.partition_for(group_id), entries)
+        except KafkaApiError as exc:
+            return [exc.code if e is ErrorCode.none else e for e in errors]
+        for key, value in entries:
+            group.offsets[(key.topic, key.partition)] = value
+        return errors
+
+    def _commit_error(self, group_id: str, generation: int, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return ErrorCode.illegal_generation
+            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
+            return None
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_fenced(member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if generation < 0 and group.is_in(GroupState.EMPTY):
+            return None  # a commit outside group management (admin tools, assign())
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        self.reset_session(group, member)
+        return None
+
+    # ================================================================ OffsetFetch
+
+    def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+                      ) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """Committed offsets of `wanted` partitions (None: all the group has); -1 when none."""
+        error = self.coordinator_error(group_id)
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None and not group.is_in(GroupState.DEAD) else {}
+        if wanted is None:
+            return ErrorCode.none, [_fetched(topic, partition, value) for (topic, partition), value
+                                    in sorted(offsets.items())]
+        return ErrorCode.none, [
+            _fetched(topic, partition, offsets.get((topic, partition)))
+            for topic, partitions in wanted for partition in partitions
+        ]
+
+    # ================================================================ OffsetDelete, DeleteGroups
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """OffsetDelete: (group error, an error per partition)."""
+        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, []
+        subscribed = set() if group.is_in(GroupState.EMPTY) else group.subscribed_topics()
+        if subscribed is None:
+            return ErrorCode.non_empty_group, []
+        errors = [ErrorCode.group_subscribed_to_topic if topic in subscribed else ErrorCode.none
+                  for topic, _ in partitions]
+        doomed = [key for key, e in zip(partitions, errors, strict=True)
+                  if e is ErrorCode.none and key in group.offsets]
+        if doomed:
+            try:
+                await self.append(self.partition_for(group_id), [(OffsetKey(group_id, *k), None) for k in doomed])
+            except KafkaApiError as exc:
+                return exc.code, []
+            for key in doomed:
+                group.offsets.pop(key, None)
+        return ErrorCode.none, errors
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return ErrorCode.group_id_not_found
+        if not group.is_in(GroupState.EMPTY):
+            return ErrorCode.non_empty_group
+        try:
+            await self._delete_group(group)
+        except KafkaApiError as exc:
+            return exc.code
+        return ErrorCode.none
+
+    async def _delete_group(self, group: ClassicGroup) -> None:
+        """Tombstones for its offsets and its metadata; then the group is Dead and forgotten."""
+        entries: list[Entry] = [(OffsetKey(group.group_id, *key), None) for key in group.offsets]
+        entries.append((GroupKey(group.group_id), None))
+        await self.append(self.partition_for(group.group_id), entries)
+        group.transition(GroupState.DEAD, self.clock.now_ms())
+        self.cancel_timers(group)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    # ================================================================ expiry
+
+    def _schedule_expiry(self) -> None:
+        self._expiry_timer = self.clock.call_later(
+            self.retention_check_ms, lambda: self.spawn(self._expire_offsets())
+        )
+
+    async def _expire_offsets(self) -> None:
+        try:
+            now = self.clock.now_ms()
+            for group in list(self.groups.values()):
+                await self._expire_group_offsets(group, now)
+        finally:
+            self._schedule_expiry()
+
+    async def _expire_group_offsets(self, group: ClassicGroup, now: int) -> None:
+        expired = self._expired_offsets(group, now)
+        empty = group.is_in(GroupState.EMPTY) and not group.pending_members
+        if not expired and not (empty and not group.offsets):
+            return
+        try:
+            if empty and len(expired) == len(group.offsets):  # nothing left: the group goes too, as in Kafka
+                await self._delete_group(group)
+                return
+            await self.append(self.partition_for(group.group_id),
+                              [(OffsetKey(group.group_id, *key), None) for key in expired])
+        except KafkaApiError as exc:
+            log.warning("could not expire offsets of group %s: %s", group.group_id, exc)
+            return
+        for key in expired:
+            group.offsets.pop(key, None)
+
+    def _expired_offsets(self, group: ClassicGroup, now: int) -> list[tuple[str, int]]:
+        """Kafka's rules: every offset of an Empty group (counted from when it became Empty, or from
+        each commit for groups without a protocol); in a Stable consumer group, the offsets of topics
+        no member subscribes to any more, counted from their commit (KIP-496)."""
+        if group.is_in(GroupState.EMPTY) and not group.pending_members:
+            since_empty = group.state_timestamp if group.protocol_type and group.state_timestamp >= 0 else None
+            return [key for key, value in group.offsets.items() if self._is_expired(value, since_empty, now)]
+        if group.is_in(GroupState.STABLE):
+            subscribed = group.subscribed_topics()
+            if subscribed is not None:
+                return [key for key, value in group.offsets.items()
+                        if key[0] not in subscribed and self._is_expired(value, None, now)]
+        return []
+
+    def _is_expired(self, value: OffsetValue, since: int | None, now: int) -> bool:
+        if value.expire_timestamp >= 0:
+            return now >= value.expire_timestamp
+        return now - (value.commit_timestamp if since is None else since) >= self.retention_ms
+
+
+def _fetched(topic: str, partition: int, value: OffsetValue | None) -> FetchedOffset:
+    if value is None:
+        return FetchedOffset(topic, partition, -1, -1, "")
+    return FetchedOffset(topic, partition, value.offset, value.leader_epoch, value.metadata)
