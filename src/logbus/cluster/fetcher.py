@@ -245,14 +245,12 @@ def decode_fetch_response(frame: bytes, correlation: int) -> Any:
     return body
 
 
-def fetched_batches(records: bytes | memoryview) -> tuple[bytearray, list[BatchHeader]]:
+def fetched_batches(records: bytes | memoryview) -> tuple[memoryview, list[BatchHeader]]:
     """The whole batches of a fetched record set (a partial last batch is left for the next
-    fetch), checked for framing and CRC (CorruptRecordError / KafkaApiError otherwise)."""
-    whole = whole_batches_length(records)
-    if not whole:
-        return bytearray(), []
-    data = bytearray(memoryview(records)[:whole])
-    return data, validate_batches(data)
+    fetch), checked for framing and CRC (CorruptRecordError / KafkaApiError otherwise). A view,
+    not a copy: a follower appends the leader's bytes as they are."""
+    data = memoryview(records)[: whole_batches_length(records)]
+    return data, validate_batches(data) if data else []
 
 
 class FetcherManager:

@@ -216,7 +216,7 @@ class Partition:
 
     # ------------------------------------------------------------------ follower
 
-    def append_as_follower(self, data: bytearray, headers: list[BatchHeader], leader_hw: int) -> None:
+    def append_as_follower(self, data: bytes | memoryview, headers: list[BatchHeader], leader_hw: int) -> None:
         self.log.append_as_follower(data, headers)
         self.appended_bytes += len(data)
         self.follow_high_watermark(leader_hw)

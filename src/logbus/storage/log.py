@@ -214,7 +214,7 @@ class PartitionLog:
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
         return AppendInfo(base, self.log_end_offset - 1, append_time)
 
-    def append_as_follower(self, data: bytearray, headers: list[BatchHeader]) -> AppendInfo:
+    def append_as_follower(self, data: bytes | memoryview, headers: list[BatchHeader]) -> AppendInfo:
         """Append batches fetched from the leader as they are: offsets and leader epochs kept.
 
         The first batch may start after the log end offset (a compacted leader log has gaps, as

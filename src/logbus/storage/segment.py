@@ -193,7 +193,7 @@ class LogSegment:
 
     # ------------------------------------------------------------------ writes
 
-    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """Append whole batches (already validated and offset-patched) in one write.
 
         On failure (e.g. ENOSPC) the file is cut back to its previous size and the error
