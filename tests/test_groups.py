@@ -47,6 +47,7 @@ from logbus.coordinator.records import (
     MemberValue,
     OffsetKey,
     OffsetValue,
+    coordinator_partition,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -55,7 +56,6 @@ from logbus.coordinator.records import (
     encode_offset_key,
     encode_offset_value,
     java_string_hash,
-    partition_for_group,
 )
 from logbus.protocol import codec
 from logbus.testing import BrokerProcess, running_broker
@@ -118,8 +118,8 @@ def test_java_hash_and_coordinator_partition() -> None:
     assert java_string_hash("") == 0
     assert java_string_hash("é€😀") == 16752006  # (Java says so) UTF-16 code units, surrogate pair included
     assert java_string_hash("polygenelubricants") == -(1 << 31)
-    assert partition_for_group("polygenelubricants", 50) == 0  # Kafka's Utils.abs(MIN_VALUE) is 0
-    assert partition_for_group("hello", 50) == 99162322 % 50
+    assert coordinator_partition("polygenelubricants", 50) == 0  # Kafka's Utils.abs(MIN_VALUE) is 0
+    assert coordinator_partition("hello", 50) == 99162322 % 50
 
 
 def test_offset_records_are_kafkas_bytes() -> None:
@@ -834,7 +834,7 @@ def test_compacted_consumer_offsets_keep_the_latest_commit_across_restart() -> N
                 member.commit(offsets=[TopicPartition(topic, 0, offset, f"commit {offset}")], asynchronous=False)
         finally:
             member.close()
-        directory = os.path.join(broker.data_dir, f"__consumer_offsets-{partition_for_group(group, 50)}")
+        directory = os.path.join(broker.data_dir, f"__consumer_offsets-{coordinator_partition(group, 50)}")
 
         def log_bytes() -> int:
             return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)

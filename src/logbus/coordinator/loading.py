@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from .clock import Clock
 from .group import ClassicGroup, GroupState, Member
-from .records import GroupValue, OffsetKey, OffsetValue, partition_for_group
+from .records import GroupValue, OffsetKey, OffsetValue, coordinator_partition
 from .store import TOPIC as OFFSETS_TOPIC
 from .store import OffsetsTopic
 
@@ -62,7 +62,7 @@ class Loader:
             task.cancel()
 
     def partition_for(self, group_id: str) -> int:
-        return partition_for_group(group_id, self.store.partition_count())
+        return coordinator_partition(group_id, self.store.partition_count())
 
     def coordinator_error(self, group_id: str) -> ErrorCode | None:
         """Why this broker cannot serve `group_id` now, or None when it can."""

@@ -28,6 +28,7 @@ OFFSET_VALUE_VERSION = 3
 OFFSET_VALUE_WITH_EXPIRY_VERSION = 1
 GROUP_VALUE_VERSION = 3
 
+_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -47,9 +48,10 @@ def java_string_hash(text: str) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def partition_for_group(group_id: str, partitions: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode) % partitions` (abs(Integer.MIN_VALUE) is 0 there)."""
-    code = java_string_hash(group_id)
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of a coordinator's internal topic that owns a group id or a transactional
+    id: Kafka's `Utils.abs(key.hashCode) % partitions` (abs(Integer.MIN_VALUE) is 0 there)."""
+    code = java_string_hash(key)
     return (0 if code == _INT_MIN else abs(code)) % partitions
 
 
@@ -152,7 +154,10 @@ def encode_group_value(value: GroupValue) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
-class _Reader:
+class RecordReader:
+    """Reads the big-endian fields of an internal topic's key or value; RecordFormatError when
+    the bytes end early or do not parse."""
+
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.position = 0
@@ -164,6 +169,9 @@ class _Reader:
         self.position += fmt.size
         return value
 
+    def i8(self) -> int:
+        return self._unpack(_I8)
+
     def i16(self) -> int:
         return self._unpack(_I16)
 
@@ -173,7 +181,7 @@ class _Reader:
     def i64(self) -> int:
         return self._unpack(_I64)
 
-    def _take(self, length: int) -> bytes:
+    def take(self, length: int) -> bytes:
         if self.position + length > len(self.data):
             raise RecordFormatError("record ends early")
         data = self.data[self.position : self.position + length]
@@ -182,19 +190,19 @@ class _Reader:
 
     def nullable_string(self) -> str | None:
         length = self.i16()
-        return None if length < 0 else self._take(length).decode("utf-8")
+        return None if length < 0 else self.take(length).decode("utf-8")
 
     def string(self) -> str:
         return self.nullable_string() or ""
 
     def bytes(self) -> bytes:
         length = self.i32()
-        return b"" if length < 0 else self._take(length)
+        return b"" if length < 0 else self.take(length)
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a record, or None for record kinds the classic coordinator does not own."""
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string(), reader.string(), reader.i32())
@@ -204,7 +212,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version not in (0, 1, 2, 3):
         raise RecordFormatError(f"OffsetCommitValue v{version} is not supported")
@@ -217,7 +225,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version not in (0, 1, 2, 3):
         raise RecordFormatError(f"GroupMetadataValue v{version} is not supported")
