@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 REASSIGN = "/admin/reassign_partitions"
 DELETE_TOPICS = "/admin/delete_topics"
-SHUTDOWN = "/logbus/controlled_shutdown"
 
 
 class Controller:
@@ -51,7 +50,6 @@ class Controller:
         self.active = False
         self.epoch = 0
         self._epoch_version = -1
-        self._shutting_down: set[int] = set()
         self._pending_deletes: list[str] = []
         self._dirty = False
         self._pass: asyncio.Task | None = None
@@ -125,18 +123,9 @@ class Controller:
             return True
 
     def _watch_requests(self) -> None:
-        ChildrenWatch(self.client, SHUTDOWN, self._on_shutdown_requests)
         ChildrenWatch(self.client, DELETE_TOPICS, self._on_delete_requests)
         DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store._post(self.reconcile_soon))
         DataWatch(self.client, REASSIGN, lambda *_a: self.store._post(self.reconcile_soon))
-
-    def _on_shutdown_requests(self, children: list[str]) -> None:
-        ids = {int(c) for c in children if c.isdigit()}
-        self.store._post(self._set_shutting_down, ids)
-
-    def _set_shutting_down(self, ids: set[int]) -> None:
-        self._shutting_down = ids
-        self.reconcile_soon()
 
     def _on_delete_requests(self, children: list[str]) -> None:
         self.store._post(self._set_pending_deletes, list(children))
@@ -172,13 +161,17 @@ class Controller:
     def _live(self) -> set[int]:
         return self.store.live_broker_ids()
 
+    def _serving(self) -> set[int]:
+        """Live brokers not in controlled shutdown: those that may lead."""
+        return self._live() - self.store.shutting_down_brokers()
+
     def _unclean(self, topic: TopicMetadata) -> bool:
         value = topic.configs.get("unclean.leader.election.enable")
         return self.unclean_default if value is None else value.strip().lower() == "true"
 
     async def _fix_partitions(self) -> None:
         live = self._live()
-        serving = live - self._shutting_down
+        serving = live - self.store.shutting_down_brokers()
         for name, topic in list(self.store.topics().items()):
             for index, state in enumerate(topic.partitions):
                 new_state = self._decide(state, live, serving, self._unclean(topic))
@@ -241,7 +234,7 @@ class Controller:
                 await self._start_reassignment(item["topic"], int(item["partition"]), item.get("replicas"))
 
     async def _run_elections(self, request: dict[str, Any]) -> None:
-        live = self._live() - self._shutting_down
+        live = self._serving()
         for item in request.get("partitions", []):
             name, index = item["topic"], int(item["partition"])
             state = self.store.partition_state(name, index)
@@ -328,7 +321,7 @@ class Controller:
     async def _rebalance(self) -> None:
         """Kafka's auto leader rebalance: per broker, when more than leader.imbalance.per.broker.percentage
         of the partitions it prefers are led elsewhere, elect it where it is in the ISR."""
-        live = self._live() - self._shutting_down
+        live = self._serving()
         preferred_of: dict[int, list[tuple[str, int, PartitionState]]] = {}
         for name, topic in self.store.topics().items():
             for index, state in enumerate(topic.partitions):

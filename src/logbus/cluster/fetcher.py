@@ -120,6 +120,7 @@ class ReplicaFetcher:
                     async with asyncio.timeout(wait):
                         await self._wakeup.wait()
                 continue
+            reused = self._writer is not None
             try:
                 response = await self._fetch(wanted)
                 await self._handle(wanted, response)
@@ -129,6 +130,11 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure: reconnect after a pause
+                if reused and isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
+                    # a connection from before the leader restarted: a new one at once, no pause
+                    log.info("%s: connection to broker %d lost (%s); reconnecting", self.name, self.leader_id, exc)
+                    self._close()
+                    continue
                 if not self._failing:
                     log.warning("%s: fetch from broker %d at %s:%d failed: %s (retrying every %d ms)", self.name,
                                 self.leader_id, *self.address, exc, self.config.backoff_ms)

@@ -153,8 +153,14 @@ class MetadataStore(ABC):
             listener(topic, metadata)
 
     def add_broker_listener(self, listener: BrokerListener) -> None:
-        """Call `listener(live brokers)` whenever a broker joins or leaves. Always on the event loop."""
+        """Call `listener(live brokers)` whenever a broker joins, leaves or starts a controlled
+        shutdown. Always on the event loop."""
         self._broker_listeners.append(listener)
+
+    def shutting_down_brokers(self) -> frozenset[int]:
+        """Live brokers in controlled shutdown: leaders must not take them into an ISR (KIP-841's
+        rule), or a broker about to stop would hold acks=all sends until its lag expires."""
+        return frozenset()
 
     def _announce_brokers(self) -> None:
         live = self.brokers()

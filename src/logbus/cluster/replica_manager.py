@@ -93,8 +93,13 @@ class ReplicaManager:
         self._schedule_isr_check()
 
     def _alter_isr(self, partition: Partition, isr: list[int]) -> None:
-        """Ask the metadata store for a new ISR, conditional on the state the leader saw."""
+        """Ask the metadata store for a new ISR, conditional on the state the leader saw. A broker
+        in controlled shutdown is not taken in: it still fetches until it stops, and once in the
+        ISR it would hold acks=all sends for replica.lag.time.max.ms after it is gone."""
         state = partition.state
+        if (set(isr) - set(state.isr)) & self.metadata.shutting_down_brokers():
+            partition.isr_change_pending = False
+            return
         self._run_in_background(self._write_isr(partition, state, isr))
 
     async def _write_isr(self, partition: Partition, state: PartitionState, isr: list[int]) -> None:

@@ -66,6 +66,7 @@ from .metadata import (
 
 log = logging.getLogger(__name__)
 
+CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking to lose their leaderships
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
@@ -133,6 +134,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._brokers: dict[int, BrokerInfo] = {}
+        self._shutting_down: frozenset[int] = frozenset()
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
@@ -159,7 +161,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _prepare_layout(self) -> str:
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
         for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/changes",
-                     "/admin/delete_topics", "/logbus/controlled_shutdown"):
+                     "/admin/delete_topics", CONTROLLED_SHUTDOWN):
             self.client.ensure_path(path)
         with contextlib.suppress(NodeExistsError):
             self.client.create("/cluster/id", _json({"version": "1", "id": new_cluster_id()}), makepath=True)
@@ -171,6 +173,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         ChildrenWatch(self.client, "/brokers/ids", self._on_broker_ids)
         ChildrenWatch(self.client, "/brokers/topics", self._on_topic_names)
         DataWatch(self.client, "/controller", self._on_controller)
+        ChildrenWatch(self.client, CONTROLLED_SHUTDOWN, self._on_shutdown_requests)
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         """Run `callback(*args)` on the event loop (from a kazoo thread)."""
@@ -194,6 +197,17 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._brokers = brokers
         self._view_changed()
         self._announce_brokers()
+
+    def _on_shutdown_requests(self, children: list[str]) -> None:
+        self._post(self._apply_shutting_down, frozenset(int(c) for c in children if c.isdigit()))
+
+    def _apply_shutting_down(self, ids: frozenset[int]) -> None:
+        if ids != self._shutting_down:
+            self._shutting_down = ids
+            self._announce_brokers()
+
+    def shutting_down_brokers(self) -> frozenset[int]:
+        return self._shutting_down
 
     def _on_controller(self, data: bytes | None, _stat: object, *_event: object) -> None:
         controller = -1
@@ -625,7 +639,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def request_controlled_shutdown(self, timeout: float) -> bool:
         """Ask the controller to move this broker's leaderships away; True once it leads nothing."""
-        path = f"/logbus/controlled_shutdown/{self.broker_id}"
+        path = f"{CONTROLLED_SHUTDOWN}/{self.broker_id}"
         try:
             await asyncio.to_thread(self.client.create, path, b"", ephemeral=True, makepath=True)
         except NodeExistsError:
