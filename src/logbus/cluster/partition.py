@@ -241,11 +241,14 @@ class Partition:
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, offset: int, max_bytes: int, committed_only: bool = True) -> FetchedData:
-        """Bytes from `offset`; consumers read below the HW, followers up to the LEO."""
-        limit = self.high_watermark if committed_only else self.log.log_end_offset
+    def read(self, offset: int, max_bytes: int, committed_only: bool = True,
+             read_committed: bool = False) -> FetchedData:
+        """Bytes from `offset`; consumers read below the HW (read_committed ones below the last
+        stable offset), followers up to the LEO."""
+        stable = self.log.last_stable_offset(self.high_watermark)
+        limit = stable if read_committed else self.high_watermark if committed_only else self.log.log_end_offset
         found = self.log.read(offset, max_bytes, limit)
-        return FetchedData(self.high_watermark, self.high_watermark, self.log.log_start_offset, found)
+        return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found)
 
     def data_arrived(self) -> asyncio.Event:
         """An event set the next time the HW or the LEO moves."""

@@ -601,6 +601,46 @@ def build_batch(
     return bytes(batch)
 
 
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version, type: Kafka's ControlRecordType key
+_END_TXN_VALUE = struct.Struct(">hi")  # version, coordinator epoch: Kafka's EndTransactionMarker
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """What a transaction's COMMIT or ABORT control record says."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def build_end_txn_marker(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytes:
+    """A transaction marker batch as Kafka's MemoryRecords.withEndTransactionMarker builds it:
+    transactional and control bits, no sequence, one record (key version 0 and type, value
+    version 0 and coordinator epoch)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if marker.commit else CONTROL_ABORT)
+    return build_batch(
+        [(key, _END_TXN_VALUE.pack(0, marker.coordinator_epoch))], timestamp_ms,
+        producer_id=producer_id, producer_epoch=producer_epoch, attributes=TRANSACTIONAL_BIT | CONTROL_BIT,
+    )
+
+
+def read_end_txn_marker(buf: bytes | bytearray | memoryview, header: BatchHeader) -> EndTxnMarker | None:
+    """The marker in the control batch at header.position; None when its record is no COMMIT or
+    ABORT (another control type, or records that do not decode)."""
+    records = decodable_records(buf, header)
+    if not records or records[0].key is None or records[0].value is None:
+        return None
+    key, value = records[0].key, records[0].value
+    if len(key) < _CONTROL_KEY.size or len(value) < _END_TXN_VALUE.size:
+        return None
+    control_type = _CONTROL_KEY.unpack_from(key)[1]
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    return EndTxnMarker(control_type == CONTROL_COMMIT, _END_TXN_VALUE.unpack_from(value)[1])
+
+
 # ---------------------------------------------------------------- compaction: rebuilding batches
 
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)

@@ -5,8 +5,9 @@ A compacted log has a clean part (already compacted, up to the first dirty offse
 it. A log is cleaned when the dirty part is a large enough share of the cleanable bytes
 (`min.cleanable.dirty.ratio`), when its oldest dirty record is older than
 `max.compaction.lag.ms`, or when a tombstone it kept has outlived `delete.retention.ms`.
-The cleanable range ends before the active segment and before the first segment holding
-records younger than `min.compaction.lag.ms`.
+The cleanable range ends before the active segment, before the first segment holding
+records younger than `min.compaction.lag.ms`, and before the segment holding the first unstable
+offset (Kafka cleans nothing past the last stable offset).
 
 One cleaning: (1) map every key of the dirty part to its latest offset; (2) rewrite the log
 from its start to the end of the cleanable range into `.cleaned` segments (neighbours merged
@@ -22,7 +23,9 @@ byte; otherwise it is rebuilt with the surviving records' original bytes, recomp
 its codec, keeping its base offset and last offset delta. A batch left empty disappears,
 unless it is the last batch of a producer the log still tracks: then it stays as an empty
 batch so producer state (sequence numbers) rebuilds right, as Kafka does. Control batches
-are kept as they are. Records without a key are dropped, as Kafka's cleaner drops them.
+are kept as they are. Records without a key are dropped, as Kafka's cleaner drops them. A
+cleaned segment's `.txnindex` holds its source segments' entries (aborted records are not
+removed, so every entry still applies).
 
 Tombstones (null values) go once `delete.retention.ms` has passed since their timestamp (the
 record's CreateTime, or the batch's LogAppendTime): a consumer that reads the log to its
@@ -216,8 +219,10 @@ class LogCleaner:
         """Segments from the log start up to the active one or the first too young to clean,
         and the offset where that uncleanable part begins."""
         cleanable = []
+        unstable = log_.first_unstable_offset
         for segment in log_.segments[:-1]:
-            if segment.largest_timestamp > now - log_.config.min_compaction_lag_ms:
+            too_young = segment.largest_timestamp > now - log_.config.min_compaction_lag_ms
+            if too_young or (unstable is not None and segment.next_offset > unstable):
                 return cleanable, segment.base_offset
             if segment.next_offset > log_.log_start_offset:
                 cleanable.append(segment)
@@ -293,6 +298,8 @@ class LogCleaner:
                 replacements.append((cleaned, group))
                 for source in group:
                     self._copy_retained(source, plan.sizes[source.base_offset], cleaned, keep)
+                    for txn in source.txn_index.entries:
+                        cleaned.txn_index.append(txn)
                 cleaned.fsync()
                 bytes_written += cleaned.size
         except BaseException:
@@ -373,7 +380,7 @@ def _group_by_size(segments: list[LogSegment], max_bytes: int) -> list[list[LogS
 def _new_cleaned_segment(directory: str, base_offset: int, index_interval_bytes: int) -> LogSegment:
     """An empty `.cleaned` segment, clearing leftovers of an abandoned cleaning first."""
     stem = os.path.join(directory, segment_name(base_offset))
-    for extension in (".log", ".index", ".timeindex"):
+    for extension in (".log", ".index", ".timeindex", ".txnindex"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stem + extension + CLEANED)
     return LogSegment(directory, base_offset, index_interval_bytes, suffix=CLEANED)

@@ -4,7 +4,8 @@
 of the batch that starts at that position. `.timeindex` entries: timestamp i64 | relative
 offset u32 (12 bytes), the largest timestamp seen so far in the segment and its offset.
 Entries are appended as batches arrive and kept in memory for bisecting; a segment's index
-is rebuilt from its log after an unclean shutdown.
+is rebuilt from its log after an unclean shutdown. `.txnindex` (`TransactionIndex`) lists the
+transactions aborted in the segment, for read_committed fetches.
 
 The buffer of entries not yet written is shared by the event loop (appends, and the flush after
 each log write) and the fsync worker thread (`fsync` flushes first): one `threading.Lock` per
@@ -19,12 +20,14 @@ files the log manager's descriptor budget closed; see segment.OpenSegments).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import operator
 import os
 import struct
 import threading
 from array import array
+from dataclasses import dataclass
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -257,3 +260,105 @@ def _strictly_increasing(values: array) -> bool:
 
 def _increasing(values: array) -> bool:
     return all(map(operator.le, values, itertools.islice(values, 1, None)))
+
+
+_ABORTED_TXN_ENTRY = struct.Struct(">hqqqq")
+ABORTED_TXN_VERSION = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """One `.txnindex` entry: a transaction aborted by the marker at `last_offset`.
+
+    `last_stable_offset` is the log's LSO when the marker was written, ignoring the high
+    watermark (Kafka's ProducerStateManager.lastStableOffset): a reader stops scanning indexes
+    at the first entry whose LSO reaches its upper bound, as no later entry can start before it.
+    """
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class TransactionIndex:
+    """A segment's `.txnindex`: the transactions aborted by markers in the segment, in Kafka's
+    format (34-byte entries: version i16 = 0 | producer id i64 | first offset i64 | last offset
+    i64 | last stable offset i64), in marker order.
+
+    Aborts are rare, so the file is created by its first entry, holds no descriptor between
+    writes (none counts against the segment descriptor budget), and its entries stay in memory.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.entries: list[AbortedTxn] = []
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return
+        whole = len(raw) - len(raw) % _ABORTED_TXN_ENTRY.size
+        if whole != len(raw):
+            os.truncate(path, whole)  # a torn last entry: appends must go after the whole ones
+        self.entries = [AbortedTxn(*fields[1:]) for fields in _ABORTED_TXN_ENTRY.iter_unpack(raw[:whole])]
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last marker indexed (-1 when none is)."""
+        return self.entries[-1].last_offset if self.entries else -1
+
+    def append(self, txn: AbortedTxn) -> None:
+        """Add an entry; markers come in offset order (ValueError otherwise, as Kafka refuses)."""
+        if txn.last_offset <= self.last_offset:
+            raise ValueError(f"{self.path}: aborted txn at {txn.last_offset} after one at {self.last_offset}")
+        with open(self.path, "ab") as handle:
+            handle.write(_ABORTED_TXN_ENTRY.pack(
+                ABORTED_TXN_VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
+            ))
+        self.entries.append(txn)
+
+    def collect(self, start_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        """Entries overlapping [start_offset, upper_bound_offset), and whether the search is
+        complete: an entry's LSO reaches the upper bound, so later segments add nothing
+        (Kafka's TransactionIndex.collectAbortedTxns)."""
+        found = []
+        for txn in self.entries:
+            if txn.last_offset >= start_offset and txn.first_offset < upper_bound_offset:
+                found.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return found, True
+        return found, False
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries of markers at or after `offset` (the segment was cut there)."""
+        keep = bisect.bisect_left([txn.last_offset for txn in self.entries], offset)
+        if keep < len(self.entries):
+            del self.entries[keep:]
+            os.truncate(self.path, keep * _ABORTED_TXN_ENTRY.size)
+
+    def reset(self) -> None:
+        """Forget every entry and the file (recovery rebuilds them from the log)."""
+        self.entries = []
+        self.delete()
+
+    def fsync(self) -> None:
+        if self.entries:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def rename(self, path: str) -> None:
+        if self.exists():
+            os.rename(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+

@@ -6,7 +6,9 @@ recovered (framing, CRC and offsets checked, a torn or corrupt tail cut, indexes
 segments after a cut are deleted: they were never flushed). A clean start still checks each
 segment's tail after its last index entry. Then the leader epochs are read (from the checkpoint,
 or back from the batches past the recovery point when it was not fsynced before a crash) and the
-producer state is rebuilt from the last snapshot plus the log after it.
+producer state is rebuilt from the last snapshot plus the log after it. A recovered segment's
+`.txnindex` is rebuilt by that replay, which then starts from a snapshot at or before the
+segment (Kafka's recoverSegment rebuilds the producer state up to it).
 
 The loader works on the `PartitionLog` it is given, before that log serves anything.
 """
@@ -46,7 +48,7 @@ class LogLoader:
         bases = self._segment_bases()
         for base in bases or [max(log_start_offset, 0)]:
             self.log._add_segment(base)
-        cut = self._load_segments(recovery_point, clean_shutdown)
+        cut, first_recovered = self._load_segments(recovery_point, clean_shutdown)
         if cut and len(self.log.segments) > 1:
             self._drop_empty_tail_segments()
         self.log.log_start_offset = max(log_start_offset, self.log.segments[0].base_offset)
@@ -54,7 +56,7 @@ class LogLoader:
             recovery_point, self.log.log_end_offset
         )
         self._load_epochs(self.log.log_end_offset if clean_shutdown else self.log.recovery_point)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(first_recovered)
         return cut
 
     def _segment_bases(self) -> list[int]:
@@ -68,14 +70,16 @@ class LogLoader:
                 logger.warning("%s: ignoring %s, not a segment file name", self.log.directory, os.path.basename(path))
         return sorted(bases)
 
-    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> int:
+    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> tuple[int, int | None]:
         """Load each segment, recovering those past the recovery point and those with bad indexes.
 
         As in Kafka, corruption found past the recovery point ends the log there: the segments
         after it were never flushed and are deleted. A flushed segment whose indexes had to be
-        rebuilt only loses its own bad tail. Returns how many bytes were cut.
+        rebuilt only loses its own bad tail. Returns how many bytes were cut and the base offset
+        of the first segment recovered (None when none was).
         """
         cut = 0
+        first_recovered = None
         for i, segment in enumerate(self.log.segments):
             next_base = self.log.segments[i + 1].base_offset if i + 1 < len(self.log.segments) else None
             needs_recovery = not clean_shutdown and (next_base is None or next_base > recovery_point)
@@ -84,13 +88,15 @@ class LogLoader:
             if not needs_recovery:
                 logger.warning("%s: rebuilding the indexes of segment %d", self.log.directory, segment.base_offset)
             segment_cut = segment.recover()
+            segment.txn_index.reset()
+            first_recovered = segment.base_offset if first_recovered is None else first_recovered
             cut += segment_cut
             if segment_cut and needs_recovery:
                 later = self.log.segments[i + 1 :]
                 cut += sum(later_segment.size for later_segment in later)
                 self.log._delete_segments(later)
                 break
-        return cut
+        return cut, first_recovered
 
     def _load_epochs(self, durable_to: int) -> None:
         """The leader epochs, from the checkpoint when it knows the last batch's epoch.
@@ -114,7 +120,7 @@ class LogLoader:
             cache.entries = [(epoch, start) for epoch, start in found if start <= self.log.log_end_offset]
             return
         epochs = [(epoch, start) for epoch, start in found if start < durable_to]
-        for header in self.log._headers_from_offset(max(durable_to, 0)):
+        for _, header in self.log._batches_from_offset(max(durable_to, 0)):
             if header.partition_leader_epoch > (epochs[-1][0] if epochs else -1):
                 epochs.append((header.partition_leader_epoch, header.base_offset))
         if epochs != found:
@@ -134,8 +140,11 @@ class LogLoader:
         """Finish a cleaner swap that a crash cut short (Kafka's `.swap` recovery).
 
         A `.swap` segment is complete (it was fsynced as `.cleaned` before the rename), so it
-        replaces every segment whose base offset falls in its offset range. Its indexes are
-        rebuilt, as a crash may have left them half renamed.
+        replaces every segment whose base offset falls in its offset range. Its offset and time
+        indexes are rebuilt, as a crash may have left them half renamed. Its `.txnindex` (the
+        replaced segments' entries, renamed first) is kept: one already renamed holds the
+        same-named file, which otherwise is the first replaced segment's, whose entries the
+        swap's include.
         """
         for path in sorted(glob.glob(os.path.join(self.log.directory, "*.log.swap"))):
             base = int(os.path.basename(path).split(".")[0])
@@ -144,7 +153,7 @@ class LogLoader:
             for old in glob.glob(os.path.join(self.log.directory, "*.log")):
                 old_base = int(os.path.basename(old)[:-4])
                 if base <= old_base < max(swap.next_offset, base + 1):
-                    _unlink_segment_files(self.log.directory, old_base)
+                    _unlink_segment_files(self.log.directory, old_base, txn_index=old_base != base)
             swap.rename_suffix("")
             swap.close()
 
@@ -154,18 +163,15 @@ class LogLoader:
             self.log._base_offsets.pop()
             segment.delete()
 
-    def _rebuild_producer_state(self) -> None:
-        start = self.log.producer_state.load_snapshot(self.log.log_end_offset)
-        for segment in self.log.segments:
-            if segment.next_offset <= start:
-                continue
-            for header in segment.headers_from(segment.offset_index.lookup(start)):
-                if header.last_offset >= start:
-                    self.log.producer_state.update(header)
+    def _rebuild_producer_state(self, first_recovered: int | None) -> None:
+        """The last snapshot plus the log after it; from before `first_recovered`, when a
+        segment was recovered, so that its `.txnindex` is rebuilt too."""
+        upto = self.log.log_end_offset if first_recovered is None else min(first_recovered, self.log.log_end_offset)
+        self.log.rebuild_producer_state(self.log.producer_state.load_snapshot(upto))
 
 
-def _unlink_segment_files(directory: str, base_offset: int) -> None:
+def _unlink_segment_files(directory: str, base_offset: int, txn_index: bool) -> None:
     stem = os.path.join(directory, segment_name(base_offset))
-    for extension in (".log", ".index", ".timeindex"):
+    for extension in (".log", ".index", ".timeindex") + ((".txnindex",) if txn_index else ()):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stem + extension)

@@ -5,7 +5,9 @@ recovery) is `loader.py`, its leader epochs `epoch_cache.py`. It knows nothing o
 it appends validated batches as leader (assigning offsets) or as follower (keeping the leader's),
 truncates to a follower's divergence point, hands out byte slices for fetches, and keeps log
 start offset, log end offset and recovery point. The high watermark belongs to
-the partition (cluster/partition.py), which bounds reads with it.
+the partition (cluster/partition.py), which bounds reads with it; the log derives the last stable
+offset from it and from the open transactions (producer_state.py), and finds the aborted
+transactions a read_committed reader must skip in its segments' `.txnindex` files.
 
 File descriptors are only closed (segment deletion, close) under `io_lock`, the same lock a
 background fsync holds, so an fsync running in a worker thread never sees a closed or reused fd.
@@ -30,11 +32,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from ..config import LogConfig
+from ..errors import KafkaApiError
 from ..protocol.records import (
     BatchHeader,
+    EndTxnMarker,
     assign_offsets,
+    build_end_txn_marker,
     decodable_records,
+    read_end_txn_marker,
     read_header,
     set_log_append_time,
 )
@@ -119,12 +127,12 @@ class PartitionLog:
         """(leader epoch, start offset) entries, oldest first."""
         return self.epoch_cache.entries
 
-    def _headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches that end at or after `offset`."""
+    def _batches_from_offset(self, offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
+        """Headers of the batches that end at or after `offset`, with their segments."""
         for segment in self.segments[self._segment_for(offset) :]:
             for header in segment.headers_from(segment.offset_index.lookup(offset)):
                 if header.last_offset >= offset:
-                    yield header
+                    yield segment, header
 
     def _delete_segments(self, doomed: list[LogSegment]) -> None:
         for segment in doomed:
@@ -209,8 +217,7 @@ class PartitionLog:
         self._maybe_roll(len(data), max(h.max_timestamp for h in headers), headers[-1].last_offset)
         self._track_epoch(leader_epoch, base)  # before the data: a failure here must leave no records
         self.active_segment.append(data, headers)
-        for header in headers:
-            self.producer_state.update(header)
+        self._track_producers(data, headers)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
         return AppendInfo(base, self.log_end_offset - 1, append_time)
 
@@ -236,8 +243,7 @@ class PartitionLog:
         for header in headers:
             self._track_epoch(header.partition_leader_epoch, header.base_offset)
         self.active_segment.append(data, headers)
-        for header in headers:
-            self.producer_state.update(header)
+        self._track_producers(data, headers)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
         return AppendInfo(first, headers[-1].last_offset, -1)
 
@@ -264,7 +270,7 @@ class PartitionLog:
         self.log_start_offset = offset
         self.recovery_point = offset
         self.epoch_cache.replace([], sync=False)
-        self.producer_state.producers = {}
+        self.producer_state.reset()
         self.producer_state.drop_snapshots_after(-1)
         return [self.epoch_cache.path, self.directory]
 
@@ -275,11 +281,52 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, end)
         self.epoch_cache.truncate_from_end(end)
         self.producer_state.drop_snapshots_after(end)
-        self.producer_state.producers = {}
-        start = self.producer_state.load_snapshot(end)
-        for header in self._headers_from_offset(start):
-            if header.base_offset < end:
-                self.producer_state.update(header)
+        self.rebuild_producer_state(self.producer_state.load_snapshot(end))
+
+    def _track_producers(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+        """Producer state after batches reached the active segment (`data` holds them at their
+        positions). A `.txnindex` write that fails cuts the append back: the log never holds an
+        abort its index lacks."""
+        try:
+            for header in headers:
+                marker = read_end_txn_marker(data, header) if header.is_control else None
+                self._apply_batch(self.active_segment, header, marker)
+        except OSError:
+            self.truncate_to(headers[0].base_offset)
+            raise
+
+    def rebuild_producer_state(self, start: int) -> None:
+        """Replay the batches from `start` (where the loaded snapshot ends) into producer state.
+        ABORT markers that their segment's `.txnindex` lacks (recovery reset it) are indexed
+        again, with the LSO the replayed state gives, as when they were appended."""
+        for segment, header in self._batches_from_offset(start):
+            marker = None
+            if header.is_control:
+                batch = segment.read_bytes(header.position, header.size)
+                marker = read_end_txn_marker(batch, dataclasses.replace(header, position=0))
+            self._apply_batch(segment, header, marker)
+
+    def _apply_batch(self, segment: LogSegment, header: BatchHeader, marker: EndTxnMarker | None) -> None:
+        aborted = self.producer_state.update(header, marker)
+        if aborted is not None and aborted.last_offset > segment.txn_index.last_offset:
+            segment.txn_index.append(aborted)
+
+    def append_control_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                              coordinator_epoch: int, leader_epoch: int) -> AppendInfo:
+        """Write a transaction's COMMIT or ABORT marker as leader (the transaction coordinator's
+        WriteTxnMarkers). Refused as Kafka's ProducerAppendInfo refuses it: INVALID_PRODUCER_EPOCH
+        for an epoch older than the producer's, TRANSACTION_COORDINATOR_FENCED for an older
+        coordinator epoch."""
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise KafkaApiError(ErrorCode.invalid_producer_epoch,
+                                f"producer {producer_id}: marker epoch {producer_epoch} < {entry.epoch}")
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaApiError(ErrorCode.transaction_coordinator_fenced,
+                                f"producer {producer_id}: coordinator epoch {coordinator_epoch} is fenced")
+        marker = EndTxnMarker(commit, coordinator_epoch)
+        batch = bytearray(build_end_txn_marker(producer_id, producer_epoch, marker, self.clock()))
+        return self.append(batch, [read_header(batch)], leader_epoch)
 
     def latest_epoch(self) -> int:
         """The leader epoch of the last batch (-1 for a log without epochs)."""
@@ -340,6 +387,33 @@ class PartitionLog:
     def epoch_for_offset(self, offset: int) -> int:
         """The leader epoch under which `offset` was written (-1 when unknown)."""
         return self.epoch_cache.epoch_for(offset)
+
+    # ------------------------------------------------------------------ transactions
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction not yet stable (None: every one is)."""
+        return self.producer_state.first_unstable_offset
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """min(HW, first unstable offset), as Kafka's UnifiedLog.lastStableOffset; transactions
+        whose markers are below the HW stop counting as unstable."""
+        self.producer_state.on_high_watermark(high_watermark)
+        first = self.first_unstable_offset
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the transactions aborted within [start_offset,
+        upper_bound_offset), what a read_committed fetch returns (Kafka's
+        collectAbortedTransactions): the `.txnindex` of the segment holding `start_offset` and of
+        later ones, until an entry's LSO reaches the upper bound."""
+        found: list[tuple[int, int]] = []
+        for segment in self.segments[self._segment_for(start_offset) :]:
+            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found.extend((txn.producer_id, txn.first_offset) for txn in entries)
+            if complete:
+                break
+        return found
 
     # ------------------------------------------------------------------ reads
 

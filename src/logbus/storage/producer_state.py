@@ -8,13 +8,21 @@ A batch from producer (id, epoch) with sequence numbers [first, last] is:
 - otherwise out of order (OUT_OF_ORDER_SEQUENCE_NUMBER), or fenced when its epoch is older
   than the one seen (INVALID_PRODUCER_EPOCH).
 
+Transactions (Kafka's ProducerStateManager): a transactional batch from a producer with no open
+transaction here opens one at its base offset; that producer's COMMIT or ABORT marker (a control
+batch) closes it. Open transactions are kept by first offset, so the first unstable offset is the
+first of them, or of a closed one whose marker the high watermark has not passed yet. An ABORT
+that closes a transaction yields the entry for the segment's `.txnindex`.
+
 The state is snapshotted to `<offset>.snapshot` (JSON) on clean shutdown and segment roll (the
 roll's snapshot is written by a worker thread: see storage/jobs.py), and rebuilt after that
-offset from the batch headers in the log on start.
+offset from the batches in the log on start. A snapshot keeps each producer's open transaction
+and coordinator epoch (absent from snapshots written before transactions: none open).
 """
 
 from __future__ import annotations
 
+import bisect
 import glob
 import json
 import os
@@ -22,8 +30,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..protocol.records import NO_PRODUCER_ID, BatchHeader
+from ..protocol.records import NO_PRODUCER_ID, BatchHeader, EndTxnMarker
 from .files import replace_file
+from .index import AbortedTxn
 
 CACHED_BATCHES = 5
 SEQUENCE_WRAP = 1 << 31
@@ -50,12 +59,37 @@ class ProducerEntry:
     epoch: int
     batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp: int = -1
+    txn_first_offset: int | None = None  # Kafka's currentTxnFirstOffset
+    coordinator_epoch: int = -1
 
 
 class ProducerStateManager:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}  # first offset -> producer id, in offset order (appends are)
+        self.unreplicated: list[tuple[int, int]] = []  # (first, marker offset) of closed txns, sorted
+
+    def reset(self) -> None:
+        """Forget every producer and transaction."""
+        self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = []
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction open, or closed by a marker the high
+        watermark has not passed (Kafka's firstUnstableOffset); None when there is none."""
+        firsts = []
+        if self.ongoing:
+            firsts.append(next(iter(self.ongoing)))
+        if self.unreplicated:
+            firsts.append(self.unreplicated[0][0])
+        return min(firsts, default=None)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Closed transactions whose markers are below the high watermark are stable now."""
+        self.unreplicated = [txn for txn in self.unreplicated if txn[1] >= high_watermark]
 
     def check(self, header: BatchHeader) -> tuple[SequenceCheck, CachedBatch | None]:
         """Classify an incoming batch; for duplicates, also the batch it repeats."""
@@ -64,6 +98,8 @@ class ProducerStateManager:
             return SequenceCheck.OK, None
         if header.producer_epoch < entry.epoch:
             return SequenceCheck.FENCED, None
+        if header.is_control:
+            return SequenceCheck.OK, None  # markers carry no sequence (Kafka's appendEndTxnMarker)
         if header.producer_epoch > entry.epoch:
             ok = header.base_sequence == 0
             return (SequenceCheck.OK if ok else SequenceCheck.OUT_OF_ORDER), None
@@ -76,21 +112,52 @@ class ProducerStateManager:
         ok = header.base_sequence == expected
         return (SequenceCheck.OK if ok else SequenceCheck.OUT_OF_ORDER), None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record a batch now in the log (headers carry their assigned offsets)."""
+    def update(self, header: BatchHeader, marker: EndTxnMarker | None = None) -> AbortedTxn | None:
+        """Record a batch now in the log (headers carry their assigned offsets); `marker` is what
+        a control batch says. Returns the `.txnindex` entry when the batch aborts a transaction."""
         if header.producer_id == NO_PRODUCER_ID:
-            return
+            return None
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_epoch)
-            self.producers[header.producer_id] = entry
+            entry = self._new_epoch(header.producer_id, header.producer_epoch, entry)
+        entry.last_timestamp = header.max_timestamp
+        if header.is_control:
+            return None if marker is None else self._end_txn(header, entry, marker)
         entry.batches.append(
             CachedBatch(
                 header.base_sequence, header.last_sequence, header.base_offset,
                 header.last_offset, header.max_timestamp,
             )
         )
-        entry.last_timestamp = header.max_timestamp
+        if header.is_transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = header.base_offset
+            self.ongoing[header.base_offset] = header.producer_id
+        return None
+
+    def _new_epoch(self, producer_id: int, epoch: int, previous: ProducerEntry | None) -> ProducerEntry:
+        """A producer's entry for a new epoch: no batches, but its open transaction and coordinator
+        epoch carry over (a coordinator may bump the epoch to abort the transaction)."""
+        entry = ProducerEntry(epoch)
+        if previous is not None:
+            entry.txn_first_offset = previous.txn_first_offset
+            entry.coordinator_epoch = previous.coordinator_epoch
+        self.producers[producer_id] = entry
+        return entry
+
+    def _end_txn(self, header: BatchHeader, entry: ProducerEntry, marker: EndTxnMarker) -> AbortedTxn | None:
+        """Close the producer's transaction at its marker; an abort's entry carries the LSO now,
+        the first offset of the earliest other open transaction (Kafka's lastStableOffset)."""
+        entry.coordinator_epoch = marker.coordinator_epoch
+        first = entry.txn_first_offset
+        if first is None:
+            return None  # an empty transaction: nothing to make stable or to skip
+        entry.txn_first_offset = None
+        del self.ongoing[first]
+        bisect.insort(self.unreplicated, (first, header.base_offset))
+        if marker.commit:
+            return None
+        stable = next(iter(self.ongoing), header.base_offset + 1)
+        return AbortedTxn(header.producer_id, first, header.base_offset, stable)
 
     def forget_after(self, offset: int) -> None:
         """Drop cached batches at or past `offset` (the log was truncated there)."""
@@ -108,8 +175,10 @@ class ProducerStateManager:
                 os.unlink(self._snapshot_path(snapshot))
 
     def expire(self, now_ms: int, expiration_ms: int) -> None:
-        """Forget producers whose last batch is older than `expiration_ms` (by its timestamp, as Kafka)."""
-        for pid in [p for p, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]:
+        """Forget producers whose last batch is older than `expiration_ms` (by its timestamp, as Kafka),
+        unless their transaction is open."""
+        for pid in [p for p, e in self.producers.items()
+                    if e.txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms]:
             del self.producers[pid]
 
     # ------------------------------------------------------------------ snapshots
@@ -130,6 +199,8 @@ class ProducerStateManager:
                     [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp]
                     for b in entry.batches
                 ],
+                "txn_first_offset": entry.txn_first_offset,
+                "coordinator_epoch": entry.coordinator_epoch,
             }
             for pid, entry in self.producers.items()
         }
@@ -146,10 +217,13 @@ class ProducerStateManager:
         names = glob.glob(os.path.join(self.directory, "*.snapshot"))
         return sorted(int(os.path.basename(name).split(".")[0]) for name in names)
 
-    def load_snapshot(self, log_end_offset: int) -> int:
-        """Load the newest snapshot not past the log end; returns the offset it covers to."""
+    def load_snapshot(self, upto: int) -> int:
+        """Replace the state with the newest snapshot at or before `upto` (the log end, or where
+        recovery must replay from), deleting later ones; returns the offset it covers to (0, and
+        an empty state, without one)."""
+        self.reset()
         for offset in reversed(self._snapshot_offsets()):
-            if offset > log_end_offset:
+            if offset > upto:
                 os.unlink(self._snapshot_path(offset))
                 continue
             try:
@@ -157,10 +231,18 @@ class ProducerStateManager:
                     state = json.load(handle)
             except (OSError, ValueError):
                 continue
-            self.producers = {}
-            for pid, raw in state.items():
-                entry = ProducerEntry(raw["epoch"], last_timestamp=raw["last_timestamp"])
-                entry.batches.extend(CachedBatch(*b) for b in raw["batches"])
-                self.producers[int(pid)] = entry
+            self._restore(state)
             return offset
         return 0
+
+    def _restore(self, state: dict[str, dict]) -> None:
+        """The state a snapshot holds (`snapshot_state`'s form, or the form before transactions)."""
+        for pid, raw in state.items():
+            entry = ProducerEntry(
+                raw["epoch"], last_timestamp=raw["last_timestamp"],
+                txn_first_offset=raw.get("txn_first_offset"), coordinator_epoch=raw.get("coordinator_epoch", -1),
+            )
+            entry.batches.extend(CachedBatch(*b) for b in raw["batches"])
+            self.producers[int(pid)] = entry
+        opened = {e.txn_first_offset: pid for pid, e in self.producers.items() if e.txn_first_offset is not None}
+        self.ongoing = dict(sorted(opened.items()))

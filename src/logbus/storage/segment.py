@@ -1,4 +1,5 @@
-"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`.
+"""One log segment: `<base offset>.log` with its `.index`, `.timeindex` and, once a transaction
+is aborted in it, `.txnindex`.
 
 The `.log` file holds record batches exactly as produced (base offset and leader epoch
 patched). Appends are one `os.write` of a whole produce blob; reads are a byte range that the
@@ -32,7 +33,7 @@ from ..protocol.records import (
     read_header,
     whole_batches_length,
 )
-from .index import OffsetIndex, TimeIndex
+from .index import OffsetIndex, TimeIndex, TransactionIndex
 
 SCAN_CHUNK = 1 << 20
 MAX_RELATIVE_OFFSET = (1 << 31) - 1  # what an index entry's relative offset may hold (Kafka: an int)
@@ -151,6 +152,7 @@ class LogSegment:
         self.size = os.fstat(self._open_fd).st_size
         self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset)
         self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset)
+        self.txn_index = TransactionIndex(stem + ".txnindex" + suffix)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.clock: Callable[[], int] = _wall_clock_ms  # the log's clock, once it owns the segment
@@ -252,6 +254,7 @@ class LogSegment:
         os.fsync(self._open_fd)  # type: ignore[arg-type]
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
 
     def truncate_to(self, position: int) -> None:
         """Cut the log at a batch boundary and drop index entries beyond it."""
@@ -261,8 +264,9 @@ class LogSegment:
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop the batch holding `offset` and everything after it (Kafka's LogSegment.truncateTo):
-        the file, both indexes, and the next offset and timestamps, which are read back from what is
+        the file, the indexes, and the next offset and timestamps, which are read back from what is
         left (the tail after the last index entry; the whole segment when no index entry is left)."""
+        self.txn_index.truncate_to(offset)
         header = self.find_position(offset)
         if header is None:
             return
@@ -468,10 +472,12 @@ class LogSegment:
         return self.clock() - self.created_ms > segment_ms
 
     def rename_suffix(self, suffix: str) -> None:
-        """Rename the three files to carry `suffix` instead (indexes first, the log last)."""
+        """Rename the files to carry `suffix` instead (indexes first, the log last: a `.log.swap`
+        left by a crash means the swap is unfinished, see loader.py)."""
         stem = os.path.join(self.directory, segment_name(self.base_offset))
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.rename(stem + ".txnindex" + suffix)
         self.offset_index.rename(stem + ".index" + suffix)
         self.time_index.rename(stem + ".timeindex" + suffix)
         os.rename(self.path, stem + ".log" + suffix)
@@ -493,12 +499,13 @@ class LogSegment:
         """
         self.rename_suffix(".deleted")
         self.close()
-        return [self.offset_index.path, self.time_index.path, self.path]
+        return [self.offset_index.path, self.time_index.path, self.txn_index.path, self.path]
 
     def delete(self) -> None:
         self.close()
         os.unlink(self.offset_index.path)
         os.unlink(self.time_index.path)
+        self.txn_index.delete()
         os.unlink(self.path)
 
 
