@@ -28,10 +28,12 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from ..config import BrokerConfig
 from .elections import elect_leader, elect_preferred, elect_unclean
-from .metadata import PartitionState, StalePartitionStateError, TopicMetadata
+from .metadata import PartitionState, TopicMetadata
 from .zookeeper import ZooKeeperMetadataStore, _json, encode_assignment, topic_path
 
 log = logging.getLogger(__name__)
+
+StateChange = tuple[str, int, PartitionState, PartitionState]  # topic, index, old, new
 
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 REASSIGN = "/admin/reassign_partitions"
@@ -172,13 +174,15 @@ class Controller:
     async def _fix_partitions(self) -> None:
         live = self._live()
         serving = live - self.store.shutting_down_brokers()
+        changes: list[StateChange] = []
         for name, topic in list(self.store.topics().items()):
             for index, state in enumerate(topic.partitions):
                 new_state = self._decide(state, live, serving, self._unclean(topic))
                 if new_state is None:
                     new_state = self._progress_reassignment(state)
                 if new_state is not None:
-                    await self._write_state(name, index, state, new_state)
+                    changes.append((name, index, state, new_state))
+        await self._write_states(changes)
 
     @staticmethod
     def _decide(state: PartitionState, live: set[int], serving: set[int], unclean: bool) -> PartitionState | None:
@@ -195,15 +199,19 @@ class Controller:
                            partition_epoch=state.partition_epoch + 1)
         return None
 
-    async def _write_state(self, name: str, index: int, old: PartitionState, new: PartitionState) -> None:
-        try:
-            await asyncio.to_thread(self.store._write_state, name, index, new, old.partition_epoch,
-                                    self._epoch_version)
-            if new.leader != old.leader:
+    async def _write_states(self, changes: list[StateChange]) -> None:
+        """Write a pass's partition states all at once (ZooKeeper commits them together: one at a
+        time, a broker leaving 60 partitions took 3.5 s to be out of every ISR)."""
+        if not changes:
+            return
+        written = await self.store.write_states_as_controller(
+            [(name, index, new, old.partition_epoch) for name, index, old, new in changes], self._epoch_version)
+        for (name, index, old, new), ok in zip(changes, written, strict=True):
+            if not ok:
+                self._dirty = True  # decided from an old state: decide again from the new one
+            elif new.leader != old.leader:
                 log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", name, index, old.leader, new.leader,
                          new.leader_epoch, new.isr)
-        except StalePartitionStateError:
-            self._dirty = True  # decided from an old state: decide again from the new one
 
     # ------------------------------------------------------------------ deletions
 
@@ -242,7 +250,7 @@ class Controller:
                 continue
             decided = elect_unclean(state, live) if request.get("unclean") else elect_preferred(state, live)
             if isinstance(decided, PartitionState):
-                await self._write_state(name, index, state, decided)
+                await self._write_states([(name, index, state, decided)])
 
     async def _start_reassignment(self, name: str, index: int, target: list[int] | None) -> None:
         topic = self.store.topics().get(name)
@@ -334,7 +342,7 @@ class Controller:
             for name, index, state in elsewhere:
                 decided = elect_preferred(state, live)
                 if isinstance(decided, PartitionState):
-                    await self._write_state(name, index, state, decided)
+                    await self._write_states([(name, index, state, decided)])
 
 
 def _tree(client: Any, path: str) -> list[str]:

@@ -136,6 +136,8 @@ class ReplicaManager:
                 self._stop_hosting(topic.name, index)
                 continue
             existing = self.partitions.get((topic.name, index))
+            if existing is not None and existing.state == state and existing.log.config == config:
+                continue  # another partition of the topic changed
             if existing is not None:
                 existing.log.config = config
                 led = existing.is_leader
