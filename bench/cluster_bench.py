@@ -13,13 +13,23 @@ One real ZooKeeper and three brokers on loopback; rdkafka_performance (built by
   time the same, counting failed sends (target <= 1 s, none failed);
 - two brokers against one: the same produce load into 2 partitions led by one broker, or by
   two (does a cluster on a 2-core machine use both cores?).
+
+Every produce run starts after `sync` and its topic is deleted (files gone) before the next, so
+each run writes into page cache that earlier runs gave back, as a broker at steady state under
+retention does. On the Firecracker VM this was measured on, writing into page cache the guest
+has not recently used costs ~3.5 ms of system time per MB (1.2 GB into fresh pages: 4-5 s of
+system time; into recycled pages: 0.5 s), which without the deletion charged each later run for
+all the data written before it, and RF3 three times over. Each produce row also records the CPU
+seconds (user, system) of every broker and of the client.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -61,17 +71,55 @@ def leader_of(cluster: Cluster, topic: str) -> int:
     return found.topics[topic].partitions[0].leader
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far, from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def measured_produce(cluster: Cluster, topic: str, size: int, count: int, acks: str) -> dict[str, Any]:
+    """One produce run into `topic` (then deleted): records/s and everyone's CPU seconds."""
+    os.sync()
+    pids = {f"broker {b}": p.process.pid for b, p in cluster.brokers.items() if p.running}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rate = kafka_load.produce(TOOL, cluster.bootstrap, topic, size, count, acks, 600)["records_s"]
+    client = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {name: [round(a - b, 2) for a, b in zip(cpu_seconds(pid), before[name], strict=True)]
+           for name, pid in pids.items()}
+    cpu["client"] = [round(client.ru_utime - client_before.ru_utime, 2),
+                     round(client.ru_stime - client_before.ru_stime, 2)]
+    drop(cluster, topic)
+    return {"records_s": rate, "cpu_user_system_s": cpu}
+
+
+def drop(cluster: Cluster, topic: str) -> None:
+    """Delete `topic` and wait until no broker has its files any more."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})  # alive until the answer
+    admin.delete_topics([topic])[topic].result(30)
+    pattern = os.path.join(cluster.workdir, "broker-*", "data", f"{topic}-*")
+    deadline = time.monotonic() + 30
+    while glob.glob(pattern):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic} still on disk: {glob.glob(pattern)}")
+        time.sleep(0.1)
+
+
 def produce_ratio(cluster: Cluster, reps: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for size, count in COUNTS.items():
-        rf1, rf3 = [], []
+        rf1, rf3, runs = [], [], []
         for rep in range(reps):
             for replicas, acks, into in ((1, "1", rf1), (3, "all", rf3)):
                 topic = f"p{size}-rf{replicas}-{rep}"
                 create(cluster, topic, 1, replicas)
-                into.append(kafka_load.produce(TOOL, cluster.bootstrap, topic, size, count, acks, 600)["records_s"])
+                run = measured_produce(cluster, topic, size, count, acks)
+                into.append(run["records_s"])
+                runs.append({"replicas": replicas, "acks": acks, **run})
         results[f"{size} B"] = {"rf1_acks1": statistics.median(rf1), "rf3_acks_all": statistics.median(rf3),
-                                "ratio": statistics.median(rf3) / statistics.median(rf1), "runs": [rf1, rf3]}
+                                "ratio": statistics.median(rf3) / statistics.median(rf1), "runs": runs}
         print(f"produce {size} B: RF1 acks=1 {statistics.median(rf1):,.0f}/s, RF3 acks=all "
               f"{statistics.median(rf3):,.0f}/s, ratio {results[f'{size} B']['ratio']:.2f}", flush=True)
     return results
@@ -153,7 +201,7 @@ def two_brokers(cluster: Cluster, reps: int) -> dict[str, Any]:
         for assignments, into in (([[1], [1]], one), ([[1], [2]], two)):
             topic = f"cores-{len({a[0] for a in assignments})}-{rep}"
             create(cluster, topic, 2, 1, assignments)
-            into.append(kafka_load.produce(TOOL, cluster.bootstrap, topic, 100, COUNTS[100], "1", 600)["records_s"])
+            into.append(measured_produce(cluster, topic, 100, COUNTS[100], "1")["records_s"])
     print(f"2 partitions on one broker {statistics.median(one):,.0f}/s, on two brokers {statistics.median(two):,.0f}/s "
           f"({statistics.median(two) / statistics.median(one):.2f}x)", flush=True)
     return {"one_broker": statistics.median(one), "two_brokers": statistics.median(two),
