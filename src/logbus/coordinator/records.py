@@ -28,10 +28,10 @@ OFFSET_VALUE_VERSION = 3
 OFFSET_VALUE_WITH_EXPIRY_VERSION = 1
 GROUP_VALUE_VERSION = 3
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+I8 = struct.Struct(">b")
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
 _INT_MIN = -(1 << 31)
 
 
@@ -106,47 +106,47 @@ class GroupValue:
 
 def _string(text: str | None) -> bytes:
     if text is None:
-        return _I16.pack(-1)
+        return I16.pack(-1)
     data = text.encode("utf-8")
-    return _I16.pack(len(data)) + data
+    return I16.pack(len(data)) + data
 
 
 def _bytes(data: bytes) -> bytes:
-    return _I32.pack(len(data)) + data
+    return I32.pack(len(data)) + data
 
 
 def encode_offset_key(key: OffsetKey) -> bytes:
-    return _I16.pack(OFFSET_KEY_VERSION) + _string(key.group) + _string(key.topic) + _I32.pack(key.partition)
+    return I16.pack(OFFSET_KEY_VERSION) + _string(key.group) + _string(key.topic) + I32.pack(key.partition)
 
 
 def encode_group_key(key: GroupKey) -> bytes:
-    return _I16.pack(GROUP_KEY_VERSION) + _string(key.group)
+    return I16.pack(GROUP_KEY_VERSION) + _string(key.group)
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
     """v3, or v1 when the commit carried an expire timestamp (as Kafka chooses)."""
     if value.expire_timestamp >= 0:
         return (
-            _I16.pack(OFFSET_VALUE_WITH_EXPIRY_VERSION) + _I64.pack(value.offset) + _string(value.metadata)
-            + _I64.pack(value.commit_timestamp) + _I64.pack(value.expire_timestamp)
+            I16.pack(OFFSET_VALUE_WITH_EXPIRY_VERSION) + I64.pack(value.offset) + _string(value.metadata)
+            + I64.pack(value.commit_timestamp) + I64.pack(value.expire_timestamp)
         )
     return (
-        _I16.pack(OFFSET_VALUE_VERSION) + _I64.pack(value.offset) + _I32.pack(value.leader_epoch)
-        + _string(value.metadata) + _I64.pack(value.commit_timestamp)
+        I16.pack(OFFSET_VALUE_VERSION) + I64.pack(value.offset) + I32.pack(value.leader_epoch)
+        + _string(value.metadata) + I64.pack(value.commit_timestamp)
     )
 
 
 def encode_group_value(value: GroupValue) -> bytes:
     parts = [
-        _I16.pack(GROUP_VALUE_VERSION), _string(value.protocol_type), _I32.pack(value.generation),
-        _string(value.protocol), _string(value.leader), _I64.pack(value.state_timestamp),
-        _I32.pack(len(value.members)),
+        I16.pack(GROUP_VALUE_VERSION), _string(value.protocol_type), I32.pack(value.generation),
+        _string(value.protocol), _string(value.leader), I64.pack(value.state_timestamp),
+        I32.pack(len(value.members)),
     ]
     for member in value.members:
         parts += [
             _string(member.member_id), _string(member.group_instance_id), _string(member.client_id),
-            _string(member.client_host), _I32.pack(member.rebalance_timeout_ms),
-            _I32.pack(member.session_timeout_ms), _bytes(member.subscription), _bytes(member.assignment),
+            _string(member.client_host), I32.pack(member.rebalance_timeout_ms),
+            I32.pack(member.session_timeout_ms), _bytes(member.subscription), _bytes(member.assignment),
         ]
     return b"".join(parts)
 
@@ -170,16 +170,16 @@ class RecordReader:
         return value
 
     def i8(self) -> int:
-        return self._unpack(_I8)
+        return self._unpack(I8)
 
     def i16(self) -> int:
-        return self._unpack(_I16)
+        return self._unpack(I16)
 
     def i32(self) -> int:
-        return self._unpack(_I32)
+        return self._unpack(I32)
 
     def i64(self) -> int:
-        return self._unpack(_I64)
+        return self._unpack(I64)
 
     def take(self, length: int) -> bytes:
         if self.position + length > len(self.data):

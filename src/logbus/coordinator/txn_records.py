@@ -18,14 +18,11 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from .records import RecordFormatError, RecordReader
+from ..protocol.frames import MalformedRequestError, read_uvarint
+from .records import I8, I16, I32, I64, RecordFormatError, RecordReader
 
 KEY_VERSION = 0
 FLEXIBLE_VALUE_VERSION = 1
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _TAG_PREVIOUS_PRODUCER_ID, _TAG_NEXT_PRODUCER_ID, _TAG_CLIENT_VERSION = 0, 1, 2
 
 
@@ -61,7 +58,7 @@ class TxnValue:
 
 def encode_key(transactional_id: str) -> bytes:
     data = transactional_id.encode("utf-8")
-    return _I16.pack(KEY_VERSION) + _I16.pack(len(data)) + data
+    return I16.pack(KEY_VERSION) + I16.pack(len(data)) + data
 
 
 def encode_value(value: TxnValue, version: int) -> bytes:
@@ -74,33 +71,33 @@ def encode_value(value: TxnValue, version: int) -> bytes:
 
 
 def _fixed_head(value: TxnValue) -> bytes:
-    return _I64.pack(value.producer_id) + _I16.pack(value.producer_epoch) + _I32.pack(value.timeout_ms) \
-        + _I8.pack(value.status)
+    return I64.pack(value.producer_id) + I16.pack(value.producer_epoch) + I32.pack(value.timeout_ms) \
+        + I8.pack(value.status)
 
 
 def _fixed_tail(value: TxnValue) -> bytes:
-    return _I64.pack(value.last_update_ms) + _I64.pack(value.start_ms)
+    return I64.pack(value.last_update_ms) + I64.pack(value.start_ms)
 
 
 def _encode_v0(value: TxnValue) -> bytes:
-    parts = [_I16.pack(0), _fixed_head(value), _I32.pack(len(value.partitions))]
+    parts = [I16.pack(0), _fixed_head(value), I32.pack(len(value.partitions))]
     for topic, ids in value.partitions:
         name = topic.encode("utf-8")
-        parts += [_I16.pack(len(name)), name, _I32.pack(len(ids)), *(_I32.pack(i) for i in ids)]
+        parts += [I16.pack(len(name)), name, I32.pack(len(ids)), *(I32.pack(i) for i in ids)]
     parts.append(_fixed_tail(value))
     return b"".join(parts)
 
 
 def _encode_v1(value: TxnValue) -> bytes:
-    parts = [_I16.pack(FLEXIBLE_VALUE_VERSION), _fixed_head(value), _uvarint(len(value.partitions) + 1)]
+    parts = [I16.pack(FLEXIBLE_VALUE_VERSION), _fixed_head(value), _uvarint(len(value.partitions) + 1)]
     for topic, ids in value.partitions:
         name = topic.encode("utf-8")
-        parts += [_uvarint(len(name) + 1), name, _uvarint(len(ids) + 1), *(_I32.pack(i) for i in ids), _uvarint(0)]
+        parts += [_uvarint(len(name) + 1), name, _uvarint(len(ids) + 1), *(I32.pack(i) for i in ids), _uvarint(0)]
     parts.append(_fixed_tail(value))
     tags = [(tag, data) for tag, data, default in (
-        (_TAG_PREVIOUS_PRODUCER_ID, _I64.pack(value.previous_producer_id), value.previous_producer_id == -1),
-        (_TAG_NEXT_PRODUCER_ID, _I64.pack(value.next_producer_id), value.next_producer_id == -1),
-        (_TAG_CLIENT_VERSION, _I16.pack(value.client_version), value.client_version == 0),
+        (_TAG_PREVIOUS_PRODUCER_ID, I64.pack(value.previous_producer_id), value.previous_producer_id == -1),
+        (_TAG_NEXT_PRODUCER_ID, I64.pack(value.next_producer_id), value.next_producer_id == -1),
+        (_TAG_CLIENT_VERSION, I16.pack(value.client_version), value.client_version == 0),
     ) if not default]
     parts.append(_uvarint(len(tags)))
     for tag, data in tags:
@@ -124,15 +121,11 @@ class _FlexibleReader(RecordReader):
     """The compact (varint-length) fields and tagged sections of flexible versions."""
 
     def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint longer than 5 bytes")
+        try:
+            value, self.position = read_uvarint(self.data, self.position)
+        except MalformedRequestError as exc:
+            raise RecordFormatError(str(exc)) from None
+        return value
 
     def compact_length(self) -> int:
         """A compact string's or array's length; -1 for null."""
@@ -177,9 +170,9 @@ def decode_value(data: bytes) -> TxnValue:
     tags = reader.tagged_fields()
     return dataclasses.replace(
         value,
-        previous_producer_id=_tagged(tags, _TAG_PREVIOUS_PRODUCER_ID, _I64, -1),
-        next_producer_id=_tagged(tags, _TAG_NEXT_PRODUCER_ID, _I64, -1),
-        client_version=_tagged(tags, _TAG_CLIENT_VERSION, _I16, 0),
+        previous_producer_id=_tagged(tags, _TAG_PREVIOUS_PRODUCER_ID, I64, -1),
+        next_producer_id=_tagged(tags, _TAG_NEXT_PRODUCER_ID, I64, -1),
+        client_version=_tagged(tags, _TAG_CLIENT_VERSION, I16, 0),
     )
 
 
