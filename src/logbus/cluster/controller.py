@@ -172,8 +172,7 @@ class Controller:
         return self.unclean_default if value is None else value.strip().lower() == "true"
 
     async def _fix_partitions(self) -> None:
-        live = self._live()
-        serving = live - self.store.shutting_down_brokers()
+        live, serving = self._live(), self._serving()
         changes: list[StateChange] = []
         for name, topic in list(self.store.topics().items()):
             for index, state in enumerate(topic.partitions):
@@ -243,6 +242,7 @@ class Controller:
 
     async def _run_elections(self, request: dict[str, Any]) -> None:
         live = self._serving()
+        changes: list[StateChange] = []
         for item in request.get("partitions", []):
             name, index = item["topic"], int(item["partition"])
             state = self.store.partition_state(name, index)
@@ -250,7 +250,8 @@ class Controller:
                 continue
             decided = elect_unclean(state, live) if request.get("unclean") else elect_preferred(state, live)
             if isinstance(decided, PartitionState):
-                await self._write_states([(name, index, state, decided)])
+                changes.append((name, index, state, decided))
+        await self._write_states(changes)
 
     async def _start_reassignment(self, name: str, index: int, target: list[int] | None) -> None:
         topic = self.store.topics().get(name)
@@ -330,6 +331,7 @@ class Controller:
         """Kafka's auto leader rebalance: per broker, when more than leader.imbalance.per.broker.percentage
         of the partitions it prefers are led elsewhere, elect it where it is in the ISR."""
         live = self._serving()
+        changes: list[StateChange] = []
         preferred_of: dict[int, list[tuple[str, int, PartitionState]]] = {}
         for name, topic in self.store.topics().items():
             for index, state in enumerate(topic.partitions):
@@ -342,7 +344,8 @@ class Controller:
             for name, index, state in elsewhere:
                 decided = elect_preferred(state, live)
                 if isinstance(decided, PartitionState):
-                    await self._write_states([(name, index, state, decided)])
+                    changes.append((name, index, state, decided))
+        await self._write_states(changes)
 
 
 def _tree(client: Any, path: str) -> list[str]:

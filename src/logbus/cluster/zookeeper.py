@@ -89,6 +89,13 @@ def encode_state(state: PartitionState, controller_epoch: int) -> bytes:
                   "leader_epoch": state.leader_epoch, "isr": state.isr})
 
 
+def decode_state(raw: bytes) -> tuple[int, int, list[int]]:
+    """(leader, leader epoch, ISR) of a partition-state znode (ValueError/KeyError/TypeError
+    when it is not one)."""
+    state = json.loads(raw)
+    return int(state["leader"]), int(state["leader_epoch"]), [int(b) for b in state["isr"]]
+
+
 def encode_assignment(topic_id: str, partitions: list[PartitionState]) -> bytes:
     return _json({
         "version": 3, "topic_id": topic_id,
@@ -261,9 +268,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             except NoNodeError:
                 return None  # not fully created yet (or being deleted): not in the view
             self._watch_state(name, index)
-            state = json.loads(raw)
+            leader, leader_epoch, isr = decode_state(raw)
             partitions.append(PartitionState(
-                state["leader"], state["leader_epoch"], list(replicas), list(state["isr"]), stat.version,
+                leader, leader_epoch, list(replicas), isr, stat.version,
                 list(adding.get(str(index), [])), list(removing.get(str(index), [])),
             ))
         configs: dict[str, str] = {}
@@ -300,14 +307,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         if version <= old.partition_epoch:
             return
         try:
-            state = json.loads(raw)
-            new = replace(old, leader=int(state["leader"]), leader_epoch=int(state["leader_epoch"]),
-                          isr=[int(b) for b in state["isr"]], partition_epoch=version)
+            leader, leader_epoch, isr = decode_state(raw)
         except (ValueError, KeyError, TypeError):
             log.warning("%s-%d: unreadable partition state %r", name, index, raw[:200])
             return
         partitions = list(current.partitions)
-        partitions[index] = new
+        partitions[index] = replace(old, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=version)
         self._apply_topic(name, replace(current, partitions=partitions))
 
     def _apply_topic(self, name: str, metadata: TopicMetadata | None) -> None:

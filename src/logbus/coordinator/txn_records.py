@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import io
 import struct
 from dataclasses import dataclass
+
+from kio.serial.writers import write_unsigned_varint
 
 from ..protocol.frames import MalformedRequestError, read_uvarint
 from .records import I8, I16, I32, I64, RecordFormatError, RecordReader
@@ -106,12 +109,9 @@ def _encode_v1(value: TxnValue) -> bytes:
 
 
 def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    buffer = io.BytesIO()
+    write_unsigned_varint(buffer, value)
+    return buffer.getvalue()
 
 
 # ---------------------------------------------------------------- decoding

@@ -29,6 +29,8 @@ import threading
 from array import array
 from dataclasses import dataclass
 
+from .files import fsync_path
+
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -344,11 +346,7 @@ class TransactionIndex:
 
     def fsync(self) -> None:
         if self.entries:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.path)
 
     def exists(self) -> bool:
         return os.path.exists(self.path)
