@@ -72,7 +72,7 @@ class GroupCoordinator:
         )
         self.offsets = Offsets(
             clock, self.groups, retention_ms=config.retention_ms, retention_check_ms=config.retention_check_ms,
-            coordinator_error=self.coordinator_error, partition_for=self.partition_for, append=store.append,
+            coordinator_error=self.coordinator_error, partition_for=self.partition_for, append=store.write,
             reset_session=self.membership.reset_session, cancel_timers=self.membership.cancel_timers,
             spawn=self._spawn,
         )
@@ -120,7 +120,7 @@ class GroupCoordinator:
         return frozenset(self._tasks)
 
     async def _store_group(self, group: ClassicGroup) -> None:
-        await self.store.append(self.partition_for(group.group_id), [(GroupKey(group.group_id), group.to_record())])
+        await self.store.write(self.partition_for(group.group_id), [(GroupKey(group.group_id), group.to_record())])
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
