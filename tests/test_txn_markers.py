@@ -8,14 +8,19 @@ alone, and three in a real ZooKeeper cluster).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 from test_storage_unit import make_config
 
+from logbus.broker.broker import Broker
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from logbus.cluster.txn_markers import write_marker
+from logbus.config import BrokerConfig
 from logbus.errors import KafkaApiError
 from logbus.protocol.records import read_end_txn_marker, read_header
 from logbus.storage.log import PartitionLog
@@ -82,5 +87,60 @@ def test_markers_are_refused_by_followers_below_min_isr_and_for_fenced_epochs(tm
             leader.append_control_marker(7, 0, False, 5)
         assert old.value.code == ErrorCode.invalid_producer_epoch
         assert [p.log.log_end_offset for p in (follower, alone, leader)] == [0, 0, 1]
+
+    asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------------------- write_marker
+
+
+@contextlib.asynccontextmanager
+async def broker_in_process(data_dir: Path, broker_id: int = 0, **config: str) -> AsyncIterator[Broker]:
+    """A whole broker in this process and event loop (the embedded store unless `zookeeper.connect`)."""
+    broker = Broker(BrokerConfig({"group.initial.rebalance.delay.ms": "0", **config}), broker_id, "127.0.0.1", 0,
+                    str(data_dir))
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+def test_write_marker_answers_after_the_append_and_then_tells_the_listeners(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path) as broker:
+            await broker.metadata.create_topic("t", 1, 1, {"flush.messages": "1"})
+            partition = broker.replicas.get("t", 0)
+            seen: list[tuple[int, int, bool]] = []
+            broker.replicas.add_marker_listener(
+                lambda p, producer_id, commit: seen.append((p.log.log_end_offset, producer_id, commit)))
+
+            async def write(topic: str, epoch: int, coordinator_epoch: int, commit: bool) -> ErrorCode:
+                return await write_marker(broker.replicas, topic, 0, 7, epoch, commit, coordinator_epoch, 5.0)
+
+            assert await write("t", 0, 2, True) == ErrorCode.none
+            assert seen == [(1, 7, True)] and partition.high_watermark == 1
+            assert partition.log.recovery_point == 1, "flush.messages=1: fsynced before the answer"
+            assert await write("t", 0, 1, False) == ErrorCode.transaction_coordinator_fenced
+            assert await write("nowhere", 0, 2, False) == ErrorCode.unknown_topic_or_partition
+            assert seen == [(1, 7, True)], "a refused marker is not announced"
+
+            def broken(*_args: object) -> None:
+                raise RuntimeError("a listener's bug")
+
+            broker.replicas.add_marker_listener(broken)
+            assert await write("t", 0, 2, False) == ErrorCode.unknown_server_error
+            assert partition.log.log_end_offset == 2 and seen[-1] == (2, 7, False)
+
+    asyncio.run(scenario())
+
+
+def test_write_marker_is_refused_below_min_insync_replicas(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path) as broker:
+            await broker.metadata.create_topic("strict", 1, 1, {"min.insync.replicas": "2"})
+            code = await write_marker(broker.replicas, "strict", 0, 7, 0, True, 0, 5.0)
+            assert code == ErrorCode.not_enough_replicas
+            assert broker.replicas.get("strict", 0).log.log_end_offset == 0
 
     asyncio.run(scenario())
