@@ -26,18 +26,20 @@ from test_cluster import create, partition_state, replicas_identical, segment_di
 from test_storage_unit import make_config
 
 from logbus.broker.broker import Broker
+from logbus.cluster.broker_client import BrokerClient
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
 from logbus.cluster.txn_markers import write_marker
 from logbus.config import BrokerConfig
 from logbus.errors import KafkaApiError
+from logbus.protocol.codec import make, request_class
 from logbus.protocol.records import read_end_txn_marker, read_header
 from logbus.storage.log import PartitionLog
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 __all__ = ["zookeeper"]  # the module-scoped ZooKeeper fixture of test_cluster
 
-WRITE_TXN_MARKERS, FIND_COORDINATOR = 27, 10
+WRITE_TXN_MARKERS, FIND_COORDINATOR, API_VERSIONS, METADATA = 27, 10, 18, 3
 
 
 def open_partition(directory: Path, broker_id: int, state: PartitionState, **config: str) -> Partition:
@@ -271,3 +273,92 @@ def test_in_a_cluster_the_leader_answers_once_every_replica_has_the_marker(zooke
         assert replicas_identical(cluster, "rf3"), "every replica has the marker once it is answered"
         assert end_offset(cluster.bootstrap, "rf3") == 1
         assert other in partition_state(cluster, "rf3")[2]
+
+
+# ---------------------------------------------------------------------------- BrokerClient
+
+
+def api_versions_request() -> Any:
+    return make(request_class(API_VERSIONS, 3), client_software_name="logbus-test", client_software_version="1")
+
+
+def test_a_broker_client_pipelines_requests_and_reconnects_after_the_peer_closes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path) as broker:
+            await broker.metadata.create_topic("t", 3, 1, {})
+            client = BrokerClient(("127.0.0.1", broker.port), "logbus-test", 10.0)
+            metadata = make(request_class(METADATA, 12), topics=None, allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False)
+            versions = [client.request(API_VERSIONS, 3, api_versions_request()) for _ in range(20)]
+            answers = await asyncio.gather(*versions, client.request(METADATA, 12, metadata))
+            assert all(WRITE_TXN_MARKERS in {k.api_key for k in a.api_keys} for a in answers[:-1])
+            assert [t.name for t in answers[-1].topics] == ["t"]
+            broker.connections.close_all()
+            with contextlib.suppress(ConnectionError):  # sent before the client saw the close, or not
+                await client.request(API_VERSIONS, 3, api_versions_request())
+            assert (await client.request(API_VERSIONS, 3, api_versions_request())).error_code == ErrorCode.none
+            client.close()
+            with pytest.raises(ConnectionError):
+                await client.request(API_VERSIONS, 3, api_versions_request())
+
+    asyncio.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def hostile_peer(answer: bytes | None, received: asyncio.Event | None = None) -> AsyncIterator[tuple[str, int]]:
+    """A server that reads a request (then sets `received`), answers `answer` and closes (None: stays
+    silent), on a free port."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(int.from_bytes(await reader.readexactly(4), "big"))
+        if received is not None:
+            received.set()
+        if answer is None:
+            await reader.read()  # until the client closes
+        else:
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[:2]
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(("answer", "refusal"), [
+    ((2**31 - 1).to_bytes(4, "big"), "response frame of 2147483647 bytes"),  # refused before it is read
+    ((7).to_bytes(4, "big") + (1).to_bytes(4, "big") + b"\xff\xff\xff", "malformed ApiVersionsResponse"),
+    ((4).to_bytes(4, "big") + (99).to_bytes(4, "big"), "a response to no request"),
+    (b"\x00\x00", "connection closed"),  # the peer closes mid-frame
+], ids=["oversized", "malformed", "unexpected", "truncated"])
+def test_a_broker_client_drops_a_connection_that_answers_wrongly(answer: bytes, refusal: str) -> None:
+    async def scenario() -> None:
+        async with hostile_peer(answer) as address:
+            client = BrokerClient(address, "logbus-test", 10.0, max_response_bytes=1 << 20)
+            with pytest.raises(ConnectionError, match=refusal):
+                await client.request(API_VERSIONS, 3, api_versions_request())
+            client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_client_gives_up_on_a_silent_peer_after_its_timeout_or_when_closed() -> None:
+    async def scenario() -> None:
+        received = asyncio.Event()
+        async with hostile_peer(None, received) as address:
+            client = BrokerClient(address, "logbus-test", 0.2)
+            began = asyncio.get_running_loop().time()
+            with pytest.raises(TimeoutError):
+                await client.request(API_VERSIONS, 3, api_versions_request())
+            assert asyncio.get_running_loop().time() - began < 5
+            received.clear()
+            client.timeout = 30.0
+            waiting = asyncio.ensure_future(client.request(API_VERSIONS, 3, api_versions_request()))
+            await received.wait()
+            client.close()
+            with pytest.raises(ConnectionError, match="closed"):
+                await waiting
+
+    asyncio.run(scenario())
