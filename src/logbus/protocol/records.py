@@ -16,7 +16,7 @@ Layout of the header (big-endian):
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -553,6 +553,12 @@ def iter_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> It
 
 
 def _encode_varint(value: int) -> bytes:
+    if 0 <= value < _SMALL_VARINTS_COUNT:
+        return _SMALL_VARINTS[value]
+    return _compute_varint(value)
+
+
+def _compute_varint(value: int) -> bytes:
     zigzag = (value << 1) ^ (value >> 63)
     out = bytearray()
     while True:
@@ -565,10 +571,22 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
+_SMALL_VARINTS_COUNT = 1 << 14  # lengths and offset deltas of most records: looked up, not computed
+_SMALL_VARINTS = [_compute_varint(value) for value in range(_SMALL_VARINTS_COUNT)]
+_NULL_VARBYTES = _compute_varint(-1)
+
+
 def _encode_varbytes(data: bytes | None) -> bytes:
     if data is None:
-        return _encode_varint(-1)
+        return _NULL_VARBYTES
     return _encode_varint(len(data)) + data
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes:
+    if not headers:
+        return _SMALL_VARINTS[0]
+    encoded = [_encode_varbytes(name.encode()) + _encode_varbytes(value) for name, value in headers]
+    return _encode_varint(len(headers)) + b"".join(encoded)
 
 
 def build_batch(
@@ -580,15 +598,18 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = NO_SEQUENCE,
     attributes: int = 0,
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
 ) -> bytes:
-    """Encode (key, value) pairs as one uncompressed v2 batch, all at `timestamp_ms`.
+    """Encode (key, value) pairs as one uncompressed v2 batch, all at `timestamp_ms`; `headers`,
+    when given, holds each record's (name, value) headers.
 
-    For the broker's own writes (group metadata, offsets) and tools; clients bring their own.
+    For the broker's own writes (group metadata, offsets), tools, and the Spark sink's
+    transactional producer.
     """
     body = bytearray()
     for delta, (key, value) in enumerate(records):
-        record = b"\x00" + _encode_varint(0) + _encode_varint(delta)
-        record += _encode_varbytes(key) + _encode_varbytes(value) + _encode_varint(0)
+        record = b"\x00\x00" + _encode_varint(delta) + _encode_varbytes(key) + _encode_varbytes(value)
+        record += _encode_headers(headers[delta] if headers else None)
         body += _encode_varint(len(record)) + record
     count = len(records)
     batch = bytearray(HEADER_SIZE) + body
