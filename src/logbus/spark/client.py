@@ -28,6 +28,7 @@ METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46  # for `logbus reassign`, which shares this client
 VERSIONS = {METADATA: 12, LIST_OFFSETS: 7, FETCH: 12, ALTER_REASSIGNMENTS: 0, LIST_REASSIGNMENTS: 0}
 EARLIEST, LATEST = -2, -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 CLIENT_ID = "logbus-spark"
 _SIZE = struct.Struct(">i")
 
@@ -44,6 +45,7 @@ class PartitionFetch:
     high_watermark: int
     log_start_offset: int
     records: bytes
+    aborted: tuple[tuple[int, int], ...] = ()  # read_committed: (producer id, first offset) of aborted transactions
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -212,10 +214,13 @@ class Client:
 
     # ---------------------------------------------------------------- offsets
 
-    def list_offsets(self, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    def list_offsets(self, wanted: dict[tuple[str, int], int],
+                     isolation_level: int = READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
         """Offset per partition for a timestamp (or EARLIEST / LATEST); -1 when none.
 
-        For a timestamp that is the first offset whose record timestamp is at or after it.
+        For a timestamp that is the first offset whose record timestamp is at or after it. LATEST
+        is the high watermark, or with READ_COMMITTED the last stable offset (no record at or past
+        it belongs to a transaction still open).
         """
         module = _module(LIST_OFFSETS)
         by_leader: dict[tuple[str, int], dict[str, list[Any]]] = {}
@@ -227,7 +232,7 @@ class Client:
             ))
         result: dict[tuple[str, int], int] = {}
         for address, topics in by_leader.items():
-            request = make(module.request_cls, replica_id=-1, isolation_level=0, topics=tuple(
+            request = make(module.request_cls, replica_id=-1, isolation_level=isolation_level, topics=tuple(
                 make(module.request.ListOffsetsTopic, name=name, partitions=tuple(parts))
                 for name, parts in topics.items()
             ))
@@ -244,14 +249,17 @@ class Client:
 
     # ---------------------------------------------------------------- fetch
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              max_wait_ms: int = 500) -> PartitionFetch:
-        """Fetch one partition from `offset`: the raw record set and the partition's bounds."""
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 500,
+              isolation_level: int = READ_UNCOMMITTED) -> PartitionFetch:
+        """Fetch one partition from `offset`: the raw record set and the partition's bounds.
+
+        With READ_COMMITTED the broker returns records below the last stable offset only, and
+        names the aborted transactions among them, which the reader must skip (`decode`)."""
         module = _module(FETCH)
         request = make(
             module.request_cls, cluster_id=None, replica_id=-1,
             max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+            isolation_level=isolation_level, session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
             topics=(make(module.request.FetchTopic, topic=topic, partitions=(make(
                 module.request.FetchPartition, partition=partition, current_leader_epoch=-1,
                 fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
@@ -264,5 +272,6 @@ class Client:
         answer = response.responses[0].partitions[0]
         if answer.error_code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
             self.leaders.pop((topic, partition), None)
+        aborted = tuple((txn.producer_id, txn.first_offset) for txn in answer.aborted_transactions or ())
         return PartitionFetch(answer.error_code, answer.high_watermark, answer.log_start_offset,
-                              bytes(answer.records or b""))
+                              bytes(answer.records or b""), aborted)

@@ -10,10 +10,16 @@ Record headers, rare in bulk data, are decoded per record, and only for records 
 The output schema is Spark's Kafka source schema as Arrow sees it (`to_arrow_schema`): binary
 key/value, string topic, int32 partition, int64 offset, timestamp[us, UTC], int32 type, and
 optionally headers list<struct<key: string, value: binary>>.
+
+Under read_committed the broker stops at the last stable offset and lists the aborted
+transactions in what it returns; their batches are skipped as Kafka's consumer skips them
+(`_Aborted`). Control batches (transaction markers) never become rows.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +29,10 @@ import pyarrow.compute as pc
 from ..protocol.records import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
+    BatchHeader,
     decompress,
     iter_headers,
+    read_end_txn_marker,
 )
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -50,14 +58,38 @@ class _Bodies:
     counts: list[int]
 
 
-def decode(records: bytes, topic: str, partition: int, start: int, end: int,
-           include_headers: bool) -> tuple[pa.RecordBatch | None, int]:
+class _Aborted:
+    """Kafka's read_committed rule (Fetcher's abortedProducerIds): a batch of producer P is
+    skipped from the first offset of one of P's aborted transactions until P's ABORT marker."""
+
+    def __init__(self, aborted: Iterable[tuple[int, int]]) -> None:
+        self.pending = [(first_offset, producer_id) for producer_id, first_offset in aborted]
+        heapq.heapify(self.pending)
+        self.producers: set[int] = set()
+
+    def skips(self, records: bytes, header: BatchHeader) -> bool:
+        """Whether this data batch belongs to an aborted transaction; markers update the state."""
+        while self.pending and self.pending[0][0] <= header.last_offset:
+            self.producers.add(heapq.heappop(self.pending)[1])
+        if not header.is_control:
+            return header.is_transactional and header.producer_id in self.producers
+        if header.producer_id in self.producers:
+            marker = read_end_txn_marker(records, header)
+            if marker is not None and not marker.commit:
+                self.producers.discard(header.producer_id)
+        return True
+
+
+def decode(records: bytes, topic: str, partition: int, start: int, end: int, include_headers: bool,
+           aborted: Iterable[tuple[int, int]] = ()) -> tuple[pa.RecordBatch | None, int]:
     """Decode the records with offsets in [start, end) out of a fetched record set.
 
     Returns (the Arrow batch or None when none qualify, the offset after the last whole batch,
-    i.e. where the next fetch should begin). Control batches are skipped.
+    i.e. where the next fetch should begin). Control batches are skipped, and so are the batches
+    of `aborted` transactions ((producer id, first offset) pairs, as read_committed Fetch names
+    them).
     """
-    bodies, next_offset = _collect(records, start, end)
+    bodies, next_offset = _collect(records, start, end, _Aborted(aborted))
     if not bodies.starts:
         return None, next_offset
     data = np.frombuffer(bodies.data, dtype=np.uint8)
@@ -104,7 +136,7 @@ def decode(records: bytes, topic: str, partition: int, start: int, end: int,
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA), next_offset
 
 
-def _collect(records: bytes, start: int, end: int) -> tuple[_Bodies, int]:
+def _collect(records: bytes, start: int, end: int, aborted: _Aborted) -> tuple[_Bodies, int]:
     """Concatenate the bodies of data batches holding offsets in [start, end); find record starts.
 
     Batches at or after `end` are not looked into: a fetch sized in bytes usually returns more
@@ -117,7 +149,7 @@ def _collect(records: bytes, start: int, end: int) -> tuple[_Bodies, int]:
             next_offset = max(next_offset, end)
             break
         next_offset = max(next_offset, header.next_offset)
-        if header.is_control or header.next_offset <= start or header.record_count == 0:
+        if aborted.skips(records, header) or header.next_offset <= start or header.record_count == 0:
             continue
         body_start = header.position + HEADER_SIZE
         raw = view[body_start : header.position + header.size]

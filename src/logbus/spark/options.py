@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .client import EARLIEST, LATEST
+from .client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
@@ -151,6 +151,15 @@ def duration_s(options: Mapping[str, str], name: str, default: str) -> float:
     if not match:
         raise OptionError(f'option "{name}" must be a duration like 15m or 30s, got {text!r}')
     return int(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
+
+
+def isolation_level(options: Mapping[str, str]) -> int:
+    """`isolation.level` (alias `kafka.isolation.level`): read_uncommitted (default) or read_committed."""
+    text = (options.get("isolation.level") or options.get("kafka.isolation.level") or "read_uncommitted").strip()
+    levels = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+    if text.lower() not in levels:
+        raise OptionError(f'option "isolation.level" must be read_uncommitted or read_committed, got {text!r}')
+    return levels[text.lower()]
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:

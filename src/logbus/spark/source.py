@@ -12,6 +12,7 @@ query fails naming the partition and offsets; with false it skips ahead to what 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import time
@@ -38,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from . import options as opts
-from .client import EARLIEST, LATEST, Client, KafkaError
+from .client import EARLIEST, LATEST, READ_UNCOMMITTED, Client, KafkaError
 from .decode import decode
 
 SCHEMA = (
@@ -69,6 +70,7 @@ class OffsetRange(InputPartition):
     end: int
     include_headers: bool
     fail_on_data_loss: bool
+    isolation_level: int = READ_UNCOMMITTED
 
     @property
     def size(self) -> int:
@@ -115,6 +117,7 @@ class _Planner:
         self.fail_on_data_loss = opts.flag(options, "failOnDataLoss", True)
         self.min_partitions = opts.positive_int(options, "minPartitions")
         self.by_timestamp_strategy = (options.get("startingOffsetsByTimestampStrategy") or "error").lower()
+        self.isolation_level = opts.isolation_level(options)
         self._client: Client | None = None
 
     def __getstate__(self) -> dict:
@@ -144,7 +147,7 @@ class _Planner:
             return self._by_timestamp(spec, partitions, kind)
         wanted = {tp: spec.offsets.get(tp, spec.default) for tp in partitions}
         symbolic = {tp: v for tp, v in wanted.items() if v in (EARLIEST, LATEST)}
-        resolved = self.client.list_offsets(symbolic) if symbolic else {}
+        resolved = self.client.list_offsets(symbolic, self.isolation_level) if symbolic else {}
         return {tp: resolved.get(tp, v) for tp, v in wanted.items()}
 
     def _by_timestamp(self, spec: opts.OffsetSpec, partitions: list[opts.TopicPartition],
@@ -158,7 +161,7 @@ class _Planner:
             if missing:
                 raise opts.OptionError(f"{kind}OffsetsByTimestamp names no timestamp for {missing}")
         found = self.client.list_offsets(stamps)
-        latest = self.client.list_offsets(dict.fromkeys(stamps, LATEST))
+        latest = self.client.list_offsets(dict.fromkeys(stamps, LATEST), self.isolation_level)
         result = {}
         for tp, offset in found.items():
             if offset < 0 and kind == "starting" and self.by_timestamp_strategy == "error":
@@ -178,7 +181,7 @@ class _Planner:
             first = self._check_loss(tp, first, end[tp], earliest[tp])
             if first < end[tp]:
                 ranges.append(OffsetRange(self.bootstrap, tp[0], tp[1], first, end[tp],
-                                          self.include_headers, self.fail_on_data_loss))
+                                          self.include_headers, self.fail_on_data_loss, self.isolation_level))
         for tp in sorted(set(start) - set(end)):
             self._lost(f"{tp[0]}-{tp[1]} is gone (topic deleted?) while the query still had to read from offset "
                        f"{start[tp]}")
@@ -216,8 +219,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     for r, count in zip(ranges, parts, strict=True):
         count = min(count, r.size)
         bounds = [r.start + r.size * i // count for i in range(count + 1)]
-        result += [OffsetRange(r.bootstrap, r.topic, r.partition, lo, hi, r.include_headers, r.fail_on_data_loss)
-                   for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        result += [dataclasses.replace(r, start=lo, end=hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     return result
 
 
@@ -336,7 +338,9 @@ class LogbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _ask_latest(self) -> opts.Offsets:
         partitions = self._known_partitions()
-        return self.planner.client.list_offsets(dict.fromkeys(partitions, LATEST)) if partitions else {}
+        if not partitions:
+            return {}
+        return self.planner.client.list_offsets(dict.fromkeys(partitions, LATEST), self.planner.isolation_level)
 
 
 def prorate(begin: opts.Offsets, end: opts.Offsets, backlog: dict, total: int, limit: int) -> opts.Offsets:
@@ -378,7 +382,8 @@ def _fetch_range(client: Client, task: OffsetRange) -> Iterator[pa.RecordBatch]:
     stalled_since = time.monotonic()
     record_size = float(FIRST_GUESS_RECORD_BYTES)  # bytes per offset, then learnt from each fetch
     while position < task.end:
-        answer = client.fetch(task.topic, task.partition, position, _fetch_size(task.end - position, record_size))
+        answer = client.fetch(task.topic, task.partition, position, _fetch_size(task.end - position, record_size),
+                              isolation_level=task.isolation_level)
         if answer.error == ErrorCode.offset_out_of_range:
             position = _out_of_range(task, position, answer.log_start_offset, answer.high_watermark)
             continue
@@ -386,7 +391,7 @@ def _fetch_range(client: Client, task: OffsetRange) -> Iterator[pa.RecordBatch]:
             _retry_later(task, answer.error, stalled_since)
             continue
         batch, next_offset = decode(answer.records, task.topic, task.partition, position, task.end,
-                                    task.include_headers)
+                                    task.include_headers, answer.aborted)
         if batch is not None:
             yield batch
         if next_offset > position:
