@@ -162,10 +162,39 @@ def isolation_level(options: Mapping[str, str]) -> int:
     return levels[text.lower()]
 
 
+# The sink's own options (logbus.spark.exactly_once), not for the producer.
+EXACTLY_ONCE = "logbus.exactlyOnce"
+TRANSACTIONAL_ID_PREFIX = "logbus.transactional.id.prefix"
+TRANSACTION_TIMEOUT_MS = "kafka.transaction.timeout.ms"
+_SINK_OPTIONS = frozenset(name.lower() for name in (EXACTLY_ONCE, TRANSACTIONAL_ID_PREFIX))
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's default transaction.max.timeout.ms: the longest a broker allows
+
+
+@dataclass(frozen=True)
+class ExactlyOnce:
+    """How a streaming write uses transactions (see logbus.spark.exactly_once)."""
+
+    prefix: str | None  # None: "spark-<query id>", known on the executors only
+    transaction_timeout_ms: int
+
+
+def exactly_once(options: Mapping[str, str]) -> ExactlyOnce | None:
+    """`logbus.exactlyOnce` (default true), its transactional id prefix and transaction timeout;
+    None when it is off."""
+    if not flag(options, EXACTLY_ONCE, True):
+        return None
+    prefix = (options.get(TRANSACTIONAL_ID_PREFIX) or "").strip() or None
+    timeout_ms = positive_int(options, TRANSACTION_TIMEOUT_MS) or DEFAULT_TRANSACTION_TIMEOUT_MS
+    return ExactlyOnce(prefix, timeout_ms)
+
+
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
-    """Options prefixed `kafka.` or `logbus.` go to the producer, as in Spark's Kafka sink."""
+    """Options prefixed `kafka.` or `logbus.` go to the producer, as in Spark's Kafka sink
+    (except the sink's own: `logbus.exactlyOnce`, `logbus.transactional.id.prefix`)."""
     config = {}
     for name, value in options.items():
+        if name.lower() in _SINK_OPTIONS:
+            continue
         for prefix in ("kafka.", "logbus."):
             if name.lower().startswith(prefix):
                 config[name[len(prefix):]] = value

@@ -44,7 +44,7 @@ class Written(WriterCommitMessage):
 
 
 @dataclass(frozen=True)
-class _Target:
+class Target:
     """What every task needs, checked once on the driver."""
 
     config: dict[str, str]
@@ -54,7 +54,7 @@ class _Target:
     has_headers: bool
 
 
-def _target(options: Mapping[str, str], schema: StructType) -> _Target:
+def parse_target(options: Mapping[str, str], schema: StructType) -> Target:
     names = {field.name.lower(): field for field in schema.fields}
     if "value" not in names:
         raise opts.OptionError('the DataFrame to write needs a "value" column')
@@ -68,10 +68,10 @@ def _target(options: Mapping[str, str], schema: StructType) -> _Target:
         raise opts.OptionError('set the "topic" option or give the DataFrame a "topic" column')
     config = {"partitioner": "murmur2_random", "acks": "all", "linger.ms": "5", "log_level": "0",
               **opts.client_config(options)}
-    return _Target(config, topic, "key" in names, "partition" in names, "headers" in names)
+    return Target(config, topic, "key" in names, "partition" in names, "headers" in names)
 
 
-def produce_batches(target: _Target, batches: Iterator[pa.RecordBatch]) -> Written:
+def produce_batches(target: Target, batches: Iterator[pa.RecordBatch]) -> Written:
     """Send every row, wait for all acknowledgements, fail on any delivery error."""
     from confluent_kafka import Producer
 
@@ -93,10 +93,10 @@ def produce_batches(target: _Target, batches: Iterator[pa.RecordBatch]) -> Writt
     return Written(rows)
 
 
-def _produce_batch(producer: object, target: _Target, batch: pa.RecordBatch, delivered: object) -> int:
+def _produce_batch(producer: object, target: Target, batch: pa.RecordBatch, delivered: object) -> int:
     count = batch.num_rows
-    values = _binary_column(batch, "value")
-    keys = _binary_column(batch, "key") if target.has_key else [None] * count
+    values = binary_column(batch, "value")
+    keys = binary_column(batch, "key") if target.has_key else [None] * count
     topics = [target.topic] * count if target.topic else batch.column("topic").to_pylist()
     partitions = batch.column("partition").to_pylist() if target.has_partition else [None] * count
     headers = batch.column("headers").to_pylist() if target.has_headers else [None] * count
@@ -117,7 +117,7 @@ def _produce_batch(producer: object, target: _Target, batch: pa.RecordBatch, del
     return count
 
 
-def _binary_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:
+def binary_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:
     column = batch.column(name)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         column = pc.cast(column, pa.binary())
@@ -128,7 +128,7 @@ class LogbusBatchWriter(DataSourceArrowWriter):
     """`df.write.format("logbus")`: each task produces its rows; see the module notes."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.target = _target(options, schema)
+        self.target = parse_target(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         return produce_batches(self.target, iterator)
@@ -141,16 +141,30 @@ class LogbusBatchWriter(DataSourceArrowWriter):
 
 
 class LogbusStreamWriter(DataSourceStreamArrowWriter):
-    """`df.writeStream.format("logbus")`: each micro-batch as a batch write; at least once."""
+    """`df.writeStream.format("logbus")`: exactly once through transactions (logbus.spark.exactly_once),
+    or with `logbus.exactlyOnce=false` each micro-batch as a batch write, at least once."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.target = _target(options, schema)
+        self.target = parse_target(options, schema)
+        self.exactly_once = opts.exactly_once(options)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return produce_batches(self.target, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.exactly_once is None:
+            return produce_batches(self.target, iterator)
+        from .exactly_once import write_transaction
+
+        return write_transaction(self.target, self.exactly_once, iterator)
 
     def commit(self, messages: list, batchId: int) -> None:
-        """Rows are visible as soon as they are acknowledged: nothing left to publish."""
+        """Exactly once: commit every task's transaction. At least once: nothing left to publish."""
+        self._end(messages, commit=True)
 
     def abort(self, messages: list, batchId: int) -> None:
-        """Acknowledged rows cannot be taken back (at-least-once); nothing to undo."""
+        """Exactly once: abort the tasks' transactions. At least once: acknowledged rows stay."""
+        self._end(messages, commit=False)
+
+    def _end(self, messages: list, commit: bool) -> None:
+        if self.exactly_once is not None:
+            from .exactly_once import end_transactions
+
+            end_transactions(self.target.config["bootstrap.servers"], messages, commit)
