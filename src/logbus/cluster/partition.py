@@ -39,6 +39,7 @@ class FetchedData:
     last_stable_offset: int
     log_start_offset: int
     slice: ReadSlice | None
+    aborted_transactions: list[tuple[int, int]] | None = None  # read_committed only: (producer id, first offset)
 
 
 @dataclass(slots=True)
@@ -124,10 +125,29 @@ class Partition:
             )
         info = self.log.append(data, headers, self.leader_epoch)
         if not info.duplicate:
-            self.appended_bytes += len(data)
-            if not self._maybe_advance_high_watermark():
-                self._wake()  # followers waiting in a fetch
+            self._appended(len(data))
         return info
+
+    def append_control_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                              coordinator_epoch: int) -> AppendInfo:
+        """Write a transaction's COMMIT or ABORT marker as leader (WriteTxnMarkers), waking
+        fetchers as any append does: a read_committed consumer waiting at the last stable offset
+        gets the transaction's records once the HW passes the marker."""
+        if not self.is_leader:
+            raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self}")
+        before = self.log.active_segment
+        size_before = before.size
+        info = self.log.append_control_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                              self.leader_epoch)
+        after = self.log.active_segment  # a roll puts the marker alone in a new segment
+        self._appended(after.size - (size_before if after is before else 0))
+        return info
+
+    def _appended(self, size: int) -> None:
+        """`size` bytes were appended as leader: the HW may move; fetchers waiting wake."""
+        self.appended_bytes += size
+        if not self._maybe_advance_high_watermark():
+            self._wake()  # followers waiting in a fetch
 
     def replicated(self, offset: int) -> ErrorCode | None:
         """For acks=all: None once every ISR member has everything before `offset` and the ISR
@@ -241,14 +261,24 @@ class Partition:
 
     # ------------------------------------------------------------------ reads
 
+    @property
+    def last_stable_offset(self) -> int:
+        """min(HW, first offset of a transaction not yet stable): where read_committed reads stop."""
+        return self.log.last_stable_offset(self.high_watermark)
+
     def read(self, offset: int, max_bytes: int, committed_only: bool = True,
              read_committed: bool = False) -> FetchedData:
-        """Bytes from `offset`; consumers read below the HW (read_committed ones below the last
-        stable offset), followers up to the LEO."""
-        stable = self.log.last_stable_offset(self.high_watermark)
+        """Bytes from `offset`; consumers read below the HW, followers up to the LEO.
+
+        read_committed readers read below the last stable offset and get the transactions
+        aborted in what they read (Kafka's LocalLog.read with includeAbortedTxns): an empty
+        list when there is nothing to read, None for the other readers.
+        """
+        stable = self.last_stable_offset
         limit = stable if read_committed else self.high_watermark if committed_only else self.log.log_end_offset
         found = self.log.read(offset, max_bytes, limit)
-        return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found)
+        aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
+        return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 
     def data_arrived(self) -> asyncio.Event:
         """An event set the next time the HW or the LEO moves."""
