@@ -1,5 +1,5 @@
 """read_committed over the wire: Fetch at isolation level 1 reads below the last stable offset (LSO)
-and names the aborted transactions in what it returns.
+and names the aborted transactions in what it returns, and ListOffsets answers the LSO for it.
 
 Transactional producers are not served yet, so the transactional data is written with the storage
 layer, as the coordinator will write it: into a stopped broker's partition (`PartitionLog`), or on
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import importlib
 import select
 import threading
 import time
@@ -23,7 +24,7 @@ import kafka
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import FETCH, QUIET, RawConnection, wait_until
+from helpers import FETCH, LIST_OFFSETS, QUIET, RawConnection, raw_request, wait_until
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.serial import entity_reader
 
@@ -221,6 +222,30 @@ def test_fetch_read_committed_past_the_aborted_transaction_or_at_the_lso(broker:
     at_lso = fetch(broker.bootstrap, LSO, isolation=1)
     assert last_offsets(at_lso) == [] and aborted(at_lso) == [], "nothing to read: an empty list, as Kafka's"
     assert at_lso.last_stable_offset == LSO
+
+
+def list_offset(bootstrap: str, timestamp: int, isolation: int, version: int = 7) -> int:
+    schema = importlib.import_module(f"kio.schema.list_offsets.v{version}.request")
+    partition = codec.make(schema.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
+                           timestamp=timestamp)
+    topic = codec.make(schema.ListOffsetsTopic, name=TOPIC, partitions=(partition,))
+    response = raw_request(bootstrap, LIST_OFFSETS, version, replica_id=-1, isolation_level=isolation,
+                           topics=(topic,))
+    answer = response.topics[0].partitions[0]
+    assert answer.error_code == 0
+    return answer.offset
+
+
+def test_list_offsets_bounds_answers_by_the_lso_for_read_committed(broker: BrokerProcess) -> None:
+    latest, max_timestamp = -1, -3
+    assert list_offset(broker.bootstrap, latest, isolation=1) == LSO
+    assert list_offset(broker.bootstrap, latest, isolation=0) == HW
+    assert list_offset(broker.bootstrap, latest, isolation=0, version=1) == HW, "v1 has no isolation level"
+    assert list_offset(broker.bootstrap, T0 + 8000, isolation=1) == 8
+    assert list_offset(broker.bootstrap, T0 + 9000, isolation=1) == -1, "o0, in the open transaction"
+    assert list_offset(broker.bootstrap, T0 + 9000, isolation=0) == 9
+    assert list_offset(broker.bootstrap, max_timestamp, isolation=1) == -1, "p3 is past the LSO"
+    assert list_offset(broker.bootstrap, max_timestamp, isolation=0) == 10
 
 
 # ---------------------------------------------------------------------- waiting fetches, on a broker in this process
