@@ -1,5 +1,6 @@
 """read_committed over the wire: Fetch at isolation level 1 reads below the last stable offset (LSO)
-and names the aborted transactions in what it returns, and ListOffsets answers the LSO for it.
+and names the aborted transactions in what it returns, ListOffsets answers the LSO for it, and
+DescribeProducers lists a partition's producers.
 
 Transactional producers are not served yet, so the transactional data is written with the storage
 layer, as the coordinator will write it: into a stopped broker's partition (`PartitionLog`), or on
@@ -22,9 +23,10 @@ from typing import Any
 import aiokafka
 import kafka
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import FETCH, LIST_OFFSETS, QUIET, RawConnection, raw_request, wait_until
+from kio.schema.describe_producers.v0 import request as describe_producers_v0
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.serial import entity_reader
 
@@ -35,9 +37,10 @@ from logbus.config import BrokerConfig, log_config
 from logbus.protocol import codec
 from logbus.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_batches
 from logbus.storage.log import PartitionLog, now_ms
-from logbus.testing import BrokerProcess, running_broker
+from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 TOPIC = "txns"
+DESCRIBE_PRODUCERS = 61
 T0 = 1_700_000_000_000  # record timestamps: T0 + 1000 x offset; markers at T0
 COORDINATOR_EPOCH = 5
 # What `write_transactions` leaves in the partition, by offset:
@@ -85,6 +88,16 @@ def write_transactions(directory: str) -> None:
 def create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+
+
+def create_assigned_topic(bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
+    """With kafka-python: confluent-kafka 2.16 refuses any replica assignment ("a default
+    partition count and a replica assignment are mutually exclusive")."""
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([kafka.admin.NewTopic(topic, -1, -1, replica_assignments=replicas)])
+    finally:
+        admin.close()
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +259,51 @@ def test_list_offsets_bounds_answers_by_the_lso_for_read_committed(broker: Broke
     assert list_offset(broker.bootstrap, T0 + 9000, isolation=0) == 9
     assert list_offset(broker.bootstrap, max_timestamp, isolation=1) == -1, "p3 is past the LSO"
     assert list_offset(broker.bootstrap, max_timestamp, isolation=0) == 10
+
+
+def describe_producers(bootstrap: str, topics: dict[str, list[int]]) -> dict[tuple[str, int], Any]:
+    wanted = tuple(describe_producers_v0.TopicRequest(name=name, partition_indexes=tuple(indexes))
+                   for name, indexes in topics.items())
+    response = raw_request(bootstrap, DESCRIBE_PRODUCERS, 0, topics=wanted)
+    return {(topic.name, partition.partition_index): partition
+            for topic in response.topics for partition in topic.partitions}
+
+
+def test_describe_producers_lists_each_producers_state(broker: BrokerProcess) -> None:
+    answers = describe_producers(broker.bootstrap, {TOPIC: [0, 7], "no-such-topic": [0], "bad/name": [0]})
+    producers = {p.producer_id: (p.producer_epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch,
+                                 p.current_txn_start_offset) for p in answers[(TOPIC, 0)].active_producers}
+    assert answers[(TOPIC, 0)].error_code == 0
+    assert producers == {
+        1: (0, 1, T0, COORDINATOR_EPOCH, -1),  # committed: the last timestamp is its marker's
+        2: (0, 1, T0, COORDINATOR_EPOCH, -1),  # aborted
+        3: (0, 0, T0 + 9000, -1, 9),  # open since offset 9, no marker yet
+    }
+    assert answers[(TOPIC, 7)].error_code == 3, "UNKNOWN_TOPIC_OR_PARTITION"
+    assert answers[("no-such-topic", 0)].error_code == 3
+    assert answers[("bad/name", 0)].error_code == 17, "INVALID_TOPIC_EXCEPTION"
+
+
+def test_describe_producers_answers_on_a_follower_and_refuses_where_no_replica_is() -> None:
+    """As Kafka's: every replica answers from its own log; a broker holding none of the
+    partition answers NOT_LEADER_OR_FOLLOWER (the admin client then asks the leader)."""
+    with running_cluster(2) as cluster:
+        create_assigned_topic(cluster.bootstrap, "idem", {0: [1, 2]})
+        create_assigned_topic(cluster.bootstrap, "solo", {0: [1]})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, **QUIET})
+        for i in range(3):
+            producer.produce("idem", value=b"%d" % i, partition=0)
+        assert producer.flush(20) == 0
+        follower = cluster.brokers[2].bootstrap
+
+        def follower_producers() -> list[Any]:
+            return list(describe_producers(follower, {"idem": [0]})[("idem", 0)].active_producers)
+
+        [state] = wait_until(follower_producers, timeout=20, message="the follower's producer state")
+        assert (state.producer_epoch, state.last_sequence, state.current_txn_start_offset) == (0, 2, -1)
+        assert describe_producers(follower, {"solo": [0]})[("solo", 0)].error_code == 6, "NOT_LEADER_OR_FOLLOWER"
+        [on_leader] = describe_producers(cluster.brokers[1].bootstrap, {"idem": [0]})[("idem", 0)].active_producers
+        assert on_leader == state
 
 
 # ---------------------------------------------------------------------- waiting fetches, on a broker in this process
