@@ -16,6 +16,10 @@ Against a fresh `logbus serve` (logbus.testing) with a 4-partition topic of 100-
   and Spark's own JVM `rate` source: what a micro-batch costs before any reading, and how much
   of it is the connector's;
 - write: `df.write.format("logbus")` of the same number of rows (Spark generates them);
+- sink: a streaming query copying the whole topic into another (4 micro-batches, key and
+  value), with the exactly-once sink (transactions; `logbus.exactlyOnce=true`, the default)
+  and with the at-least-once one (confluent-kafka), alternately, twice each: rows/s over the
+  micro-batches' durations and over their addBatch (the Spark job: reading and writing);
 - latency: records produced every 100 ms, seen by `foreachBatch` with a 0 s processing-time
   trigger: produce -> foreachBatch time, p50 / p90 / max.
 Results are printed as a markdown table and written as JSON next to this file (results/).
@@ -224,6 +228,39 @@ def bench_write(spark, bootstrap: str, rows: int) -> dict:
     return {"write_rows_s": rows / (time.perf_counter() - began)}
 
 
+def bench_sink(spark, bootstrap: str, rows: int, checkpoint: str, rounds: int = 2) -> dict:
+    """The topic copied by a streaming query into a new topic, exactly once and at least once
+    alternately; the best of `rounds` for each (the machine is shared and noisy)."""
+    results: dict[str, float] = {}
+    for round_number in range(rounds):
+        for mode in ("at_least_once", "exactly_once"):
+            target = f"bench-{mode.replace('_', '-')}-{round_number}"
+            admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+            for future in admin.create_topics([NewTopic(target, PARTITIONS, 1)]).values():
+                future.result(15)
+            measured = _copy_topic(spark, bootstrap, rows, target, f"{checkpoint}-{target}", mode == "exactly_once")
+            for name, value in measured.items():
+                key = f"sink_{mode}_{name}"
+                results[key] = max(results.get(key, 0.0), value)
+    return results
+
+
+def _copy_topic(spark, bootstrap: str, rows: int, target: str, checkpoint: str, exactly_once: bool) -> dict:
+    query = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+             .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(-(-rows // 4))).load()
+             .select("key", "value").writeStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+             .option("topic", target).option("logbus.exactlyOnce", str(exactly_once).lower())
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert sum(p["numInputRows"] for p in batches) == rows
+    busy_s = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    add_batch_s = sum(p["durationMs"]["addBatch"] for p in batches) / 1000
+    return {"batches_rows_s": rows / busy_s, "add_batch_rows_s": rows / add_batch_s}
+
+
 def bench_latency(spark, bootstrap: str, samples: int, checkpoint: str) -> dict:
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     for future in admin.create_topics([NewTopic("bench-latency", 1, 1)]).values():
@@ -259,7 +296,7 @@ def bench_latency(spark, bootstrap: str, samples: int, checkpoint: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--phases", default="decode,read,fixed,write,latency")
+    parser.add_argument("--phases", default="decode,read,fixed,write,sink,latency")
     parser.add_argument("--latency-samples", type=int, default=50)
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -269,7 +306,7 @@ def main() -> int:
         fill_topic(broker.bootstrap, args.rows)
         if "decode" in phases:
             results |= bench_decode(broker.bootstrap, args.rows // PARTITIONS)
-        if phases & {"read", "fixed", "write", "latency"}:
+        if phases & {"read", "fixed", "write", "sink", "latency"}:
             import tempfile
 
             spark = spark_session()
@@ -283,6 +320,8 @@ def main() -> int:
                     results |= bench_fixed_cost(spark, broker.bootstrap, f"{scratch}/fixed")
                 if "write" in phases:
                     results |= bench_write(spark, broker.bootstrap, args.rows)
+                if "sink" in phases:
+                    results |= bench_sink(spark, broker.bootstrap, args.rows, f"{scratch}/sink")
                 if "latency" in phases:
                     results |= bench_latency(spark, broker.bootstrap, args.latency_samples, f"{scratch}/latency")
             spark.stop()

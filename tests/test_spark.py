@@ -326,19 +326,24 @@ def test_batch_write_round_trip_with_keys_headers_and_partitions(spark, broker) 
             assert row.partition == murmur2_partition(key.encode(), 4), i
 
 
-def test_streaming_write_round_trip(spark, broker, tmp_path) -> None:
-    create_topic(broker, "copy-in", 2)
-    create_topic(broker, "copy-out", 3)
-    produce(broker, "copy-in", [{"key": b"k%d" % i, "value": b"v%d" % i, "headers": [("i", b"%d" % i)]}
-                                for i in range(500)])
-    stream = reader(spark, broker, stream=True, subscribe="copy-in", startingOffsets="earliest",
+@pytest.mark.parametrize("exactly_once", ["true", "false"])
+def test_streaming_write_round_trip(spark, broker, tmp_path, exactly_once: str) -> None:
+    """Both sinks: transactions (the default) and the at-least-once producer."""
+    source, target = f"copy-in-{exactly_once}", f"copy-out-{exactly_once}"
+    create_topic(broker, source, 2)
+    create_topic(broker, target, 3)
+    produce(broker, source, [{"key": b"k%d" % i, "value": b"v%d" % i, "headers": [("i", b"%d" % i)]}
+                             for i in range(500)])
+    stream = reader(spark, broker, stream=True, subscribe=source, startingOffsets="earliest",
                     includeHeaders="true", maxOffsetsPerTrigger="200").load()
     query = (stream.select("key", "value", "headers").writeStream.format("logbus")
-             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", "copy-out")
+             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", target)
+             .option("logbus.exactlyOnce", exactly_once)
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert query.exception() is None
-    rows = reader(spark, broker, subscribe="copy-out", includeHeaders="true").load().collect()
+    rows = reader(spark, broker, subscribe=target, includeHeaders="true",
+                  **{"isolation.level": "read_committed"}).load().collect()
     assert sorted((bytes(r.key), bytes(r.value), bytes(r.headers[0].value)) for r in rows) == sorted(
         (b"k%d" % i, b"v%d" % i, b"%d" % i) for i in range(500))
     assert all(r.partition == murmur2_partition(bytes(r.key), 3) for r in rows)
@@ -353,7 +358,8 @@ def test_bad_options_fail_with_clear_messages(spark, broker) -> None:
 
 def test_reference_pipeline_survives_a_kill_without_losing_or_double_counting(spark, broker, tmp_path) -> None:
     """The job is killed (SIGKILL, whole process group) mid-stream, then restarted: the Parquet
-    output equals aggregates computed here from the input topic, each window exactly once."""
+    output and the topic (read_committed) equal aggregates computed here from the input topic,
+    each window exactly once."""
     from logbus.spark import pipeline
 
     pipeline.create_topics(broker.bootstrap)
@@ -384,6 +390,8 @@ def test_reference_pipeline_survives_a_kill_without_losing_or_double_counting(sp
     assert sorted(found) == sorted(expected)
     published = pipeline.latest_results(broker.bootstrap)
     assert sorted((r["region"], r["orders"]) for r in published.values()) == sorted((e[1], e[2]) for e in expected)
+    committed = reader(spark, broker, subscribe=pipeline.OUTPUT_TOPIC, **{"isolation.level": "read_committed"}).load()
+    assert committed.count() == len(expected), "the topic got each window once (exactly-once sink)"
 
 
 def expected_windows(broker: BrokerProcess) -> list[tuple]:

@@ -33,7 +33,7 @@ from logbus.protocol.records import (
     iter_records,
     read_end_txn_marker,
 )
-from logbus.spark.client import Client
+from logbus.spark.client import LATEST, Client
 from logbus.spark.decode import decode
 from logbus.testing import BrokerProcess, running_broker
 
@@ -146,7 +146,8 @@ def test_murmur2_of_a_column_is_javas() -> None:
 def test_split_cuts_runs_of_rows_by_size() -> None:
     rows = np.arange(10, 20)
     sizes = np.array([400, 400, 400, 1500, 100, 100, 100, 100, 100, 999])
-    assert exactly_once._split(rows, sizes, 1000) == [[10, 11], [12], [13], [14, 15, 16, 17, 18], [19]]
+    parts = [part.tolist() for part in exactly_once._split(rows, sizes, 1000)]
+    assert parts == [[10, 11], [12], [13], [14, 15, 16, 17, 18], [19]]
     assert exactly_once._split(rows[:0], sizes[:0], 1000) == []
 
 
@@ -270,20 +271,28 @@ def _batch_ids(checkpoint: Path, log: str) -> list[int]:
 
 
 def _killed_mid_batch(broker: BrokerProcess, checkpoint: Path, new_commits: int) -> None:
-    """Run the job until it committed `new_commits` more micro-batches and has the next one
-    in flight (planned, not committed), then SIGKILL its whole process group."""
+    """Run the job until it committed `new_commits` more micro-batches and the tasks of the next
+    one have written into the output (its transactions open, or being committed), then SIGKILL
+    its whole process group."""
     before = len(_batch_ids(checkpoint, "commits"))
     job = _run_job(broker, checkpoint)
-    try:
-        def in_flight() -> bool:
-            assert job.poll() is None, "the job ended before it could be killed"
-            commits, offsets = _batch_ids(checkpoint, "commits"), _batch_ids(checkpoint, "offsets")
-            return len(commits) >= before + new_commits and bool(offsets) and offsets[-1] > commits[-1]
+    client = Client(broker.bootstrap)
+    output_end_at_start: dict[int, int] = {}  # micro-batch in flight -> output end offset when first seen
 
-        wait_until(in_flight, timeout=RUN_TIMEOUT_S, interval=0.02, message="a micro-batch in flight")
+    def writing() -> bool:
+        assert job.poll() is None, "the job ended before it could be killed"
+        commits, offsets = _batch_ids(checkpoint, "commits"), _batch_ids(checkpoint, "offsets")
+        if len(commits) < before + new_commits or offsets[-1] == commits[-1]:
+            return False
+        output_end = sum(client.list_offsets({("eo-out", p): LATEST for p in range(3)}).values())
+        return output_end > output_end_at_start.setdefault(offsets[-1], output_end)
+
+    try:
+        wait_until(writing, timeout=RUN_TIMEOUT_S, interval=0.01, message="a micro-batch being written")
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
+        client.close()
 
 
 def _killed_half_committed(broker: BrokerProcess, checkpoint: Path, marker: Path) -> None:
@@ -328,8 +337,8 @@ def test_a_task_that_fails_after_writing_is_retried_without_duplicates(spark, br
 
     create_topic(broker, "retry-in", 2)
     create_topic(broker, "retry-out", 2)
-    values = [b"r%d" % i for i in range(2000)]
-    produce_all(broker.bootstrap, "retry-in", [(value, value) for value in values])
+    values = [b"r%d:" % i + b"x" * 1000 for i in range(2000)]  # large enough for Spark to flush each Arrow batch
+    produce_all(broker.bootstrap, "retry-in", [(value[:8], value) for value in values])
     bootstrap = broker.bootstrap
     last_of_first_task = _last_value(broker, "retry-in", 0)
 

@@ -1,4 +1,5 @@
-"""A small blocking Kafka client for the Spark connector: Metadata, ListOffsets and Fetch.
+"""A small blocking Kafka client for the Spark connector: Metadata, ListOffsets and Fetch (and,
+through `txn_client.TxnClient`, the requests of a transactional producer).
 
 It speaks the wire protocol through `logbus.protocol` (framing) and kio (typed bodies), one
 request at a time per connection, at fixed versions every Kafka broker since 3.0 serves

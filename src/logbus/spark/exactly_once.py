@@ -24,11 +24,12 @@ over a replayable source does. See docs/spark.md for what happens otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 import pyarrow as pa
@@ -36,12 +37,14 @@ import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 from pyspark.sql.datasource import WriterCommitMessage
 
+from .client import KafkaError
 from .options import ExactlyOnce
 from .partitioner import murmur2, partition_for
 from .sink import Target, WriteError, binary_column
 from .txn_client import ProducerId, Records, TopicPartition, TransactionalProducer, TxnClient, TxnError
 
 MAX_BATCH_BYTES = 1_000_000  # under Kafka's default max.message.bytes (1048588)
+ABORT_ON_FAILURE_S = 5.0
 RECORD_OVERHEAD_BYTES = 16  # length, attributes, deltas, key/value lengths and header count, at most
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's local properties of a micro-batch's tasks
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query id, kept in the checkpoint
@@ -120,12 +123,25 @@ def _write(client: TxnClient, producer: ProducerId, target: Target, task: TaskId
     sender = TransactionalProducer(client, producer)
     router = Router(client, target)
     rows = 0
-    for batch in batches:
-        sender.send(router.chunks(batch))
-        rows += batch.num_rows
-    client.add_offsets(producer, task.group_id)
-    client.txn_offset_commit(producer, task.group_id, marker, task.batch_id, json.dumps({"rows": rows}))
+    try:
+        for batch in batches:
+            sender.send(router.chunks(batch))
+            rows += batch.num_rows
+        client.add_offsets(producer, task.group_id)
+        client.txn_offset_commit(producer, task.group_id, marker, task.batch_id, json.dumps({"rows": rows}))
+    except BaseException:
+        _abort_quietly(client, producer)
+        raise
     return Prepared(producer, sender.partitions, rows)
+
+
+def _abort_quietly(client: TxnClient, producer: ProducerId) -> None:
+    """A failing task aborts what it wrote, so that readers at read_committed are not held back
+    until a retry fences it or the transaction times out (if the query gives up, neither comes
+    soon). Best effort, briefly: the failure being raised matters more."""
+    client.retry_for_s = ABORT_ON_FAILURE_S
+    with contextlib.suppress(OSError, KafkaError):
+        client.end_txn(producer, commit=False)
 
 
 def _check_replay(task: TaskIdentity, metadata: str, rows: int) -> None:
@@ -170,17 +186,18 @@ class Router:
     def chunks(self, batch: pa.RecordBatch) -> dict[TopicPartition, list[Records]]:
         names, topic_index = self._topics(batch)
         partitions = self._partitions(batch, names, topic_index)
-        keys = binary_column(batch, "key") if self.target.has_key else [None] * batch.num_rows
-        values = binary_column(batch, "value")
         headers = self._headers(batch)
         sizes = self._sizes(batch, headers)
-        result = {}
-        for (index, partition), rows in _groups(topic_index, partitions).items():
-            result[(names[index], partition)] = [
-                ([(keys[i], values[i]) for i in part], [headers[i] for i in part] if headers else None)
-                for part in _split(rows, sizes[rows], MAX_BATCH_BYTES)
-            ]
-        return result
+        return {(names[index], partition): [self._records(batch, part, headers)
+                                            for part in _split(rows, sizes[rows], MAX_BATCH_BYTES)]
+                for (index, partition), rows in _groups(topic_index, partitions).items()}
+
+    def _records(self, batch: pa.RecordBatch, rows: np.ndarray,
+                 headers: list[list[tuple[str, bytes | None]]] | None) -> Records:
+        picked = batch.take(pa.array(rows))
+        keys = binary_column(picked, "key") if self.target.has_key else repeat(None)
+        pairs = list(zip(keys, binary_column(picked, "value"), strict=False))
+        return pairs, [headers[i] for i in rows.tolist()] if headers else None
 
     def _topics(self, batch: pa.RecordBatch) -> tuple[list[str], np.ndarray]:
         if self.target.topic:
@@ -244,13 +261,13 @@ def _groups(topic_index: np.ndarray, partitions: np.ndarray) -> dict[tuple[int, 
             for s, rows in zip(starts, np.split(order, starts[1:]), strict=True)}
 
 
-def _split(rows: np.ndarray, sizes: np.ndarray, limit: int) -> list[list[int]]:
+def _split(rows: np.ndarray, sizes: np.ndarray, limit: int) -> list[np.ndarray]:
     """`rows` cut into consecutive runs of at most `limit` bytes (a larger record alone)."""
     ends = np.cumsum(sizes)
     parts, begin = [], 0
     while begin < len(rows):
         reached = ends[begin - 1] if begin else 0
         end = max(int(np.searchsorted(ends, reached + limit, side="right")), begin + 1)
-        parts.append(rows[begin:end].tolist())
+        parts.append(rows[begin:end])
         begin = end
     return parts

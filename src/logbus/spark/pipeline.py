@@ -17,8 +17,9 @@ region (orders, revenue, largest order) with a 1 minute watermark, and writes ea
   `_spark_metadata`, and the source's offsets are in the checkpoint, so killing the job and
   starting it again neither loses input nor counts a window twice (exactly once, when the
   Parquet directory is read by Spark, which follows `_spark_metadata`);
-- to the topic `order-stats` (key `region|window start`, JSON value): at least once, a restart
-  may write the windows of the interrupted micro-batch again, with the same values.
+- to the topic `order-stats` (key `region|window start`, JSON value): exactly once, through
+  the sink's transactions (`logbus.exactlyOnce`), for readers at read_committed, as
+  `logbus pipeline show` reads it.
 Checkpoints live under `<out>/checkpoints`. `--master` takes any Spark master URL; on a cluster,
 the executors need this package installed (`pip install logbus[spark]`) and must reach the broker.
 """
@@ -175,6 +176,7 @@ def start_job(spark, bootstrap: str, out: Path, trigger: str | None, max_offsets
     )
     topic = (as_records.writeStream.format("logbus").outputMode("append")
              .option("logbus.bootstrap.servers", bootstrap).option("topic", OUTPUT_TOPIC)
+             .option("logbus.exactlyOnce", "true")
              .option("checkpointLocation", str(out / "checkpoints" / "topic"))
              .trigger(**timing).queryName("orders_to_topic").start())
     return parquet, topic
@@ -197,22 +199,26 @@ def run_job(bootstrap: str, out: Path, master: str, trigger: str | None,
 
 
 def latest_results(bootstrap: str, timeout_s: float = 10.0) -> dict[str, dict]:
-    """The output topic read from the start, latest value per key (duplicates collapse)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """The output topic read from the start at read_committed (only what the job committed),
+    latest value per key."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "logbus-pipeline-show",
-                         "enable.auto.commit": False, "log_level": 0})
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "log_level": 0})
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(OUTPUT_TOPIC, 0), timeout=timeout_s)
-        consumer.assign([TopicPartition(OUTPUT_TOPIC, 0, low)])
+        consumer.assign([TopicPartition(OUTPUT_TOPIC, 0, OFFSET_BEGINNING)])
         results: dict[str, dict] = {}
-        position, deadline = low, time.monotonic() + timeout_s
-        while position < high and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
             message = consumer.poll(0.5)
-            if message is None or message.error():
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:  # the end (the last stable offset)
+                    break
                 continue
             results[message.key().decode()] = json.loads(message.value())
-            position = message.offset() + 1
         return results
     finally:
         consumer.close()

@@ -5,6 +5,10 @@ Input columns, as Spark's Kafka sink takes them: `value` (binary or string, requ
 `partition` (int, optional: null or absent lets the partitioner choose) and `headers`
 (array<struct<key string, value binary>>, optional).
 
+Streaming writes are exactly once by default (`logbus.exactlyOnce`): see
+`logbus.spark.exactly_once`. The rest of this module is the at-least-once path, for `df.write`
+and for streams with `logbus.exactlyOnce=false`.
+
 Each Spark task produces its rows with confluent-kafka (`partitioner=murmur2_random`: a keyed
 row lands where Java's default partitioner would put it; unkeyed rows spread randomly),
 waits for every acknowledgement and fails the task on any delivery error. Options prefixed
