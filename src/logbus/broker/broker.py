@@ -7,14 +7,22 @@ Shutdown reverses it: stop accepting, close connections, fsync and checkpoint ev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
 
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
+from ..cluster.txn_markers import MARKER_TIMEOUT_S, write_marker
 from ..config import BrokerConfig
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
+from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
+from ..coordinator.txn_store import TxnStateTopic
+from ..coordinator.txn_verification import TxnVerifier
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import Connections, Listener
@@ -46,6 +54,12 @@ class Broker:
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
+        self.txn_coordinator = TransactionCoordinator(
+            TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
+            allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self._write_markers_here,
+        )
+        self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
+        self.txn_verifier = TxnVerifier(self.txn_coordinator, config["transaction.partition.verification.enable"])
         self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections = Connections(config)
         self.stopping = False
@@ -94,6 +108,7 @@ class Broker:
             self.config["log.flush.start.offset.checkpoint.interval.ms"],
         )
         self.group_coordinator.start()
+        self.txn_coordinator.start()
         self._server.start_serving()
         return self.host, self.port
 
@@ -119,6 +134,14 @@ class Broker:
         if not await request(timeout):
             log.warning("controlled shutdown: still leading some partitions after %.0f s; stopping anyway", timeout)
 
+    async def _write_markers_here(self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool,
+                                  partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """Markers for partitions this broker leads (replaced by the cluster's marker writer)."""
+        chosen = list(partitions)
+        codes = await asyncio.gather(*(write_marker(self.replicas, topic, index, producer_id, epoch, commit,
+                                                    coordinator_epoch, MARKER_TIMEOUT_S) for topic, index in chosen))
+        return dict(zip(chosen, codes, strict=True))
+
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()
 
@@ -129,6 +152,7 @@ class Broker:
             self._server.close()
         self.connections.close_all()
         self.group_coordinator.stop()
+        self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()
         await self.replicas.stop()

@@ -90,6 +90,11 @@ class ProducerStateManager:
             firsts.append(self.unreplicated[0][0])
         return min(firsts, default=None)
 
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Has this producer, at this epoch, a transaction open in this partition?"""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch and entry.txn_first_offset is not None
+
     def on_high_watermark(self, high_watermark: int) -> None:
         """Closed transactions whose markers are below the high watermark are stable now."""
         self.unreplicated = [txn for txn in self.unreplicated if txn[1] >= high_watermark]
