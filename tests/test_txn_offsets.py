@@ -8,7 +8,9 @@ them, and with `require_stable` answers UNSTABLE_OFFSET_COMMIT. Three layers:
   marker is written to the partition's log, as WriteTxnMarkers does, and announced through
   `GroupCoordinator.on_txn_marker`, as the replica manager's marker listener does; a second
   coordinator over the same directory is a restart that reloads the partition;
-- TxnOffsetCommit and OffsetFetch on the wire, against a broker process, across a restart.
+- on the wire, against broker processes and across restarts: TxnOffsetCommit and OffsetFetch
+  with WriteTxnMarkers standing for the transaction coordinator; a transaction by hand
+  (AddOffsetsToTxn, KIP-890's verification, EndTxn); confluent-kafka's send_offsets_to_transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from helpers import CREATE_TOPICS, INIT_PRODUCER_ID, RawConnection, wait_until
+from confluent_kafka import Consumer, Producer, TopicPartition
+from helpers import CREATE_TOPICS, INIT_PRODUCER_ID, QUIET, RawConnection, wait_until
 from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequestTopic
@@ -24,16 +27,24 @@ from kio.schema.offset_fetch.v9.request import OffsetFetchRequestGroup, OffsetFe
 from kio.schema.txn_offset_commit.v0 import request as txn_commit_v0
 from kio.schema.txn_offset_commit.v5 import request as txn_commit_v5
 from test_group_state import GROUP, RETENTION, Env, advance_in_checks, coordinator_env, in_loop, stable_group, until
+from test_txn_markers import write_markers
 
 from logbus.coordinator.group import ClassicGroup, CommittedOffset
 from logbus.coordinator.offsets import OffsetCommit
-from logbus.coordinator.records import GroupKey, OffsetKey, OffsetValue, encode_group_key, encode_offset_key
+from logbus.coordinator.records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    coordinator_partition,
+    encode_group_key,
+    encode_offset_key,
+)
 from logbus.coordinator.store import LogReplay
 from logbus.protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, EndTxnMarker, build_batch, read_header
 from logbus.testing import running_broker
 
 PRODUCER = 7
-TXN_OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 28, 9, 10
+TXN_OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, ADD_OFFSETS_TO_TXN, END_TXN = 28, 9, 10, 25, 26
 TXN_TIMEOUT = datetime.timedelta(seconds=10)
 
 
@@ -270,7 +281,8 @@ async def test_deletions_write_tombstones_for_pending_offsets(tmp_path) -> None:
 
 
 def txn_offset_commit(connection: RawConnection, group: str, producer_id: int, epoch: int, topic: str,
-                      offsets: dict[int, int], version: int = 5) -> dict[int, ErrorCode]:
+                      offsets: dict[int, int], version: int = 5, transactional_id: str = "tx"
+                      ) -> dict[int, ErrorCode]:
     """TxnOffsetCommit of `offsets` (partition -> offset); the error of each partition."""
     schema = txn_commit_v5 if version == 5 else txn_commit_v0
     partitions = tuple(
@@ -278,7 +290,7 @@ def txn_offset_commit(connection: RawConnection, group: str, producer_id: int, e
                                                **({"committed_leader_epoch": -1} if version == 5 else {}))
         for p, o in offsets.items())
     extra = {"generation_id": -1, "member_id": "", "group_instance_id": None} if version == 5 else {}
-    reply = connection.call(TXN_OFFSET_COMMIT, version, transactional_id="tx", group_id=group,
+    reply = connection.call(TXN_OFFSET_COMMIT, version, transactional_id=transactional_id, group_id=group,
                             producer_id=producer_id, producer_epoch=epoch, **extra,
                             topics=(schema.TxnOffsetCommitRequestTopic(name=topic, partitions=partitions),))
     return {p.partition_index: p.error_code for t in reply.topics for p in t.partitions}
@@ -314,9 +326,18 @@ def create_topic(connection: RawConnection, name: str, partitions: int) -> None:
     assert reply.topics[0].error_code == ErrorCode.none
 
 
-def test_txn_offset_commit_on_the_wire_stays_unstable_across_a_restart() -> None:
+def committed_offsets(connection: RawConnection, group: str, topic: str, partitions: tuple[int, ...]) -> list[int]:
+    error, found = offset_fetch(connection, group, topic, partitions, require_stable=False)
+    assert error == ErrorCode.none
+    return [offset for offset, _ in found]
+
+
+def test_txn_offset_commit_on_the_wire_until_write_txn_markers_and_across_restarts() -> None:
+    """An idempotent producer id stands for a transaction (no coordinator verification), and
+    WriteTxnMarkers for the transaction coordinator's markers."""
     unstable = (ErrorCode.none, [(-1, ErrorCode.unstable_offset_commit)] * 2)
-    with running_broker() as broker:
+    config = {"transaction.partition.verification.enable": "false", "offsets.topic.num.partitions": "5"}
+    with running_broker(config) as broker:
         with RawConnection(broker.bootstrap) as connection:
             assert connection.call(FIND_COORDINATOR, 3, key="wire", key_type=0).error_code == ErrorCode.none
             create_topic(connection, "t", 2)
@@ -327,14 +348,107 @@ def test_txn_offset_commit_on_the_wire_stays_unstable_across_a_restart() -> None
                 1: ErrorCode.none}
             assert txn_offset_commit(connection, "wire", producer_id, 0, "t", {1: 9}) == {
                 1: ErrorCode.invalid_producer_epoch}, "epoch 1 fenced epoch 0"
-            assert offset_fetch(connection, "wire", "t", (0, 1), require_stable=False) == (
-                ErrorCode.none, [(-1, ErrorCode.none), (-1, ErrorCode.none)])
+            assert committed_offsets(connection, "wire", "t", (0, 1)) == [-1, -1]
             assert offset_fetch(connection, "wire", "t", (0, 1), require_stable=True) == unstable
             assert offset_fetch(connection, "wire", "t", (0, 1), require_stable=True, version=7) == unstable
+        offsets_partition = ("__consumer_offsets", coordinator_partition("wire", 5))
         broker.stop()
         broker.restart()
         with RawConnection(broker.bootstrap) as connection:
             wait_until(lambda: offset_fetch(connection, "wire", "t", (0, 1), require_stable=True) == unstable,
                        message="the pending offsets reloaded")
-            assert offset_fetch(connection, "wire", "t", (0, 1), require_stable=False) == (
-                ErrorCode.none, [(-1, ErrorCode.none), (-1, ErrorCode.none)])
+            assert write_markers(broker.bootstrap, offsets_partition, producer_id=producer_id, producer_epoch=1,
+                                 commit=True, coordinator_epoch=0) == {offsets_partition: ErrorCode.none}
+            assert offset_fetch(connection, "wire", "t", (0, 1), require_stable=True) == (
+                ErrorCode.none, [(7, ErrorCode.none), (8, ErrorCode.none)])
+            assert txn_offset_commit(connection, "wire", producer_id, 1, "t", {0: 70}) == {0: ErrorCode.none}
+            assert write_markers(broker.bootstrap, offsets_partition, producer_id=producer_id, producer_epoch=1,
+                                 commit=False, coordinator_epoch=0) == {offsets_partition: ErrorCode.none}
+            assert offset_fetch(connection, "wire", "t", (0, 1), require_stable=True) == (
+                ErrorCode.none, [(7, ErrorCode.none), (8, ErrorCode.none)])
+        broker.stop()
+        broker.restart()
+        with RawConnection(broker.bootstrap) as connection:
+            wait_until(lambda: offset_fetch(connection, "wire", "t", (0, 1), require_stable=True) == (
+                ErrorCode.none, [(7, ErrorCode.none), (8, ErrorCode.none)]), message="the offsets reloaded")
+
+
+def find_txn_coordinator(connection: RawConnection, transactional_id: str) -> bool:
+    return connection.call(FIND_COORDINATOR, 3, key=transactional_id, key_type=1).error_code == ErrorCode.none
+
+
+def test_the_transaction_coordinator_verifies_and_ends_txn_offset_commits() -> None:
+    """A transactional producer by hand: TxnOffsetCommit before AddOffsetsToTxn is refused
+    (KIP-890); after it the offsets are pending, and EndTxn's markers commit or drop them."""
+    with running_broker() as broker, RawConnection(broker.bootstrap) as connection:
+        assert connection.call(FIND_COORDINATOR, 3, key="verified", key_type=0).error_code == ErrorCode.none
+        create_topic(connection, "t", 1)
+        wait_until(lambda: find_txn_coordinator(connection, "raw-txn"), message="the transaction coordinator")
+        reply = wait_until(lambda: (r := connection.call(
+            INIT_PRODUCER_ID, 4, transactional_id="raw-txn", transaction_timeout=TXN_TIMEOUT, producer_id=-1,
+            producer_epoch=-1)).error_code == ErrorCode.none and r, message="a transactional producer id")
+        producer_id, epoch = reply.producer_id, reply.producer_epoch
+
+        def commit(offset: int) -> dict[int, ErrorCode]:
+            return txn_offset_commit(connection, "verified", producer_id, epoch, "t", {0: offset},
+                                     transactional_id="raw-txn")
+
+        def end(committed: bool) -> None:
+            assert connection.call(ADD_OFFSETS_TO_TXN, 4, transactional_id="raw-txn", producer_id=producer_id,
+                                   producer_epoch=epoch, group_id="verified").error_code == ErrorCode.none
+            assert commit(5 if committed else 6) == {0: ErrorCode.none}
+            assert connection.call(END_TXN, 4, transactional_id="raw-txn", producer_id=producer_id,
+                                   producer_epoch=epoch, committed=committed).error_code == ErrorCode.none
+
+        assert commit(1) == {0: ErrorCode.invalid_txn_state}, "the partition is not in the transaction"
+        end(committed=True)
+        wait_until(lambda: committed_offsets(connection, "verified", "t", (0,)) == [5], message="the commit")
+        end(committed=False)
+        wait_until(lambda: offset_fetch(connection, "verified", "t", (0,), require_stable=True) == (
+            ErrorCode.none, [(5, ErrorCode.none)]), message="the abort")
+
+
+def committed(consumer: Consumer) -> list[int]:
+    """The group's committed offsets of t-0 and t-1 (librdkafka reads at read_committed: it asks for
+    stable offsets and retries UNSTABLE_OFFSET_COMMIT)."""
+    return [tp.offset for tp in consumer.committed([TopicPartition("t", 0), TopicPartition("t", 1)], 20)]
+
+
+def test_confluent_kafka_sends_offsets_to_transactions() -> None:
+    """librdkafka's send_offsets_to_transaction (AddOffsetsToTxn, then TxnOffsetCommit to the group
+    coordinator): a committed transaction's offsets are the group's, an aborted one's are not,
+    an open one's are unstable, and all of it holds across a restart."""
+    with running_broker() as broker:
+        with RawConnection(broker.bootstrap) as connection:
+            create_topic(connection, "t", 2)
+        group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ck", **QUIET})
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ck-txn", **QUIET})
+        try:
+            producer.init_transactions(20)
+
+            def send_offsets(offsets: dict[int, int], commit: bool | None) -> None:
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction([TopicPartition("t", p, o) for p, o in offsets.items()],
+                                                     group.consumer_group_metadata(), 20)
+                if commit is not None:
+                    (producer.commit_transaction if commit else producer.abort_transaction)(20)
+
+            send_offsets({0: 5, 1: 7}, commit=True)
+            assert committed(group) == [5, 7]
+            send_offsets({0: 50}, commit=False)
+            assert committed(group) == [5, 7]
+            send_offsets({1: 9}, commit=None)
+            with RawConnection(broker.bootstrap) as connection:
+                assert offset_fetch(connection, "ck", "t", (0, 1), require_stable=True) == (
+                    ErrorCode.none, [(5, ErrorCode.none), (-1, ErrorCode.unstable_offset_commit)])
+            producer.commit_transaction(20)
+            assert committed(group) == [5, 9]
+        finally:
+            group.close()
+        broker.stop()
+        broker.restart()
+        reloaded = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ck", **QUIET})
+        try:
+            assert committed(reloaded) == [5, 9]
+        finally:
+            reloaded.close()

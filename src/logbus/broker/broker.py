@@ -54,6 +54,7 @@ class Broker:
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
+        self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
             allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self._write_markers_here,
