@@ -92,6 +92,7 @@ class OffsetsTopic(InternalTopic):
             for header, records, marker in batches:
                 replay.apply(header, records, marker)
         survivors = replay.survivors()
+        del replay  # its undecoded values, held once already by `survivors`
         for start in range(0, len(survivors), LOAD_DECODE_STEP):
             entries = [entry for raw in survivors[start : start + LOAD_DECODE_STEP]
                        if (entry := _decode_loaded(*raw)) is not None]
