@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
+from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..storage.manager import LogManager
@@ -41,6 +42,7 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
+        self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, MARKER_TIMEOUT_S)
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
@@ -84,6 +86,7 @@ class Broker:
         await self.metadata.register_broker(
             BrokerInfo(self.broker_id, *self._advertised_address(), self.config["broker.rack"]))
         self.replicas.start()
+        self.txn_markers.start()
         if self.controller is not None:
             self.controller.start()
         self.logs.start(
@@ -131,6 +134,7 @@ class Broker:
         self.group_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()
+        await self.txn_markers.stop()
         await self.replicas.stop()
         await self.logs.shutdown()
         await self.metadata.close()
