@@ -41,6 +41,7 @@ class FetchedData:
     last_stable_offset: int
     log_start_offset: int
     slice: ReadSlice | None
+    aborted_transactions: list[tuple[int, int]] | None = None  # read_committed only: (producer id, first offset)
 
 
 @dataclass(slots=True)
@@ -145,7 +146,8 @@ class Partition:
 
     def _appended(self, size: int) -> None:
         """Count the bytes for fetches waiting on min_bytes; move the HW (a lone leader's) or wake
-        the followers waiting in a fetch."""
+        the followers waiting in a fetch (and read_committed consumers waiting at the LSO, which
+        a marker's HW move makes stable)."""
         self.appended_bytes += size
         if not self._maybe_advance_high_watermark():
             self._wake()
@@ -262,14 +264,24 @@ class Partition:
 
     # ------------------------------------------------------------------ reads
 
+    @property
+    def last_stable_offset(self) -> int:
+        """min(HW, first offset of a transaction not yet stable): where read_committed reads stop."""
+        return self.log.last_stable_offset(self.high_watermark)
+
     def read(self, offset: int, max_bytes: int, committed_only: bool = True,
              read_committed: bool = False) -> FetchedData:
-        """Bytes from `offset`; consumers read below the HW (read_committed ones below the last
-        stable offset), followers up to the LEO."""
-        stable = self.log.last_stable_offset(self.high_watermark)
+        """Bytes from `offset`; consumers read below the HW, followers up to the LEO.
+
+        read_committed readers read below the last stable offset and get the transactions
+        aborted in what they read (Kafka's LocalLog.read with includeAbortedTxns): an empty
+        list when there is nothing to read, None for the other readers.
+        """
+        stable = self.last_stable_offset
         limit = stable if read_committed else self.high_watermark if committed_only else self.log.log_end_offset
         found = self.log.read(offset, max_bytes, limit)
-        return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found)
+        aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
+        return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 
     def data_arrived(self) -> asyncio.Event:
         """An event set the next time the HW or the LEO moves."""

@@ -166,6 +166,12 @@ class OffsetIndex(_IndexFile):
         i = bisect.bisect_right(self._offsets, offset) - 1
         return self._positions[i] if i >= 0 else 0
 
+    def offset_at_or_after(self, position: int) -> int | None:
+        """The offset of the first entry at or after file `position` (None when there is none):
+        Kafka's fetchUpperBoundOffset, an upper bound of the offsets before that position."""
+        i = bisect.bisect_left(self._positions, position)
+        return self._offsets[i] if i < len(self._offsets) else None
+
     def batch_start_at_or_before(self, position: int) -> int:
         """The last indexed batch start at or before file `position` (0 when none is)."""
         i = bisect.bisect_right(self._positions, position) - 1

@@ -26,6 +26,7 @@ import bisect
 import contextlib
 import dataclasses
 import glob
+import itertools
 import logging
 import os
 import time
@@ -48,6 +49,7 @@ from ..protocol.records import (
 )
 from .epoch_cache import LeaderEpochCache
 from .files import fsync_file
+from .index import AbortedTxn
 from .jobs import FileJobs
 from .producer_state import CachedBatch, ProducerStateManager, SequenceCheck
 from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice
@@ -405,15 +407,42 @@ class PartitionLog:
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the transactions aborted within [start_offset,
         upper_bound_offset), what a read_committed fetch returns (Kafka's
-        collectAbortedTransactions): the `.txnindex` of the segment holding `start_offset` and of
-        later ones, until an entry's LSO reaches the upper bound."""
-        found: list[tuple[int, int]] = []
-        for segment in self.segments[self._segment_for(start_offset) :]:
-            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
-            found.extend((txn.producer_id, txn.first_offset) for txn in entries)
+        collectAbortedTransactions)."""
+        return [(txn.producer_id, txn.first_offset)
+                for txn in self.aborted_transactions(start_offset, upper_bound_offset)]
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The `.txnindex` entries of transactions aborted within [start_offset, upper_bound_offset):
+        from the segment holding `start_offset` and later ones, until an entry's LSO reaches the
+        upper bound (no later transaction can start before it)."""
+        found: list[AbortedTxn] = []
+        for segment in itertools.islice(self.segments, self._segment_for(start_offset), None):
+            index = segment.txn_index
+            if not index.entries:
+                continue
+            entries, complete = index.collect(start_offset, upper_bound_offset)
+            found.extend(entries)
             if complete:
                 break
         return found
+
+    def aborted_transactions_in(self, offset: int, found: ReadSlice | None) -> list[tuple[int, int]]:
+        """What a read_committed read from `offset` that returned `found` must be told of: the
+        transactions aborted from `offset` up to the bound Kafka's LocalLog.addAbortedTransactions
+        puts after the data (the offset of the first indexed batch at or after its end, else the
+        next segment's base offset, else the log end). An upper bound, not the exact end: an
+        entry too many names a transaction the reader never meets, which it ignores."""
+        if found is None:
+            return []
+        return self.collect_aborted_transactions(offset, self._fetch_upper_bound(found))
+
+    def _fetch_upper_bound(self, found: ReadSlice) -> int:
+        segment = found.segment
+        upper = segment.offset_index.offset_at_or_after(found.position + found.size)
+        if upper is not None:
+            return upper
+        later = bisect.bisect_right(self._base_offsets, segment.base_offset)
+        return self._base_offsets[later] if later < len(self._base_offsets) else self.log_end_offset
 
     # ------------------------------------------------------------------ reads
 

@@ -13,7 +13,13 @@ thread through a descriptor of their own and sent from memory, so the event loop
 on the disk for them. When fewer than `min_bytes` are ready the request waits up to `max_wait`;
 as Kafka's DelayedFetch, it reads the partitions again only once the high watermarks moved and
 the bytes appended since could make up `min_bytes` (or at the deadline), not on every append.
-read_committed reads up to the last stable offset (the HW while there are no transactions).
+
+Every answer carries the partition's last stable offset (LSO: the HW, or the first offset of the
+earliest transaction not yet stable), for consumers and followers alike, as Kafka's. A
+read_committed consumer (isolation level 1) reads below the LSO and gets the aborted transactions
+(producer id, first offset) its records may hold, found in the segments' `.txnindex` (see
+`PartitionLog.aborted_transactions_in`); its fetch waits for the LSO to move rather than the HW.
+Other readers get no aborted transactions (null), as from Kafka.
 """
 
 from __future__ import annotations
@@ -40,17 +46,21 @@ MAX_VERSION = 18
 SENDFILE_MIN_BYTES = 64 * 1024
 
 
+READ_COMMITTED = 1
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     wanted = _wanted(ctx, request)
+    read_committed = replica_id(request) < 0 and request.isolation_level == READ_COMMITTED
     while True:
         await _load_uncached_read_starts(ctx, wanted)
-        topics, total, partitions = _read_all(ctx, request, wanted)
+        topics, total, partitions = _read_all(ctx, request, wanted, read_committed)
         if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
             break
         _close_regions(topics)
-        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline)
+        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, read_committed)
     topics = await _read_cold(ctx, topics)
     return make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
@@ -84,7 +94,7 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, wanted: list
+    ctx: RequestContext, request: Any, wanted: list, read_committed: bool
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
     """The answer per topic, the bytes in it, and each hosted partition with its max bytes."""
     module = response_module(API_KEY, ctx.api_version)
@@ -98,7 +108,7 @@ def _read_all(
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
-            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget)
+            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget, read_committed)
             budget = max(budget - size, 0)
             total += size
             answers.append(answer)
@@ -111,7 +121,7 @@ def _read_all(
 
 def _read_partition(
     module: Any, ctx: RequestContext, request: Any, name: str | None,
-    partition: Partition | None, fetch: Any, budget: int,
+    partition: Partition | None, fetch: Any, budget: int, read_committed: bool,
 ) -> tuple[Any, int]:
     if partition is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
@@ -128,22 +138,22 @@ def _read_partition(
         diverging = _diverging_epoch(partition, fetch)
         if diverging is not None:
             return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
-                           partition.log.log_start_offset, diverging=diverging), 0
+                           partition.last_stable_offset, partition.log.log_start_offset, diverging=diverging), 0
         partition.update_follower(replica, fetch.fetch_offset)
     max_bytes = min(fetch.partition_max_bytes, budget)
     try:
-        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0)
+        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0, read_committed=read_committed)
     except OffsetOutOfRangeError:
         return _answer(
             module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
-            partition.log.log_start_offset,
+            partition.last_stable_offset, partition.log.log_start_offset,
         ), 0
     records: bytes | memoryview | FileRegion | _ColdRecords = b""
     if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
         records = _records(data.slice, ctx.sendfile)
     return _answer(
-        module, fetch.partition, ErrorCode.none, data.high_watermark, data.log_start_offset,
-        records,
+        module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
+        data.log_start_offset, records, aborted=data.aborted_transactions,
     ), len(records)
 
 
@@ -246,44 +256,65 @@ def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | Non
 
 
 def _answer(
-    module: Any, index: int, error: ErrorCode, high_watermark: int = -1, log_start: int = -1,
-    records: bytes | memoryview | FileRegion | _ColdRecords = b"", diverging: tuple[int, int] | None = None,
+    module: Any, index: int, error: ErrorCode, high_watermark: int = -1, last_stable: int = -1,
+    log_start: int = -1, records: bytes | memoryview | FileRegion | _ColdRecords = b"",
+    diverging: tuple[int, int] | None = None, aborted: list[tuple[int, int]] | None = None,
 ) -> Any:
     extra = {}
     if diverging is not None and hasattr(module, "EpochEndOffset"):
         extra["diverging_epoch"] = module.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
     return make(
         module.PartitionData, partition_index=index, error_code=error,
-        high_watermark=high_watermark, last_stable_offset=high_watermark,
-        log_start_offset=log_start, aborted_transactions=None, preferred_read_replica=-1,
-        records=records, **extra,
+        high_watermark=high_watermark, last_stable_offset=last_stable,
+        log_start_offset=log_start, aborted_transactions=_aborted(module, aborted),
+        preferred_read_replica=-1, records=records, **extra,
     )
 
 
+def _aborted(module: Any, aborted: list[tuple[int, int]] | None) -> tuple | None:
+    if aborted is None:
+        return None
+    return tuple(module.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted)
+
+
 async def _wait_for_enough(
-    ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float
+    ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float,
+    read_committed: bool,
 ) -> None:
     """Wait until the bytes appended to the partitions since now could make up `missing` bytes
     (each partition counted up to its max bytes), or a high watermark moved (which may make
     bytes appended earlier readable to a consumer), or the deadline, or the broker stops.
+
+    For a read_committed consumer only the last stable offset counts: bytes appended lie above
+    it until it moves (when the HW passes a transaction's marker, or records no transaction holds
+    back), so the appends of an open transaction do not wake it.
 
     A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
     caller then reads for real, which may still find too little (an estimate: bytes appended
     include batches above the partition's high watermark or before the fetch offset).
     """
     loop = asyncio.get_running_loop()
+    bound = _last_stable_offset if read_committed else _high_watermark
     start = [partition.appended_bytes for partition, _ in partitions]
-    watermarks = [partition.high_watermark for partition, _ in partitions]
+    marks = [bound(partition) for partition, _ in partitions]
     while (remaining := deadline - loop.time()) > 0 and not ctx.broker.stopping:
         await _wait_for_data([partition for partition, _ in partitions], remaining)
         arrived = sum(
             min(partition.appended_bytes - before, max_bytes)
             for (partition, max_bytes), before in zip(partitions, start, strict=True)
         )
-        if arrived >= missing or any(
-            partition.high_watermark != hw for (partition, _), hw in zip(partitions, watermarks, strict=True)
-        ):  # a moved HW may have made appended bytes readable (a consumer reads below it)
+        if (arrived >= missing and not read_committed) or any(
+            bound(partition) != mark for (partition, _), mark in zip(partitions, marks, strict=True)
+        ):  # a moved HW (LSO) may have made appended bytes readable (a consumer reads below it)
             return
+
+
+def _high_watermark(partition: Partition) -> int:
+    return partition.high_watermark
+
+
+def _last_stable_offset(partition: Partition) -> int:
+    return partition.last_stable_offset
 
 
 async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:

@@ -1,10 +1,11 @@
 """ListOffsets (key 2): serves v1–v10.
 
-Special timestamps: -2 earliest (log start offset), -1 latest (the high watermark, or the
-last stable offset for read_committed), -3 the record with the largest timestamp (v7+),
--4 earliest local (v8+, the log start offset here: there is no tiered storage), -5 latest
-tiered (v9+: -1, nothing is tiered). Any other timestamp finds the first record at or after
-it, below the high watermark; none gives offset -1.
+Special timestamps: -2 earliest (log start offset), -1 latest, -3 the record with the largest
+timestamp (v7+), -4 earliest local (v8+, the log start offset here: there is no tiered storage),
+-5 latest tiered (v9+: -1, nothing is tiered). Any other timestamp finds the first record at or
+after it. As in Kafka's Partition.fetchOffsetForTimestamp, what a reader may fetch bounds the
+answers: latest is the high watermark, or the last stable offset for read_committed (isolation
+level 1, v2+), and a record found by timestamp (-3 included) at or past that bound gives offset -1.
 """
 
 from __future__ import annotations
@@ -22,21 +23,23 @@ MIN_VERSION = 1
 MAX_VERSION = 10
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+READ_COMMITTED = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED  # v2+
     topics = []
     for topic in request.topics:
         answers = []
         for wanted in topic.partitions:
             partition = ctx.broker.replicas.get(topic.name, wanted.partition_index)
-            answers.append(_lookup(module, partition, wanted))
+            answers.append(_lookup(module, partition, wanted, read_committed))
         topics.append(make(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
     return make(response_class(API_KEY, ctx.api_version), topics=tuple(topics))
 
 
-def _lookup(module: Any, partition: Partition | None, wanted: Any) -> Any:
+def _lookup(module: Any, partition: Partition | None, wanted: Any, read_committed: bool) -> Any:
     index = wanted.partition_index
     if partition is None:
         return _answer(module, index, ErrorCode.unknown_topic_or_partition)
@@ -44,17 +47,18 @@ def _lookup(module: Any, partition: Partition | None, wanted: Any) -> Any:
         return _answer(module, index, ErrorCode.not_leader_or_follower)
     log = partition.log
     timestamp = wanted.timestamp
+    fetchable = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         offset, found_ts = log.log_start_offset, -1
     elif timestamp == LATEST:
-        offset, found_ts = partition.high_watermark, -1
+        offset, found_ts = fetchable, -1
     elif timestamp == LATEST_TIERED:
         offset, found_ts = -1, -1
     else:
         found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else (
             log.offset_for_timestamp(timestamp)
         )
-        if found is None or found.offset >= partition.high_watermark:
+        if found is None or found.offset >= fetchable:
             return _answer(module, index, ErrorCode.none)
         offset, found_ts = found.offset, found.timestamp
     epoch = log.epoch_for_offset(offset - 1 if timestamp == LATEST else offset)
