@@ -110,6 +110,9 @@ def test_list_and_describe_follow_a_transaction_from_empty_to_complete_commit(br
     producer.flush(10)
     listed = {row["TransactionalId"]: row for row in table(broker.bootstrap, "list")}
     assert listed[transactional_id]["TransactionState"] == "Ongoing"
+    after = subprocess.run([sys.executable, "-m", "logbus", "transactions", "list", "--bootstrap-server",
+                            broker.bootstrap], capture_output=True, text=True, timeout=60, check=True)
+    assert transactional_id in after.stdout, "--bootstrap-server after the sub-command, as logbus's other tools"
     assert listed[transactional_id]["Coordinator"] == "0"
     [ongoing] = table(broker.bootstrap, "describe", "--transactional-id", transactional_id)
     assert ongoing["CoordinatorId"] == "0" and ongoing["ProducerId"] == listed[transactional_id]["ProducerId"]

@@ -71,38 +71,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_connection_options(parser)
     parser.set_defaults(run=run)
     commands = parser.add_subparsers(dest="transactions_command", required=True, metavar="COMMAND")
-    _add_list(commands)
-    _add_describe(commands)
-    _add_describe_producers(commands)
-    _add_abort(commands)
-    _add_find_hanging(commands)
+    for add in (_add_list, _add_describe, _add_describe_producers, _add_abort, _add_find_hanging):
+        add_connection_options(add(commands), inherited=True)  # also after the sub-command, as logbus's others
 
 
-def _add_list(commands: argparse._SubParsersAction) -> None:
+def _add_list(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("list", help="list transactions")
     parser.add_argument("--duration-filter", type=int, metavar="MS",
                         help="only transactions running longer than this many ms (< 0: all)")
     parser.add_argument("--transactional-id-pattern", metavar="REGEX",
                         help="only transactional ids the whole of which this regular expression matches")
     parser.set_defaults(action=_list)
+    return parser
 
 
-def _add_describe(commands: argparse._SubParsersAction) -> None:
+def _add_describe(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("describe", help="describe the state of an active transactional-id")
     parser.add_argument("--transactional-id", required=True, metavar="ID")
     parser.set_defaults(action=_describe)
+    return parser
 
 
-def _add_describe_producers(commands: argparse._SubParsersAction) -> None:
+def _add_describe_producers(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("describe-producers",
                                  help="describe the states of active producers for a topic partition")
     _add_partition_options(parser)
     parser.add_argument("--broker-id", type=int, metavar="N",
                         help="ask this replica instead of the leader")
     parser.set_defaults(action=_describe_producers)
+    return parser
 
 
-def _add_abort(commands: argparse._SubParsersAction) -> None:
+def _add_abort(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("abort", help="abort a hanging transaction (writes its ABORT marker)")
     _add_partition_options(parser)
     parser.add_argument("--start-offset", type=non_negative_int, metavar="OFFSET",
@@ -112,9 +112,10 @@ def _add_abort(commands: argparse._SubParsersAction) -> None:
     explicit.add_argument("--producer-epoch", type=int, metavar="EPOCH")
     explicit.add_argument("--coordinator-epoch", type=int, metavar="EPOCH")
     parser.set_defaults(action=_abort)
+    return parser
 
 
-def _add_find_hanging(commands: argparse._SubParsersAction) -> None:
+def _add_find_hanging(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("find-hanging", help="find hanging transactions")
     parser.add_argument("--broker-id", type=int, metavar="N", help="search the partitions this broker has a replica of")
     parser.add_argument("--max-transaction-timeout", type=non_negative_int, default=15, metavar="MINUTES",
@@ -122,6 +123,7 @@ def _add_find_hanging(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--topic", metavar="TOPIC", help="search this topic only (required with --partition)")
     parser.add_argument("--partition", type=non_negative_int, metavar="P")
     parser.set_defaults(action=_find_hanging)
+    return parser
 
 
 def _add_partition_options(parser: argparse.ArgumentParser) -> None:
