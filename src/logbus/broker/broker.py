@@ -11,6 +11,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
+from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
@@ -45,7 +46,9 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
-        self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, MARKER_TIMEOUT_S)
+        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S)
+        self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, self.broker_clients,
+                                           MARKER_TIMEOUT_S)
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
@@ -57,7 +60,8 @@ class Broker:
             allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self.txn_markers.write,
         )
         self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
-        self.txn_verifier = TxnVerifier(self.txn_coordinator, config["transaction.partition.verification.enable"])
+        self.txn_verifier = TxnVerifier(self.txn_coordinator, self.broker_clients,
+                                        config["transaction.partition.verification.enable"])
         self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections = Connections(config)
         self.stopping = False
@@ -96,7 +100,7 @@ class Broker:
         await self.metadata.register_broker(
             BrokerInfo(self.broker_id, *self._advertised_address(), self.config["broker.rack"]))
         self.replicas.start()
-        self.txn_markers.start()
+        self.broker_clients.start()
         if self.controller is not None:
             self.controller.start()
         self.logs.start(
@@ -147,6 +151,7 @@ class Broker:
         if self.controller is not None:
             self.controller.stop()
         await self.txn_markers.stop()
+        self.broker_clients.close()
         await self.replicas.stop()
         await self.logs.shutdown()
         await self.metadata.close()

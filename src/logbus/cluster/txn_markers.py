@@ -33,8 +33,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as _REQUEST
 
 from ..errors import KafkaApiError
-from .broker_client import BrokerClient
-from .metadata import NO_LEADER, BrokerInfo, MetadataStore
+from .broker_client import BrokerClients
+from .metadata import NO_LEADER, MetadataStore
 from .partition import NotEnoughReplicasError, NotLeaderError
 from .replica_manager import ReplicaManager
 
@@ -107,28 +107,23 @@ class Marker:
 class TxnMarkerWriter:
     """Writes a transaction's markers to all its partitions, wherever they are led."""
 
-    def __init__(self, broker_id: int, metadata: MetadataStore, replicas: ReplicaManager, request_timeout_s: float,
-                 backoff_s: float = RETRY_BACKOFF_S) -> None:
-        """`request_timeout_s` bounds one attempt: a local append's wait for the ISR, or one request."""
+    def __init__(self, broker_id: int, metadata: MetadataStore, replicas: ReplicaManager, clients: BrokerClients,
+                 request_timeout_s: float, backoff_s: float = RETRY_BACKOFF_S) -> None:
+        """`request_timeout_s` bounds one local attempt's wait for the ISR (`clients` bound the
+        remote ones)."""
         self.broker_id = broker_id
         self.metadata = metadata
         self.replicas = replicas
+        self.clients = clients
         self.request_timeout_s = request_timeout_s
         self.backoff_s = backoff_s
-        self._clients: dict[int, BrokerClient] = {}
         self._writes: set[asyncio.Task] = set()
 
-    def start(self) -> None:
-        self.metadata.add_broker_listener(self._brokers_changed)
-
     async def stop(self) -> None:
-        """Cancel the writes in progress (their callers get CancelledError) and close the connections."""
+        """Cancel the writes in progress (their callers get CancelledError)."""
         for task in self._writes:
             task.cancel()
         await asyncio.gather(*self._writes, return_exceptions=True)
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
 
     async def write(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                     partitions: Iterable[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
@@ -186,7 +181,7 @@ class TxnMarkerWriter:
                 for topic, index in keys
             ))
             return dict(zip(keys, codes, strict=True))
-        client = self._client(leader) if leader != NO_LEADER else None
+        client = self.clients.get(leader) if leader != NO_LEADER else None
         if client is None:
             return dict.fromkeys(keys, ErrorCode.leader_not_available)
         try:
@@ -195,26 +190,6 @@ class TxnMarkerWriter:
             log.debug("markers of producer %d to broker %d: %s", marker.producer_id, leader, exc)
             return dict.fromkeys(keys, ErrorCode.network_exception)
         return _codes(response, marker, keys)
-
-    def _client(self, broker_id: int) -> BrokerClient | None:
-        """The client of a live broker (a new one when its address changed); None when not live."""
-        info = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
-        if info is None:
-            return None
-        client = self._clients.get(broker_id)
-        if client is not None and client.address != (info.host, info.port):
-            client.close()
-            client = None
-        if client is None:
-            client = self._clients[broker_id] = BrokerClient(
-                (info.host, info.port), f"logbus-txn-markers-{self.broker_id}", self.request_timeout_s)
-        return client
-
-    def _brokers_changed(self, live: list[BrokerInfo]) -> None:
-        """Close the connections to brokers that left (their writes in flight are retried)."""
-        alive = {b.broker_id for b in live}
-        for broker_id in [b for b in self._clients if b not in alive]:
-            self._clients.pop(broker_id).close()
 
 
 def _request(marker: Marker, keys: list[PartitionKey]) -> Any:
