@@ -8,6 +8,7 @@ import asyncio
 import datetime
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -270,3 +271,58 @@ def describe(broker: BrokerProcess, transactional_id: str) -> TransactionDescrip
         return admin.describe_transactions([transactional_id])[transactional_id]
     finally:
         admin.close()
+
+
+READ_PROCESS_WRITE = r"""
+import sys
+from confluent_kafka import Consumer, Producer
+bootstrap, source, sink, step = sys.argv[1:5]
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rpw", "isolation.level": "read_committed",
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                     "log_level": 0})
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "rpw-app", "log_level": 0})
+producer.init_transactions(30)
+consumer.subscribe([source])
+idle = 0
+while idle < 6:
+    batch = [m for m in consumer.consume(10, 0.5) if m.error() is None]
+    if not batch:
+        idle += 1 if consumer.assignment() else 0  # (a killed predecessor's session first expires)
+        continue
+    idle = 0
+    producer.begin_transaction()
+    for message in batch:
+        producer.produce(sink, value=message.value().upper(), partition=message.partition())
+    producer.flush(30)
+    if step == "stepwise":
+        print("open", flush=True)  # a transaction is open: the test may kill this process now
+        sys.stdin.readline()
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+consumer.close()
+"""
+
+
+def test_read_process_write_killed_mid_transaction_outputs_each_record_once(broker: BrokerProcess) -> None:
+    source, sink = new_topics(broker.bootstrap, 2)
+    inputs = [b"record-%03d" % i for i in range(300)]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
+    for i, value in enumerate(inputs):
+        producer.produce(source, value=value, partition=i % 3)
+    assert producer.flush(20) == 0
+    command = [sys.executable, "-c", READ_PROCESS_WRITE, broker.bootstrap, source, sink]
+    stepwise = subprocess.Popen([*command, "stepwise"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):  # three transactions commit, the fourth is open when the process dies
+            assert stepwise.stdout.readline() == "open\n"
+            stepwise.stdin.write("commit\n")
+            stepwise.stdin.flush()
+        assert stepwise.stdout.readline() == "open\n"
+    finally:
+        stepwise.kill()
+        stepwise.wait()
+    subprocess.run([*command, "free"], check=True, timeout=120)
+    sentinels = commit_sentinels(broker.bootstrap, [sink])
+    outputs = read_values(broker.bootstrap, [sink], "read_committed", sentinels)
+    assert sorted(v for v in outputs if v not in sentinels) == sorted(v.upper() for v in inputs)

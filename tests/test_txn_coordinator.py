@@ -241,3 +241,10 @@ async def test_list_filters_by_state_producer_and_pattern(tmp_path: Path) -> Non
         assert names(env.coordinator.list_transactions(set(), set(), id_pattern="app")) == []
         await env.clock.advance(5000)
         assert names(env.coordinator.list_transactions(set(), set(), min_duration_ms=5000)) == ["app-2"]
+
+
+@in_loop
+async def test_a_producer_naming_an_id_this_coordinator_forgot_starts_afresh(tmp_path: Path) -> None:
+    async with txn_env(tmp_path) as env:
+        producer_id, epoch = await env.coordinator.init_producer_id(TXN, TIMEOUT_MS, producer_id=4242, producer_epoch=7)
+        assert epoch == 0 and producer_id != 4242

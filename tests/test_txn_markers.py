@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +30,7 @@ from test_storage_unit import make_config
 from logbus.broker.broker import Broker
 from logbus.cluster.broker_client import BrokerClient
 from logbus.cluster.metadata import PartitionState
-from logbus.cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from logbus.cluster.partition import MARKER_BATCH_BYTES, NotEnoughReplicasError, NotLeaderError, Partition
 from logbus.cluster.txn_markers import write_marker
 from logbus.config import BrokerConfig
 from logbus.errors import KafkaApiError
@@ -362,3 +364,81 @@ def test_a_broker_client_gives_up_on_a_silent_peer_after_its_timeout_or_when_clo
                 await waiting
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------------------- TxnMarkerWriter
+
+
+async def logged(caplog: pytest.LogCaptureFixture, text: str, timeout: float = 10.0) -> None:
+    """Wait (on the event loop) until a log record contains `text`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not any(text in record.getMessage() for record in caplog.records):
+        assert asyncio.get_running_loop().time() < deadline, f"no log record with {text!r}"
+        await asyncio.sleep(0.02)
+
+
+def test_the_writer_retries_until_a_final_code_and_stop_cancels_it(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="logbus.cluster.txn_markers")
+
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path) as broker:
+            await broker.metadata.create_topic("t", 2, 1, {})
+            await broker.metadata.create_topic("strict", 2, 1, {"min.insync.replicas": "2"})
+            writer = broker.txn_markers
+            wanted = [("t", 0), ("t", 1), ("gone", 0), ("t", 5)]
+            assert await writer.write(7, 0, 3, True, wanted) == {
+                ("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none,
+                ("gone", 0): ErrorCode.unknown_topic_or_partition, ("t", 5): ErrorCode.unknown_topic_or_partition}
+            fenced = await writer.write(7, 0, 2, False, [("t", 0)])
+            assert fenced == {("t", 0): ErrorCode.transaction_coordinator_fenced}
+
+            pending = asyncio.ensure_future(writer.write(7, 0, 3, True, [("strict", 0), ("t", 0)]))
+            await logged(caplog, "retrying {('strict', 0): 'not_enough_replicas'}")
+            await broker.metadata.set_topic_configs("strict", {"min.insync.replicas": "1"})
+            assert await pending == {("strict", 0): ErrorCode.none, ("t", 0): ErrorCode.none}
+
+            await broker.metadata.set_topic_configs("strict", {"min.insync.replicas": "2"})
+            caplog.clear()
+            stuck = asyncio.ensure_future(writer.write(8, 0, 0, True, [("strict", 1)]))
+            await logged(caplog, "retrying {('strict', 1): 'not_enough_replicas'}")
+            await writer.stop()
+            with pytest.raises(asyncio.CancelledError):
+                await stuck
+            assert broker.replicas.get("strict", 1).log.log_end_offset == 0
+
+    asyncio.run(scenario())
+
+
+def log_sizes(cluster: Any, topic: str, index: int) -> dict[int, int]:
+    """Per broker holding the partition, the size of its first segment."""
+    sizes = {}
+    for broker_id, broker in cluster.brokers.items():
+        path = os.path.join(broker.data_dir, f"{topic}-{index}", "00000000000000000000.log")
+        if os.path.exists(path):
+            sizes[broker_id] = os.path.getsize(path)
+    return sizes
+
+
+def test_the_writer_reaches_leaders_on_other_brokers_and_follows_a_new_leader(zookeeper: Any,
+                                                                                tmp_path: Path) -> None:
+    """Brokers 1-3 are processes; broker 4, whose writer is under test, runs in this process."""
+    with running_cluster(3, zookeeper=zookeeper) as cluster:
+        async def scenario() -> None:
+            async with broker_in_process(tmp_path, 4, **cluster.config) as local:
+                await local.metadata.create_topic("spread", 3, 3, {}, assignments=[[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+                keys = [("spread", i) for i in range(3)]
+                assert await local.txn_markers.write(7, 0, 1, True, keys) == dict.fromkeys(keys, ErrorCode.none)
+                for i in range(3):
+                    assert log_sizes(cluster, "spread", i) == dict.fromkeys((1, 2, 3), MARKER_BATCH_BYTES)
+                assert await local.txn_markers.write(7, 0, 0, False, keys[:1]) == {
+                    keys[0]: ErrorCode.transaction_coordinator_fenced}
+
+                cluster.brokers[1].kill()  # the leader of spread-0: unreachable until a new leader is elected
+                assert await local.txn_markers.write(7, 0, 1, False, keys) == dict.fromkeys(keys, ErrorCode.none)
+                assert local.metadata.topic("spread").partitions[0].leader in (2, 3)
+                for i in range(3):
+                    sizes = log_sizes(cluster, "spread", i)
+                    assert sizes[2] == sizes[3] == 2 * MARKER_BATCH_BYTES
+
+        asyncio.run(scenario())

@@ -7,17 +7,14 @@ Shutdown reverses it: stop accepting, close connections, fsync and checkpoint ev
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from kio.schema.errors import ErrorCode
-
+from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
-from ..cluster.txn_markers import MARKER_TIMEOUT_S, write_marker
+from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
@@ -49,17 +46,22 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
+        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S)
+        self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, self.broker_clients,
+                                           MARKER_TIMEOUT_S)
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
+        self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
-            allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self._write_markers_here,
+            allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self.txn_markers.write,
         )
         self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
-        self.txn_verifier = TxnVerifier(self.txn_coordinator, config["transaction.partition.verification.enable"])
+        self.txn_verifier = TxnVerifier(self.txn_coordinator, self.broker_clients,
+                                        config["transaction.partition.verification.enable"])
         self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections = Connections(config)
         self.stopping = False
@@ -98,6 +100,7 @@ class Broker:
         await self.metadata.register_broker(
             BrokerInfo(self.broker_id, *self._advertised_address(), self.config["broker.rack"]))
         self.replicas.start()
+        self.broker_clients.start()
         if self.controller is not None:
             self.controller.start()
         self.logs.start(
@@ -134,14 +137,6 @@ class Broker:
         if not await request(timeout):
             log.warning("controlled shutdown: still leading some partitions after %.0f s; stopping anyway", timeout)
 
-    async def _write_markers_here(self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool,
-                                  partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        """Markers for partitions this broker leads (replaced by the cluster's marker writer)."""
-        chosen = list(partitions)
-        codes = await asyncio.gather(*(write_marker(self.replicas, topic, index, producer_id, epoch, commit,
-                                                    coordinator_epoch, MARKER_TIMEOUT_S) for topic, index in chosen))
-        return dict(zip(chosen, codes, strict=True))
-
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()
 
@@ -155,6 +150,8 @@ class Broker:
         self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()
+        await self.txn_markers.stop()
+        self.broker_clients.close()
         await self.replicas.stop()
         await self.logs.shutdown()
         await self.metadata.close()

@@ -22,6 +22,7 @@ from kio.serial import entity_reader
 
 from ..protocol import bounds
 from ..protocol.codec import encode, request_class, response_class
+from .metadata import BrokerInfo, MetadataStore
 
 MAX_RESPONSE_BYTES = 100 << 20  # Kafka's socket.request.max.bytes default: no peer answer is larger
 _SIZE = struct.Struct(">i")
@@ -166,3 +167,44 @@ class BrokerClient:
 
     def _where(self) -> str:
         return f"broker at {self.address[0]}:{self.address[1]}"
+
+
+class BrokerClients:
+    """One `BrokerClient` per other live broker, as the metadata store lists them: made on first
+    use, replaced when a broker's address changes, closed when it leaves. Shared by everything
+    that sends inter-broker requests (markers, KIP-890 verification), so each peer gets one
+    connection from this broker."""
+
+    def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.timeout = timeout
+        self._clients: dict[int, BrokerClient] = {}
+
+    def start(self) -> None:
+        self.metadata.add_broker_listener(self._brokers_changed)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def get(self, broker_id: int) -> BrokerClient | None:
+        """The client of a live broker (a new one when its address changed); None when not live."""
+        info = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
+        if info is None:
+            return None
+        client = self._clients.get(broker_id)
+        if client is not None and client.address != (info.host, info.port):
+            client.close()
+            client = None
+        if client is None:
+            client = self._clients[broker_id] = BrokerClient(
+                (info.host, info.port), f"logbus-broker-{self.broker_id}", self.timeout)
+        return client
+
+    def _brokers_changed(self, live: list[BrokerInfo]) -> None:
+        """Close the connections to brokers that left (requests in flight on them fail)."""
+        alive = {b.broker_id for b in live}
+        for broker_id in [b for b in self._clients if b not in alive]:
+            self._clients.pop(broker_id).close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,11 +25,14 @@ from ..errors import KafkaApiError
 from ..protocol.records import (
     TRANSACTIONAL_BIT,
     BatchHeader,
+    EndTxnMarker,
     build_batch,
     iter_headers,
     iter_records,
+    read_end_txn_marker,
     validate_batches,
 )
+from ..storage.log import InvalidProducerEpochError
 
 if TYPE_CHECKING:
     from ..cluster.metadata import MetadataStore
@@ -42,6 +45,7 @@ WRITE_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms and transaction's req
 LOAD_CHUNK_BYTES = 16 * 1024  # load steps of a few ms each on the event loop
 
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
+StoredBatch = tuple[BatchHeader, list[Record], EndTxnMarker | None]  # the marker of a control batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +130,13 @@ class InternalTopic:
 
     # ------------------------------------------------------------ writes
 
-    async def append(self, index: int, records: list[Record], producer: ProducerFields | None = None) -> None:
-        """Write `records` as one batch to partition `index` and wait for the ISR; raises
-        KafkaApiError (NOT_COORDINATOR when this broker no longer leads it)."""
+    async def append(self, index: int, records: list[Record], producer: ProducerFields | None = None,
+                     on_appended: Callable[[int], None] | None = None) -> int:
+        """Write `records` as one batch to partition `index` and wait for the ISR; returns the batch's
+        base offset. `on_appended(base offset)` runs as soon as the batch is in the leader's log,
+        before the wait, so that nothing written after it (a transaction marker) can find the
+        caller's state without it. Raises KafkaApiError (NOT_COORDINATOR when this broker no longer
+        leads the partition; INVALID_PRODUCER_EPOCH for a fenced producer's transactional batch)."""
         partition = self.partition(index)
         if partition is None:
             raise KafkaApiError(ErrorCode.not_coordinator, f"{self.name}-{index} is not hosted here")
@@ -139,14 +147,19 @@ class InternalTopic:
             raise KafkaApiError(ErrorCode.not_coordinator, str(exc)) from None
         except NotEnoughReplicasError as exc:
             raise KafkaApiError(ErrorCode.coordinator_not_available, str(exc)) from None
+        except InvalidProducerEpochError as exc:
+            raise KafkaApiError(ErrorCode.invalid_producer_epoch, str(exc)) from None
         except OSError as exc:
             raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {self.name}: {exc}") from None
+        if on_appended is not None:
+            on_appended(info.base_offset)
         await self.replicas.flush_if_due(partition)
         error = await partition.wait_replicated(info.last_offset + 1, WRITE_TIMEOUT_S)
         if error == ErrorCode.not_leader_or_follower:
             raise KafkaApiError(ErrorCode.not_coordinator, f"{self.name}-{index} changed leader")
         if error is not None:
             raise KafkaApiError(ErrorCode.coordinator_not_available, f"{self.name}-{index}: {error.name}")
+        return info.base_offset
 
     def _batch(self, records: list[Record], producer: ProducerFields | None) -> bytes:
         if producer is None:
@@ -157,9 +170,10 @@ class InternalTopic:
 
     # ------------------------------------------------------------ reads
 
-    async def read_batches(self, index: int) -> AsyncIterator[list[tuple[BatchHeader, list[Record]]]]:
-        """The batches of partition `index` in offset order with their keyed records (a control
-        batch with none), one chunk of log at a time."""
+    async def read_batches(self, index: int) -> AsyncIterator[list[StoredBatch]]:
+        """The batches of partition `index` in offset order with their keyed records, one chunk of
+        log at a time; a control batch has no records but its COMMIT or ABORT marker (None for
+        other batches, or a control record that is neither)."""
         partition = self.partition(index)
         if partition is None:
             return
@@ -171,12 +185,13 @@ class InternalTopic:
                 return
             data = fetched.slice.read()
             start = offset
-            batches: list[tuple[BatchHeader, list[Record]]] = []
+            batches: list[StoredBatch] = []
             for header in iter_headers(data):
-                records = [] if header.is_control else [
-                    (r.key, r.value) for r in iter_records(data, header) if r.key is not None
-                ]
-                batches.append((header, records))
+                if header.is_control:
+                    batches.append((header, [], read_end_txn_marker(data, header)))
+                else:
+                    batches.append((header, [(r.key, r.value) for r in iter_records(data, header)
+                                             if r.key is not None], None))
                 offset = header.next_offset
             if offset == start:  # nothing whole was read: a damaged tail; stop there
                 return

@@ -5,16 +5,23 @@ format of records.py: offsets (OffsetCommitKey/Value) and group metadata (GroupM
 as Kafka writes them. The topic is compacted with `offsets.topic.num.partitions` partitions,
 `offsets.topic.replication.factor` replicas (capped by the live brokers) and
 `offsets.topic.segment.bytes` segments.
+
+TxnOffsetCommit's offsets are written as one transactional batch of the producer (its id and
+epoch, no sequence, as Kafka's coordinator writes them); they count only once that producer's
+COMMIT marker follows in the partition. Reading back replays the log as Kafka's loader does
+(`LogReplay`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, NamedTuple
 
-from .internal_topic import InternalTopic, TopicSpec
+from ..protocol.records import NO_PRODUCER_ID, BatchHeader, EndTxnMarker
+from .internal_topic import InternalTopic, ProducerFields, Record, TopicSpec
 from .records import (
+    OFFSET_KEY_VERSION,
     GroupKey,
     GroupValue,
     OffsetKey,
@@ -37,8 +44,20 @@ if TYPE_CHECKING:
 
 TOPIC = "__consumer_offsets"
 LOAD_DECODE_STEP = 512
+OFFSET_KEY_PREFIX = OFFSET_KEY_VERSION.to_bytes(2, "big")
 
 Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
+
+
+class LoadedEntry(NamedTuple):
+    """A record as the load leaves it: committed (`producer_id` NO_PRODUCER_ID; a tombstone's value
+    is None) or pending in `producer_id`'s open transaction. `record_offset` is its batch's base
+    offset."""
+
+    key: OffsetKey | GroupKey
+    value: OffsetValue | GroupValue | None
+    record_offset: int
+    producer_id: int
 
 
 class OffsetsTopic(InternalTopic):
@@ -48,47 +67,109 @@ class OffsetsTopic(InternalTopic):
                          config["offsets.topic.segment.bytes"])
         super().__init__(spec, metadata, replicas, clock)
 
-    async def write(self, index: int, entries: list[Entry]) -> None:
-        """Write `entries` as one batch to partition `index`; raises KafkaApiError."""
-        await self.append(index, [encode_entry(k, v) for k, v in entries])
+    async def write(self, index: int, entries: list[Entry]) -> int:
+        """Write `entries` as one batch to partition `index`; returns its base offset; raises KafkaApiError."""
+        return await self.append(index, [encode_entry(k, v) for k, v in entries])
+
+    async def write_transactional(self, index: int, entries: list[Entry], producer: ProducerFields,
+                                  on_appended: Callable[[int], None]) -> int:
+        """Write `entries` as one batch of `producer`'s transaction (InternalTopic.append tells
+        `on_appended` where it went before waiting for the ISR); raises KafkaApiError."""
+        return await self.append(index, [encode_entry(k, v) for k, v in entries], producer, on_appended)
 
     # ------------------------------------------------------------ reads
 
-    async def read_latest(self, index: int) -> AsyncIterator[list[Entry]]:
-        """The last record of each key of partition `index` (a tombstone as `(key, None)`), in chunks.
+    async def read_state(self, index: int) -> AsyncIterator[list[LoadedEntry]]:
+        """What the records of partition `index` leave (`LogReplay`), a chunk at a time.
 
         The partition is scanned a chunk at a time (`read_batches`) keeping each key's last value
         undecoded (most records of a busy group are overwritten commits), then the survivors are
         decoded `LOAD_DECODE_STEP` at a time; the loop gets a turn between steps, so a big
         partition loads without stalling the broker's other clients.
         """
-        latest: dict[bytes, bytes | None] = {}
-        async for records in self._read_chunks(index):
-            for key, value in records:
-                latest[_canonical_key(key)] = value
-        items = list(latest.items())
-        latest.clear()
-        for start in range(0, len(items), LOAD_DECODE_STEP):
-            entries: list[Entry] = []
-            for key, value in items[start : start + LOAD_DECODE_STEP]:
-                try:
-                    entry = decode_entry(key, value)
-                except (RecordFormatError, UnicodeDecodeError):
-                    continue
-                if entry is not None:
-                    entries.append(entry)
+        replay = LogReplay()
+        async for batches in self.read_batches(index):
+            for header, records, marker in batches:
+                replay.apply(header, records, marker)
+        survivors = replay.survivors()
+        del replay  # its undecoded values, held once already by `survivors`
+        for start in range(0, len(survivors), LOAD_DECODE_STEP):
+            entries = [entry for raw in survivors[start : start + LOAD_DECODE_STEP]
+                       if (entry := _decode_loaded(*raw)) is not None]
             yield entries
             await asyncio.sleep(0)
 
-    async def _read_chunks(self, index: int) -> AsyncIterator[list[tuple[bytes, bytes | None]]]:
-        """The keyed records of partition `index` in offset order, one chunk of log at a time."""
-        async for batches in self.read_batches(index):
-            yield [record for _header, records in batches for record in records]
+
+class LogReplay:
+    """Kafka's loader over the batches of a partition, in offset order (sans-I/O).
+
+    A plain record is committed at once (the last one of each key wins). An offset in a
+    transactional batch is pending in its producer's transaction until that producer's control
+    batch: COMMIT makes each of its offsets committed unless a later record committed that
+    partition, ABORT drops them; offsets of transactions still open at the end stay pending. A
+    plain tombstone also drops the pending offsets of its partition (Kafka's
+    OffsetMetadataManager.replay).
+    """
+
+    def __init__(self) -> None:
+        self.committed: dict[bytes, tuple[bytes | None, int]] = {}
+        self.pending: dict[int, dict[bytes, tuple[bytes, int]]] = {}  # producer id -> its open transaction's
+
+    def apply(self, header: BatchHeader, records: list[Record], marker: EndTxnMarker | None) -> None:
+        if header.is_control:
+            if marker is not None:
+                self._end_txn(header.producer_id, marker.commit)
+            return
+        transactional = header.is_transactional and header.producer_id != NO_PRODUCER_ID
+        for raw_key, value in records:
+            key = _canonical_key(raw_key)
+            if transactional and key.startswith(OFFSET_KEY_PREFIX):
+                self._add_pending(header.producer_id, key, value, header.base_offset)
+            else:
+                self._commit(key, value, header.base_offset)
+
+    def _commit(self, key: bytes, value: bytes | None, offset: int) -> None:
+        self.committed[key] = (value, offset)
+        if value is None:
+            for pending in self.pending.values():
+                pending.pop(key, None)
+
+    def _add_pending(self, producer_id: int, key: bytes, value: bytes | None, offset: int) -> None:
+        pending = self.pending.setdefault(producer_id, {})
+        if value is None:  # not written by TxnOffsetCommit; Kafka's loader drops the partition's pending offset
+            pending.pop(key, None)
+        else:
+            pending[key] = (value, offset)
+
+    def _end_txn(self, producer_id: int, commit: bool) -> None:
+        pending = self.pending.pop(producer_id, {})
+        if not commit:
+            return
+        for key, (value, offset) in pending.items():
+            current = self.committed.get(key)
+            if current is None or current[1] < offset:
+                self.committed[key] = (value, offset)
+
+    def survivors(self) -> list[tuple[bytes, bytes | None, int, int]]:
+        """(key, value, record offset, producer id): the committed records, then the pending ones."""
+        result = [(key, value, offset, NO_PRODUCER_ID) for key, (value, offset) in self.committed.items()]
+        for producer_id, pending in self.pending.items():
+            result.extend((key, value, offset, producer_id) for key, (value, offset) in pending.items())
+        return result
+
+
+def _decode_loaded(key: bytes, value: bytes | None, record_offset: int, producer_id: int) -> LoadedEntry | None:
+    """A record that does not decode is skipped, as before transactions."""
+    try:
+        entry = decode_entry(key, value)
+    except (RecordFormatError, UnicodeDecodeError):
+        return None
+    return None if entry is None else LoadedEntry(*entry, record_offset, producer_id)
 
 
 def _canonical_key(key: bytes) -> bytes:
     """OffsetCommitKey v0 and v1 have one layout: the same offset under either version is one key."""
-    return b"\x00\x01" + key[2:] if key[:2] == b"\x00\x00" else key
+    return OFFSET_KEY_PREFIX + key[2:] if key[:2] == b"\x00\x00" else key
 
 
 def encode_entry(key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None) -> tuple[bytes, bytes | None]:

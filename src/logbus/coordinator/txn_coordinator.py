@@ -210,7 +210,7 @@ class TransactionCoordinator:
             raise TxnError(ErrorCode.invalid_transaction_timeout,
                            f"transaction timeout {timeout_ms} ms is not in (0, {self.config.max_timeout_ms}]")
         txn = await self._metadata_for_init(transactional_id, timeout_ms)
-        if producer_id != NO_PRODUCER_ID:
+        if producer_id != NO_PRODUCER_ID and txn.producer_epoch != NO_EPOCH:  # (a new id: nothing to check)
             retried = self._check_recovering_producer(txn, producer_id, producer_epoch)
             if retried:
                 return txn.producer_id, txn.producer_epoch

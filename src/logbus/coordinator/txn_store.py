@@ -45,7 +45,7 @@ class TxnStateTopic(InternalTopic):
         of log at a time; records that do not decode are skipped."""
         latest: dict[str, TxnValue | None] = {}
         async for batches in self.read_batches(index):
-            for _header, records in batches:
+            for _header, records, _marker in batches:
                 for key, value in records:
                     try:
                         latest[decode_key(key)] = None if value is None else decode_value(value)
