@@ -230,13 +230,33 @@ def test_a_new_attempt_aborts_and_fences_the_previous_one(broker) -> None:
     assert (outcome.committed, outcome.aborted, outcome.still_open) == ([b"new"], [b"old"], [])
 
 
+def test_driver_commits_and_a_later_abort_leaves_the_commit(broker) -> None:
+    """Spark may call abort() after a commit() that went through: the abort is a no-op. A
+    replay whose row count differs from the committed attempt's is refused."""
+    create_topic(broker, "txn-end", 1)
+    client = TxnClient(broker.bootstrap)
+    try:
+        producer = client.init_producer_id("end-0", 60_000)
+        TransactionalProducer(client, producer).send({("txn-end", 0): [([(None, b"kept")], None)]})
+    finally:
+        client.close()
+    prepared = [exactly_once.Prepared(producer, (("txn-end", 0),), 1), exactly_once.Prepared(None, (), 0), None]
+    exactly_once.end_transactions(broker.bootstrap, prepared, commit=True)
+    exactly_once.end_transactions(broker.bootstrap, prepared, commit=False)
+    assert log_outcome(broker.bootstrap, "txn-end").committed == [b"kept"]
+    task = exactly_once.TaskIdentity("end-0", 0, 3)
+    exactly_once._check_replay(task, '{"rows": 1}', 1)
+    with pytest.raises(exactly_once.ReplayMismatchError, match="not deterministic"):
+        exactly_once._check_replay(task, '{"rows": 1}', 2)
+
+
 def test_router_places_rows_as_the_java_producer_does(broker) -> None:
     create_topic(broker, "routed", 4)
     client = TxnClient(broker.bootstrap)
-    big = b"x" * 300_000
+    values = [b"v%d" % i + (b"x" * 600_000 if i < 8 else b"") for i in range(30)]  # 8 large: several batches
     batch = pa.RecordBatch.from_pydict({
         "key": [b"k%d" % i if i % 3 else None for i in range(30)],
-        "value": [big if i < 8 else b"v%d" % i for i in range(30)],
+        "value": values,
         "partition": [2 if i == 5 else None for i in range(30)],
     })
     try:
@@ -245,13 +265,13 @@ def test_router_places_rows_as_the_java_producer_does(broker) -> None:
         client.close()
     placed = {value: (partition, n) for (_, partition), parts in chunks.items()
               for n, (records, _) in enumerate(parts) for _, value in records}
-    for i in range(30):
-        value = big if i < 8 else b"v%d" % i
+    for i, value in enumerate(values):
         if i == 5:
             assert placed[value][0] == 2
-        elif i % 3 and i >= 8:
+        elif i % 3:
             assert placed[value][0] == murmur2_partition(b"k%d" % i, 4), i
-    assert len({placed[b"v%d" % i][0] for i in range(9, 30, 3)}) == 1, "unkeyed rows share one partition"
+    assert len({placed[values[i]][0] for i in range(0, 30, 3)}) == 1, "unkeyed rows share one partition"
+    assert max(n for _, n in placed.values()) >= 1, "the large rows took more than one batch"
     for parts in chunks.values():
         assert all(sum(len(v) for _, v in records) <= exactly_once.MAX_BATCH_BYTES for records, _ in parts)
 

@@ -9,14 +9,14 @@ task's transaction with EndTxn(commit) once all tasks succeeded (`abort`: EndTxn
   id, which aborts whatever the previous attempt left open and fences that attempt's writes.
 - **The batch marker.** Inside its transaction, each task also commits (AddOffsetsToTxn +
   TxnOffsetCommit) offset B in its own consumer group `logbus-sink-<transactional id>`, for
-  partition 0 of the task's key topic (the `topic` option, else the topic of the task's first
+  partition 0 of the target topic (the `topic` option, else the topic of the task's first
   row), with the task's row count as the offset's metadata. It becomes visible exactly when
   the task's rows do.
 - **Replays.** Spark replays micro-batch B after a crash when B is not in the checkpoint's
   commit log, even if the driver had already committed some of B's transactions. So a task
-  first fences (InitProducerId), then reads its marker (OffsetFetch with require_stable): a
-  marker at B or later means its transaction for B was committed; it writes nothing and
-  checks that it was given as many rows as the committed attempt wrote.
+  first fences (InitProducerId), then reads its group's offsets (OffsetFetch of all of them,
+  require_stable): a marker at B or later means its transaction for B was committed; it
+  writes nothing and checks that it was given as many rows as the committed attempt wrote.
 
 This relies on a replay giving each Spark partition id the same rows, as a deterministic query
 over a replayable source does. See docs/spark.md for what happens otherwise.
@@ -98,20 +98,20 @@ def write_transaction(target: Target, settings: ExactlyOnce, batches: Iterator[p
     client = TxnClient(target.config["bootstrap.servers"])
     try:
         producer = client.init_producer_id(task.transactional_id, settings.transaction_timeout_ms)
-        marker = _marker_partition(target, first)
-        committed_batch, metadata = client.committed_offset(task.group_id, marker)
+        committed_batch, metadata = max(client.committed_offsets(task.group_id).values(), default=(-1, ""))
         rows = chain([first], batches)
         if committed_batch >= task.batch_id:
             _check_replay(task, metadata, sum(batch.num_rows for batch in rows))
             return Prepared(None, (), 0)
-        return _write(client, producer, target, task, marker, rows)
+        return _write(client, producer, target, task, _marker_partition(target, first), rows)
     finally:
         client.close()
 
 
 def _marker_partition(target: Target, first: pa.RecordBatch) -> TopicPartition:
     """Where the task's batch marker is committed: partition 0 of the target topic, or of the
-    topic of the task's first row (the same on a replay, which sends the same rows)."""
+    topic of the task's first row. Any partition would do (it must exist): the group is the
+    task's own, and a replay reads all of its offsets."""
     topic = target.topic or first.column("topic")[0].as_py()
     if topic is None:
         raise WriteError("a row has a null topic and no topic option is set")

@@ -79,9 +79,10 @@ class TxnClient(Client):
 
     # ---------------------------------------------------------------- plumbing
 
-    def retrying(self, what: str, attempt: Callable[[], ErrorCode]) -> None:
+    def retrying(self, what: str, attempt: Callable[[], ErrorCode], coordinator: tuple[int, str] | None = None) -> None:
         """Run `attempt` until it answers NONE; retry retriable codes and lost connections (with
-        backoff) until `retry_for_s` has passed, raise on anything else."""
+        backoff) until `retry_for_s` has passed, raise on anything else. An answer that the
+        `coordinator` (key type, key) moved makes the next attempt look it up again."""
         deadline = time.monotonic() + self.retry_for_s
         backoff = _FIRST_BACKOFF_S
         while True:
@@ -94,6 +95,8 @@ class TxnClient(Client):
                 error, failure = ErrorCode.request_timed_out, exc
             if error is ErrorCode.none:
                 return
+            if error in _COORDINATOR_MOVED and coordinator is not None:
+                self._coordinators.pop(coordinator, None)
             if error not in RETRIABLE:
                 raise TxnError(what, error)
             if time.monotonic() + backoff > deadline:
@@ -101,23 +104,31 @@ class TxnClient(Client):
             time.sleep(backoff)  # the state it waits out (a coordinator loading, markers being written) is remote
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
-    def _coordinator_call(self, key_type: int, key: str, api_key: int, body: Any) -> Any:
-        """Send to the coordinator of `key`, looked up on first use; an answer saying it moved
-        makes the next call look it up again."""
-        address = self._coordinators.get((key_type, key)) or self._find_coordinator(key_type, key)
+    def _ask_coordinator(self, what: str, coordinator: tuple[int, str], api_key: int, request: Any,
+                         error_of: Callable[[Any], ErrorCode] = lambda answer: answer.error_code) -> Any:
+        """Send `request` to the coordinator (key type, key) until `error_of` its answer is NONE
+        (see `retrying`); that answer."""
+        answers: list[Any] = []
+
+        def attempt() -> ErrorCode:
+            answers[:] = [self._coordinator_call(coordinator, api_key, request)]
+            return error_of(answers[0])
+
+        self.retrying(what, attempt, coordinator)
+        return answers[0]
+
+    def _coordinator_call(self, coordinator: tuple[int, str], api_key: int, body: Any) -> Any:
+        """Send to the coordinator, looked up on first use (again after a lost connection)."""
+        address = self._coordinators.get(coordinator) or self._find_coordinator(*coordinator)
         try:
-            response = self._call(self._connection(address), api_key, body)
+            return self._call(self._connection(address), api_key, body)
         except (OSError, KafkaError):
-            self._coordinators.pop((key_type, key), None)
+            self._coordinators.pop(coordinator, None)
             raise
-        if getattr(response, "error_code", ErrorCode.none) in _COORDINATOR_MOVED:
-            self._coordinators.pop((key_type, key), None)
-        return response
 
     def _find_coordinator(self, key_type: int, key: str) -> tuple[str, int]:
         module = _module(FIND_COORDINATOR)
-        response = self._call(self._any_connection(), FIND_COORDINATOR,
-                              make(module.request_cls, key=key, key_type=key_type))
+        response = self.call_any(FIND_COORDINATOR, make(module.request_cls, key=key, key_type=key_type))
         if response.error_code != ErrorCode.none:
             if response.error_code in RETRIABLE:
                 raise KafkaError(f"FindCoordinator {key}: {response.error_code.name.upper()}")
@@ -133,15 +144,9 @@ class TxnClient(Client):
         module = _module(INIT_PRODUCER_ID)
         request = make(module.request_cls, transactional_id=transactional_id, producer_id=-1, producer_epoch=-1,
                        transaction_timeout=datetime.timedelta(milliseconds=transaction_timeout_ms))
-        answer: list[Any] = []
-
-        def attempt() -> ErrorCode:
-            response = self._coordinator_call(TRANSACTION, transactional_id, INIT_PRODUCER_ID, request)
-            answer[:] = [response]
-            return response.error_code
-
-        self.retrying(f"InitProducerId {transactional_id}", attempt)
-        return ProducerId(transactional_id, answer[0].producer_id, answer[0].producer_epoch)
+        answer = self._ask_coordinator(f"InitProducerId {transactional_id}", (TRANSACTION, transactional_id),
+                                       INIT_PRODUCER_ID, request)
+        return ProducerId(transactional_id, answer.producer_id, answer.producer_epoch)
 
     def add_partitions(self, producer: ProducerId, partitions: Iterable[TopicPartition]) -> None:
         """Add partitions to the open transaction (or open it): before their first batch (KIP-890)."""
@@ -155,22 +160,18 @@ class TxnClient(Client):
             v3_and_below_topics=tuple(make(module.request.AddPartitionsToTxnTopic, name=topic,
                                            partitions=tuple(parts)) for topic, parts in by_topic.items()),
         )
-
-        def attempt() -> ErrorCode:
-            response = self._coordinator_call(TRANSACTION, producer.transactional_id, ADD_PARTITIONS_TO_TXN, request)
-            codes = {p.partition_error_code for t in response.results_by_topic_v3_and_below
-                     for p in t.results_by_partition}
-            return _worst(codes)
-
-        self.retrying(f"AddPartitionsToTxn {producer.transactional_id}", attempt)
+        self._ask_coordinator(
+            f"AddPartitionsToTxn {producer.transactional_id}", (TRANSACTION, producer.transactional_id),
+            ADD_PARTITIONS_TO_TXN, request, lambda answer: _worst({
+                p.partition_error_code for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}))
 
     def add_offsets(self, producer: ProducerId, group_id: str) -> None:
         """Put the group's offsets partition into the transaction, for a TxnOffsetCommit."""
         module = _module(ADD_OFFSETS_TO_TXN)
         request = make(module.request_cls, transactional_id=producer.transactional_id,
                        producer_id=producer.producer_id, producer_epoch=producer.epoch, group_id=group_id)
-        self.retrying(f"AddOffsetsToTxn {producer.transactional_id}", lambda: self._coordinator_call(
-            TRANSACTION, producer.transactional_id, ADD_OFFSETS_TO_TXN, request).error_code)
+        self._ask_coordinator(f"AddOffsetsToTxn {producer.transactional_id}",
+                              (TRANSACTION, producer.transactional_id), ADD_OFFSETS_TO_TXN, request)
 
     def end_txn(self, producer: ProducerId, commit: bool) -> None:
         """Commit or abort: answered once the decision is written (markers follow). Ending a
@@ -178,9 +179,8 @@ class TxnClient(Client):
         module = _module(END_TXN)
         request = make(module.request_cls, transactional_id=producer.transactional_id,
                        producer_id=producer.producer_id, producer_epoch=producer.epoch, committed=commit)
-        self.retrying(f"EndTxn({'commit' if commit else 'abort'}) {producer.transactional_id}",
-                       lambda: self._coordinator_call(TRANSACTION, producer.transactional_id, END_TXN,
-                                                      request).error_code)
+        self._ask_coordinator(f"EndTxn({'commit' if commit else 'abort'}) {producer.transactional_id}",
+                              (TRANSACTION, producer.transactional_id), END_TXN, request)
 
     # ---------------------------------------------------------------- the group coordinator
 
@@ -188,35 +188,25 @@ class TxnClient(Client):
                           metadata: str) -> None:
         """Commit a group offset inside the transaction: visible when (if) it commits."""
         module = _module(TXN_OFFSET_COMMIT)
+        committed = make(module.request.TxnOffsetCommitRequestPartition, partition_index=partition[1],
+                         committed_offset=offset, committed_leader_epoch=-1, committed_metadata=metadata)
         request = make(
             module.request_cls, transactional_id=producer.transactional_id, group_id=group_id,
             producer_id=producer.producer_id, producer_epoch=producer.epoch, generation_id=-1, member_id="",
-            group_instance_id=None, topics=(make(module.request.TxnOffsetCommitRequestTopic, name=partition[0],
-                                                 partitions=(make(module.request.TxnOffsetCommitRequestPartition,
-                                                                  partition_index=partition[1],
-                                                                  committed_offset=offset, committed_leader_epoch=-1,
-                                                                  committed_metadata=metadata),)),),
+            group_instance_id=None,
+            topics=(make(module.request.TxnOffsetCommitRequestTopic, name=partition[0], partitions=(committed,)),),
         )
-        self.retrying(f"TxnOffsetCommit {group_id}", lambda: self._coordinator_call(
-            GROUP, group_id, TXN_OFFSET_COMMIT, request).topics[0].partitions[0].error_code)
+        self._ask_coordinator(f"TxnOffsetCommit {group_id}", (GROUP, group_id), TXN_OFFSET_COMMIT, request,
+                              lambda answer: answer.topics[0].partitions[0].error_code)
 
-    def committed_offset(self, group_id: str, partition: TopicPartition) -> tuple[int, str]:
-        """The group's committed (offset, metadata) for the partition, (-1, "") when none;
-        `require_stable`: waits out offsets of a transaction still being completed."""
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str]]:
+        """Everything the group committed: (offset, metadata) per partition. `require_stable`:
+        waits out offsets of a transaction still being completed."""
         module = _module(OFFSET_FETCH)
-        request = make(module.request_cls, group_id=group_id, require_stable=True, topics=(
-            make(module.request.OffsetFetchRequestTopic, name=partition[0], partition_indexes=(partition[1],)),))
-        answer: list[Any] = []
-
-        def attempt() -> ErrorCode:
-            response = self._coordinator_call(GROUP, group_id, OFFSET_FETCH, request)
-            if response.error_code != ErrorCode.none:
-                return response.error_code
-            answer[:] = [response.topics[0].partitions[0]]
-            return answer[0].error_code
-
-        self.retrying(f"OffsetFetch {group_id}", attempt)
-        return answer[0].committed_offset, answer[0].metadata or ""
+        request = make(module.request_cls, group_id=group_id, require_stable=True, topics=None)
+        answer = self._ask_coordinator(f"OffsetFetch {group_id}", (GROUP, group_id), OFFSET_FETCH, request)
+        return {(topic.name, p.partition_index): (p.committed_offset, p.metadata or "")
+                for topic in answer.topics for p in topic.partitions if p.committed_offset >= 0}
 
     # ---------------------------------------------------------------- partition leaders
 
