@@ -381,7 +381,7 @@ def test_a_task_that_fails_after_writing_is_retried_without_duplicates(spark, br
     try:
         stream = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
                   .option("subscribe", "retry-in").option("startingOffsets", "earliest").load())
-        query = (stream.select(udf(fail_first_attempt, "binary")("value").alias("value"))
+        query = (stream.select(udf(fail_first_attempt, "binary", useArrow=False)("value").alias("value"))
                  .writeStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
                  .option("topic", "retry-out").option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(availableNow=True).start())
