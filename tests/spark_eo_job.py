@@ -71,10 +71,11 @@ def main() -> int:
             .option("subscribe", args.input).option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
             .select("key", "value").repartition(SPARK_PARTITIONS, "key"))
-    sink = "logbus_half_committing" if args.crash_in_commit else "logbus"
-    query = (rows.writeStream.format(sink).option("logbus.bootstrap.servers", args.bootstrap)
-             .option("topic", args.output).option("crashMarker", args.crash_in_commit or "")
-             .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
+    writer = (rows.writeStream.format("logbus").option("logbus.bootstrap.servers", args.bootstrap)
+              .option("topic", args.output).option("checkpointLocation", args.checkpoint))
+    if args.crash_in_commit:
+        writer = writer.format("logbus_half_committing").option("crashMarker", args.crash_in_commit)
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
     spark.stop()
     return 0

@@ -24,6 +24,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, produce_all, wait_until
 from kio.schema.errors import ErrorCode
+from test_cluster import FAILOVER_S, create, partition_state, wait_new_leader
+from test_cluster_transactions import coordinator_of
 
 from logbus.protocol.records import (
     EndTxnMarker,
@@ -35,7 +37,7 @@ from logbus.protocol.records import (
 )
 from logbus.spark.client import LATEST, Client
 from logbus.spark.decode import decode
-from logbus.testing import BrokerProcess, running_broker
+from logbus.testing import BrokerProcess, Cluster, running_broker, running_cluster
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
@@ -228,6 +230,35 @@ def test_a_new_attempt_aborts_and_fences_the_previous_one(broker) -> None:
         second.close()
     outcome = log_outcome(broker.bootstrap, "txn-fence")
     assert (outcome.committed, outcome.aborted, outcome.still_open) == ([b"new"], [b"old"], [])
+
+
+def test_transactional_producer_follows_a_new_leader_and_coordinator() -> None:
+    """The broker that leads the partition and coordinates the transaction is killed between
+    two sends: the producer finds the new leader through Metadata and the new coordinator
+    through FindCoordinator, and the transaction commits every record once."""
+    with running_cluster(3) as cluster:
+        create(cluster, "moving")
+        leader = partition_state(cluster, "moving")[0]
+        transactional_id = next(f"moving-{n}" for n in range(1000) if _coordinator(cluster, f"moving-{n}") == leader)
+        client = TxnClient(cluster.bootstrap, retry_for_s=2 * FAILOVER_S)
+        try:
+            producer = client.init_producer_id(transactional_id, 60_000)
+            sender = TransactionalProducer(client, producer)
+            sender.send({("moving", 0): [([(None, b"before")], None)]})
+            cluster.brokers[leader].kill()
+            wait_new_leader(cluster, "moving", leader)
+            sender.send({("moving", 0): [([(None, b"after")], None)]})
+            client.end_txn(producer, commit=True)
+        finally:
+            client.close()
+        wait_until(lambda: log_outcome(cluster.bootstrap, "moving").committed == [b"before", b"after"],
+                   timeout=FAILOVER_S, message="both records committed once")
+
+
+def _coordinator(cluster: Cluster, transactional_id: str) -> int:
+    """The id's coordinator (broker ids start at 1; -1, not yet known, waits)."""
+    return wait_until(lambda: max(coordinator_of(cluster, transactional_id), 0), timeout=FAILOVER_S,
+                      message=f"the coordinator of {transactional_id}")
 
 
 def test_driver_commits_and_a_later_abort_leaves_the_commit(broker) -> None:
