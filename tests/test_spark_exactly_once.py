@@ -307,6 +307,25 @@ def test_router_places_rows_as_the_java_producer_does(broker) -> None:
         assert all(sum(len(v) for _, v in records) <= exactly_once.MAX_BATCH_BYTES for records, _ in parts)
 
 
+def test_router_routes_by_the_topic_column(broker) -> None:
+    create_topic(broker, "routed-a", 2)
+    create_topic(broker, "routed-b", 5)
+    keys = [b"key-%d" % i for i in range(40)]
+    topics = ["routed-a" if i % 3 else "routed-b" for i in range(40)]
+    client = TxnClient(broker.bootstrap)
+    try:
+        router = exactly_once.Router(client, Target({}, None, True, False, False))
+        chunks = router.chunks(pa.RecordBatch.from_pydict({"key": keys, "value": keys, "topic": topics}))
+        with pytest.raises(exactly_once.WriteError, match="null topic"):
+            null_topic = pa.array([None], pa.string())
+            router.chunks(pa.RecordBatch.from_pydict({"value": [b"v"], "key": [b"k"], "topic": null_topic}))
+    finally:
+        client.close()
+    placed = {key: tp for tp, parts in chunks.items() for records, _ in parts for key, _ in records}
+    assert placed == {key: (topic, murmur2_partition(key, 2 if topic == "routed-a" else 5))
+                      for key, topic in zip(keys, topics, strict=True)}
+
+
 # ---------------------------------------------------------------- Spark
 
 

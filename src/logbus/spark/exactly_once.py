@@ -209,7 +209,8 @@ class Router:
         return encoded.dictionary.to_pylist(), encoded.indices.to_numpy().astype(np.int64)
 
     def _partitions(self, batch: pa.RecordBatch, names: list[str], topic_index: np.ndarray) -> np.ndarray:
-        counts = np.array([self._partition_count(name) for name in names], dtype=np.int64)[topic_index]
+        per_topic = [self._partition_count(name) for name in names]
+        counts = np.array(per_topic, dtype=np.int64)[topic_index]
         partitions = np.full(batch.num_rows, -1, dtype=np.int64)
         if self.target.has_partition:
             partitions = batch.column("partition").fill_null(-1).to_numpy().astype(np.int64)
@@ -217,8 +218,9 @@ class Router:
             keys = batch.column("key")
             keyed = (partitions < 0) & keys.is_valid().to_numpy(zero_copy_only=False)
             partitions[keyed] = partition_for(murmur2(keys)[keyed], counts[keyed])
-        for index in np.unique(topic_index[partitions < 0]):
-            partitions[(partitions < 0) & (topic_index == index)] = random.randrange(counts[topic_index == index][0])
+        unplaced = partitions < 0
+        for index in np.unique(topic_index[unplaced]):
+            partitions[unplaced & (topic_index == index)] = random.randrange(per_topic[index])
         outside = np.flatnonzero(partitions >= counts)
         if len(outside):
             row = int(outside[0])
