@@ -466,6 +466,7 @@ def test_a_marker_appended_through_the_partition_moves_the_lso_and_wakes_fetcher
         before = partition.appended_bytes
         info = partition.append_control_marker(4, 0, True, 0)
         assert info.base_offset == 1 and arrived.is_set()
+        assert log_.first_unstable_offset is None, "the HW passed the marker: the log knows at once (the cleaner)"
         assert (partition.high_watermark, partition.last_stable_offset) == (2, 2)
         assert partition.appended_bytes - before == log_.segments[-1].find_position(1).size
         follower = Partition("t", 0, "id", 1, log_, PartitionState(2, 1, [1, 2], [1, 2]), 2)
