@@ -180,6 +180,26 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_cluster.py::test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss",),
     "offsets.topic.replication.factor": (
         "test_cluster.py::test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies",),
+    # transactions (issue 13)
+    "transactional.id.expiration.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "test_transactions.py::test_an_abandoned_transaction_is_aborted_at_its_timeout",
+        "test_txn_coordinator.py::test_a_transaction_open_past_its_timeout_is_aborted",
+    ),
+    "transaction.max.timeout.ms": (
+        "test_transactions.py::test_a_timeout_over_transaction_max_timeout_ms_is_refused",
+        "test_txn_coordinator.py::test_a_timeout_over_the_maximum_is_refused",
+    ),
+    "transaction.state.log.num.partitions": ("test_transactions.py::test_the_state_topic_is_created_from_its_keys",),
+    "transaction.state.log.segment.bytes": ("test_transactions.py::test_the_state_topic_is_created_from_its_keys",),
+    "transaction.state.log.replication.factor": (
+        "test_transactions.py::test_the_state_topic_is_created_from_its_keys",),
+    "transaction.state.log.min.isr": ("test_transactions.py::test_the_state_topic_is_created_from_its_keys",),
+    "transaction.partition.verification.enable": (
+        "test_validation.py::test_a_transactional_batch_needs_its_partition_in_the_open_transaction",
+        "test_validation.py::test_without_verification_a_transactional_batch_opens_its_transaction",
+    ),
 }
 
 # Keys whose effect is in the code but whose test is still to be written (named in the report).
@@ -195,7 +215,6 @@ EFFECT_WITHOUT_TEST: dict[str, str] = {
 
 ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
     "num.io.threads": "Kafka's request handler threads: requests are handled on the one event loop here",
-    "transactional.id.expiration.ms": "transactions do not exist yet",
     "segment.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
     "log.roll.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
     "log.roll.jitter.hours": "segments roll at segment.ms exactly; no random jitter yet",

@@ -30,7 +30,7 @@ from logbus.protocol.records import (
     whole_batches_length,
 )
 from logbus.storage.cleaner import LogCleaner
-from logbus.storage.log import PartitionLog
+from logbus.storage.log import InvalidProducerEpochError, PartitionLog
 from logbus.storage.manager import LogManager
 from logbus.storage.producer_state import ProducerStateManager
 
@@ -155,6 +155,32 @@ def test_markers_are_kafkas_control_batches_that_clients_may_not_produce(tmp_pat
     with pytest.raises(KafkaApiError) as refused:
         check_client_batch(header)
     assert refused.value.code == ErrorCode.invalid_record
+
+
+def coordinator_batch(log_: PartitionLog, producer_id: int, epoch: int, value: bytes = b"offsets") -> int:
+    """Append a transactional batch without a sequence, as the group coordinator writes a
+    TxnOffsetCommit's offsets (the produce path refuses such a batch from a client)."""
+    raw = build_batch([(b"k", value)], NOW, producer_id=producer_id, producer_epoch=epoch, base_sequence=-1,
+                      attributes=TRANSACTIONAL_BIT)
+    return log_.append(bytearray(raw), validate_batches(raw), 0).base_offset
+
+
+def test_coordinator_batches_carry_no_sequence_and_are_checked_for_their_epoch_only(tmp_path) -> None:
+    log_ = open_log(tmp_path / "t-0")
+    assert coordinator_batch(log_, 7, 0, b"first") == 0
+    assert coordinator_batch(log_, 7, 0, b"second") == 1, "neither a duplicate of the first nor out of order"
+    end(log_, 7, commit=True)
+    assert coordinator_batch(log_, 7, 1) == 3, "a new epoch needs no sequence 0 either"
+    assert open_txns(log_) == {7: 3}
+    with pytest.raises(InvalidProducerEpochError):
+        coordinator_batch(log_, 7, 0)
+    assert log_.log_end_offset == 4, "the fenced batch was not written"
+    txn(log_, 8, 0)
+    assert coordinator_batch(log_, 8, 0) == 5, "after a client's batches of the same epoch too"
+    with pytest.raises(KafkaApiError) as refused:
+        check_client_batch(read_header(build_batch([(None, b"x")], NOW, producer_id=9, producer_epoch=0,
+                                                   base_sequence=-1)))
+    assert refused.value.code == ErrorCode.invalid_record, "clients still need a sequence with a producer id"
 
 
 # ---------------------------------------------------------------------- the aborted-transaction index

@@ -16,7 +16,18 @@ import cramjam
 import crc32c
 import pytest
 from confluent_kafka import Producer
-from helpers import CREATE_TOPICS, FETCH, LIST_OFFSETS, PRODUCE, QUIET, RawConnection, consume_partition, raw_request
+from helpers import (
+    CREATE_TOPICS,
+    FETCH,
+    LIST_OFFSETS,
+    PRODUCE,
+    QUIET,
+    RawConnection,
+    consume_partition,
+    raw_request,
+    wait_until,
+)
+from kio.schema.add_partitions_to_txn.v3 import request as add_partitions_v3
 from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
@@ -40,6 +51,7 @@ from logbus.testing import BrokerProcess, running_broker
 NONE, CORRUPT_MESSAGE, INVALID_TOPIC_EXCEPTION, INVALID_TIMESTAMP = 0, 2, 17, 32
 INVALID_TXN_STATE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNSUPPORTED_COMPRESSION_TYPE = 48, 53, 76
 INVALID_RECORD, MESSAGE_TOO_LARGE = 87, 10
+FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN = 10, 22, 24
 HOUR_MS = 3_600_000
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _FIELDS = ("base_offset", "batch_length", "leader_epoch", "magic", "crc", "attributes", "last_offset_delta",
@@ -155,13 +167,43 @@ def test_inconsistent_producer_fields_are_invalid_record(broker: BrokerProcess, 
     assert_refused(broker.bootstrap, topic, patched(batch(b"x"), **fields), INVALID_RECORD)
 
 
-def test_transactional_batches_are_refused_until_transactions_exist(broker: BrokerProcess) -> None:
+def test_a_transactional_batch_needs_its_partition_in_the_open_transaction(broker: BrokerProcess) -> None:
+    """KIP-890's verification (transaction.partition.verification.enable, on by default)."""
     topic = new_topic(broker.bootstrap)
-    transactional = patched(batch(b"x"), attributes=TRANSACTIONAL_BIT, producer_id=9, producer_epoch=0,
-                            base_sequence=0)
+    producer_id, epoch = init_transactional_producer(broker.bootstrap, "validated")
+    transactional = patched(batch(b"x"), attributes=TRANSACTIONAL_BIT, producer_id=producer_id,
+                            producer_epoch=epoch, base_sequence=0)
     assert_refused(broker.bootstrap, topic, transactional, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    result = produce(broker.bootstrap, topic, transactional, transactional_id="txn")
+    result = produce(broker.bootstrap, topic, transactional, transactional_id="validated")
     assert (result.error_code, result.base_offset) == (INVALID_TXN_STATE, -1)
+    added = raw_request(broker.bootstrap, ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="validated",
+                        v3_and_below_producer_id=producer_id, v3_and_below_producer_epoch=epoch,
+                        v3_and_below_topics=(add_partitions_v3.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),))
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == NONE
+    result = produce(broker.bootstrap, topic, transactional, transactional_id="validated")
+    assert (result.error_code, result.base_offset) == (NONE, 1)
+
+
+def test_without_verification_a_transactional_batch_opens_its_transaction() -> None:
+    with running_broker(config={"transaction.partition.verification.enable": "false"}) as unverified:
+        topic = new_topic(unverified.bootstrap)
+        producer_id, epoch = init_transactional_producer(unverified.bootstrap, "unverified")
+        transactional = patched(batch(b"x"), attributes=TRANSACTIONAL_BIT, producer_id=producer_id,
+                                producer_epoch=epoch, base_sequence=0)
+        result = produce(unverified.bootstrap, topic, transactional, transactional_id="unverified")
+        assert (result.error_code, result.base_offset) == (NONE, 0)
+
+
+def init_transactional_producer(bootstrap: str, transactional_id: str) -> tuple[int, int]:
+    """FindCoordinator (which creates __transaction_state), then InitProducerId, by hand."""
+    raw_request(bootstrap, FIND_COORDINATOR, 3, key=transactional_id, key_type=1)
+
+    def init() -> tuple[int, int] | None:
+        response = raw_request(bootstrap, INIT_PRODUCER_ID, 4, transactional_id=transactional_id,
+                               transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1)
+        return (response.producer_id, response.producer_epoch) if response.error_code == NONE else None
+
+    return wait_until(init, message="a transactional producer id")
 
 
 def test_internal_topics_refuse_produce(broker: BrokerProcess) -> None:

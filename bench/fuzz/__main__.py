@@ -11,7 +11,8 @@ of the instrumented Python code (`--engine atheris`, the default when available)
 built-in mutator (`--engine random`) mutates seeds at random: bit flips, interesting integers such
 as 2^31-1 and huge varints written anywhere, insertions, deletions, splices, truncations.
 
-Per target: at most `--inputs` inputs and `--seconds` seconds. Reported per target and in total:
+Per target: at most `--inputs` inputs and `--seconds` seconds (counted once the target is loaded and,
+with atheris, its imports instrumented). Reported per target and in total:
 inputs run, crashes, unmapped exceptions (one traceback per exception type and place), the
 child's peak RSS. Failing inputs go to `--out` (default $TMPDIR/logbus-fuzz-findings) as
 <target>-<kind>-<n>.bin. Exit status 1 if anything was found.
@@ -105,13 +106,16 @@ def _mutate_once(rng: random.Random, data: bytearray, corpus: list[bytes]) -> No
 # ---------------------------------------------------------------------------- child process
 
 
-def _child(name: str, inputs: int, deadline: float, seed: int, slot: Any, results: Any, engine: str) -> None:
-    """Run target `name`; before each input, write it to `slot` so the parent can save it if the
-    process dies. Exceptions escaping fuzz_one are reported through `results`."""
+def _child(name: str, inputs: int, seconds: float, seed: int, slot: Any, results: Any, engine: str) -> None:
+    """Run target `name` for `seconds` once it is loaded (atheris's instrumentation of the imports
+    takes seconds of its own on a busy machine); before each input, write it to `slot` so the
+    parent can save it if the process dies. Exceptions escaping fuzz_one are reported through
+    `results`."""
     if engine == "atheris":
-        _child_atheris(name, inputs, deadline, slot, results)
+        _child_atheris(name, inputs, seconds, slot, results)
         return
     target = load(name)
+    deadline = time.monotonic() + seconds
     corpus = list(getattr(target, "SEEDS", None) or [b""])
     rng = random.Random(seed)
     runner = _Runner(target, slot, results)
@@ -149,13 +153,14 @@ class _Runner:
         self.results.put(("done", self.done, self.unmapped, peak))
 
 
-def _child_atheris(name: str, inputs: int, deadline: float, slot: Any, results: Any) -> None:
+def _child_atheris(name: str, inputs: int, seconds: float, slot: Any, results: Any) -> None:
     """Coverage-guided: libFuzzer (through atheris) mutates, guided by the instrumented code of
     the target and of everything it imports; the seeds are its starting corpus."""
     import atheris
 
     with atheris.instrument_imports(include=["logbus", "bench"]):  # not kio, asyncio, ...: startup
         target = load(name)
+    deadline = time.monotonic() + seconds
     corpus_dir = os.path.join(tempfile.gettempdir(), "logbus-fuzz-corpus", name)  # grows run after run
     os.makedirs(corpus_dir, exist_ok=True)
     for number, seed in enumerate(getattr(target, "SEEDS", None) or [b""]):
@@ -188,8 +193,8 @@ def run_target(name: str, inputs: int, seconds: float, seed: int, out: str, engi
     while report.inputs < inputs and time.monotonic() < deadline:
         slot = mmap.mmap(-1, MAX_INPUT + 4)
         results = context.Queue()
-        child = context.Process(target=_child, args=(name, inputs - report.inputs, deadline, round_seed, slot,
-                                                     results, engine))
+        child = context.Process(target=_child, args=(name, inputs - report.inputs, deadline - time.monotonic(),
+                                                     round_seed, slot, results, engine))
         child.start()
         counted = finished = unmapped = reported = 0
         while True:
@@ -251,7 +256,8 @@ def _save(out: str, name: str, kind: str, number: int, data: bytes) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=100_000, help="inputs per target (default 100000)")
-    parser.add_argument("--seconds", type=float, default=float("inf"), help="time limit per target")
+    parser.add_argument("--seconds", type=float, default=float("inf"),
+                        help="time limit per target, counted once it is loaded")
     parser.add_argument("--target", action="append", choices=discover(), help="run only these (repeatable)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "logbus-fuzz-findings"),

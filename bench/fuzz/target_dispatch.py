@@ -3,7 +3,7 @@ bounded pre-scan, decode, the API handler, response encoding) of a broker starte
 in a temporary data dir. A refusal is MalformedRequestError (the server closes that connection);
 a handler answers every other bad input with an error code in its response, so any other exception
 escaping is an unmapped exception. A handler still waiting after 0.2 s (a long poll, a join
-waiting for its group) is cancelled, as when a client disconnects.
+waiting for its group, a deferred answer) is cancelled, as when a client disconnects.
 
 The broker hosts at most 200 partitions (`max.partitions`), so mutated CreateTopics and
 CreatePartitions counts (2^31 partitions) are refused instead of filling the disk.
@@ -52,11 +52,17 @@ def _stop(loop: asyncio.AbstractEventLoop, broker: Broker, data_dir: str) -> Non
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+async def _answer(connection: KafkaConnection, data: bytes) -> Any:
+    """The response chunks, awaited when the handler deferred them (acks=all, WriteTxnMarkers)."""
+    chunks = await connection._respond(data)
+    return await chunks if isinstance(chunks, asyncio.Future) else chunks
+
+
 def fuzz_one(data: bytes) -> None:
     loop, connection = _connection()
     try:
         peek_api(data)
-        chunks = loop.run_until_complete(asyncio.wait_for(connection._respond(data), HANDLER_TIMEOUT_S))
+        chunks = loop.run_until_complete(asyncio.wait_for(_answer(connection, data), HANDLER_TIMEOUT_S))
     except (MalformedRequestError, TimeoutError):
         return
     for chunk in chunks or ():

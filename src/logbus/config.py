@@ -209,7 +209,21 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
         _key("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
         _key("group.max.size", INT, 2147483647, "Most members in one group."),
-        _key("transactional.id.expiration.ms", INT, 604800000, "Forget idle producer ids after this."),
+        _key("transactional.id.expiration.ms", INT, 604800000, "Forget a transactional id idle this long."),
+        _key("transaction.state.log.num.partitions", INT, 50, "Partitions of __transaction_state.", minimum=1),
+        _key("transaction.state.log.replication.factor", ConfigType.SHORT, 3, "Replicas of __transaction_state "
+             "(capped by the live brokers when it is first created).", minimum=1),
+        _key("transaction.state.log.segment.bytes", INT, 100 * MIB, "Segment size of __transaction_state."),
+        _key("transaction.state.log.min.isr", INT, 2, "min.insync.replicas of __transaction_state (capped by "
+             "its replication factor).", minimum=1),
+        _key("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout a producer may ask for.",
+             minimum=1),
+        _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, "How often transactions "
+             "open past their timeout are aborted.", minimum=1),
+        _key("transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000, "How often idle "
+             "transactional ids expire.", minimum=1),
+        _key("transaction.partition.verification.enable", BOOL, True, "Partition leaders check with the "
+             "transaction coordinator before a transaction's first batch (KIP-890)."),
         _key("producer.id.expiration.ms", INT, 86400000, "Forget idle idempotent producers after this."),
         # The cluster (ZooKeeper mode): without zookeeper.connect the broker runs alone on its embedded store.
         _key("zookeeper.connect", STR, None, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble that "

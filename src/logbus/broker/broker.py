@@ -11,10 +11,15 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
+from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
+from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
+from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
+from ..coordinator.txn_store import TxnStateTopic
+from ..coordinator.txn_verification import TxnVerifier
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import Connections, Listener
@@ -41,11 +46,22 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
+        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S)
+        self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, self.broker_clients,
+                                           MARKER_TIMEOUT_S)
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
+        self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
+        self.txn_coordinator = TransactionCoordinator(
+            TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
+            allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self.txn_markers.write,
+        )
+        self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
+        self.txn_verifier = TxnVerifier(self.txn_coordinator, self.broker_clients,
+                                        config["transaction.partition.verification.enable"])
         self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
         self.connections = Connections(config)
         self.stopping = False
@@ -84,6 +100,7 @@ class Broker:
         await self.metadata.register_broker(
             BrokerInfo(self.broker_id, *self._advertised_address(), self.config["broker.rack"]))
         self.replicas.start()
+        self.broker_clients.start()
         if self.controller is not None:
             self.controller.start()
         self.logs.start(
@@ -94,6 +111,7 @@ class Broker:
             self.config["log.flush.start.offset.checkpoint.interval.ms"],
         )
         self.group_coordinator.start()
+        self.txn_coordinator.start()
         self._server.start_serving()
         return self.host, self.port
 
@@ -129,8 +147,11 @@ class Broker:
             self._server.close()
         self.connections.close_all()
         self.group_coordinator.stop()
+        self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()
+        await self.txn_markers.stop()
+        self.broker_clients.close()
         await self.replicas.stop()
         await self.logs.shutdown()
         await self.metadata.close()

@@ -24,14 +24,16 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
+def add_connection_options(parser: argparse.ArgumentParser, inherited: bool = False) -> None:
+    """`inherited`: on a sub-command's parser, whose parent has them too; given after the
+    sub-command they win, left out they keep the parent's value."""
     parser.add_argument(
-        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+        "--bootstrap-server", default=argparse.SUPPRESS if inherited else DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
         help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument(
-        "--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-        help=f"how long to wait for the broker before giving up (default {DEFAULT_TIMEOUT_S:g})",
+        "--timeout", type=positive_float, default=argparse.SUPPRESS if inherited else DEFAULT_TIMEOUT_S,
+        metavar="SECONDS", help=f"how long to wait for the broker before giving up (default {DEFAULT_TIMEOUT_S:g})",
     )
 
 

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import cluster, consume, elect_leaders, groups, pipeline, produce, reassign, serve, topics
+from . import cluster, consume, elect_leaders, groups, pipeline, produce, reassign, serve, topics, transactions
 from .common import CliError
 
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(subparsers)
     reassign.add_parser(subparsers)
     elect_leaders.add_parser(subparsers)
+    transactions.add_parser(subparsers)
     return parser
 
 

@@ -109,7 +109,7 @@ def _alter(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], 
         timeout=datetime.timedelta(seconds=args.timeout),
         topics=tuple(module.ReassignableTopic(name=t, partitions=tuple(p)) for t, p in by_topic.items()))
     client = Client(args.bootstrap_server, args.timeout)
-    answer = client._call(client._any_connection(), ALTER_REASSIGNMENTS, request)
+    answer = client.call_any(ALTER_REASSIGNMENTS, request)
     failed = [f"{t.name}-{p.partition_index}: {ErrorCode(p.error_code).name}"
               for t in answer.responses for p in t.partitions if p.error_code]
     done = [f"{t.name}-{p.partition_index}" for t in answer.responses for p in t.partitions if not p.error_code]
@@ -126,7 +126,7 @@ def _verify(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int],
 
     module = load_payload_module(LIST_REASSIGNMENTS, 0, EntityType.request)
     client = Client(args.bootstrap_server, args.timeout)
-    answer = client._call(client._any_connection(), LIST_REASSIGNMENTS, module.ListPartitionReassignmentsRequest(
+    answer = client.call_any(LIST_REASSIGNMENTS, module.ListPartitionReassignmentsRequest(
         timeout=datetime.timedelta(seconds=args.timeout), topics=None))
     ongoing = {(t.name, p.partition_index) for t in answer.topics for p in t.partitions}
     current = _current(args, admin, sorted({t for t, _ in targets}))

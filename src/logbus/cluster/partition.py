@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.records import BatchHeader
+from ..protocol.records import BatchHeader, EndTxnMarker, build_end_txn_marker
 from ..storage.files import fsync_path
 from ..storage.log import AppendInfo, PartitionLog
 from ..storage.segment import ReadSlice
 from .metadata import PartitionState
+
+MARKER_BATCH_BYTES = len(build_end_txn_marker(0, 0, EndTxnMarker(True, 0), 0))  # the same for every marker
 
 
 class NotLeaderError(Exception):
@@ -117,13 +119,7 @@ class Partition:
     # ------------------------------------------------------------------ leader: appends
 
     def append_as_leader(self, data: bytearray, headers: list[BatchHeader], acks: int) -> AppendInfo:
-        if not self.is_leader:
-            raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self}")
-        if acks == -1 and len(self.state.isr) < self.log.config.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{len(self.state.isr)} in-sync replicas, min.insync.replicas is "
-                f"{self.log.config.min_insync_replicas}"
-            )
+        self._check_can_append(acks)
         info = self.log.append(data, headers, self.leader_epoch)
         if not info.duplicate:
             self._appended(len(data))
@@ -131,24 +127,31 @@ class Partition:
 
     def append_control_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                               coordinator_epoch: int) -> AppendInfo:
-        """Write a transaction's COMMIT or ABORT marker as leader (WriteTxnMarkers), waking
-        fetchers as any append does: a read_committed consumer waiting at the last stable offset
-        gets the transaction's records once the HW passes the marker."""
-        if not self.is_leader:
-            raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self}")
-        before = self.log.active_segment
-        size_before = before.size
+        """Write a transaction's COMMIT or ABORT marker at the current leader epoch. Markers are
+        always written with acks=all (Kafka's WriteTxnMarkers), so min.insync.replicas applies;
+        the log refuses an older producer or coordinator epoch (KafkaApiError)."""
+        self._check_can_append(-1)
         info = self.log.append_control_marker(producer_id, producer_epoch, commit, coordinator_epoch,
                                               self.leader_epoch)
-        after = self.log.active_segment  # a roll puts the marker alone in a new segment
-        self._appended(after.size - (size_before if after is before else 0))
+        self._appended(MARKER_BATCH_BYTES)
         return info
 
+    def _check_can_append(self, acks: int) -> None:
+        if not self.is_leader:
+            raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self}")
+        if acks == -1 and len(self.state.isr) < self.log.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{len(self.state.isr)} in-sync replicas, min.insync.replicas is "
+                f"{self.log.config.min_insync_replicas}"
+            )
+
     def _appended(self, size: int) -> None:
-        """`size` bytes were appended as leader: the HW may move; fetchers waiting wake."""
+        """Count the bytes for fetches waiting on min_bytes; move the HW (a lone leader's) or wake
+        the followers waiting in a fetch (and read_committed consumers waiting at the LSO, which
+        a marker's HW move makes stable)."""
         self.appended_bytes += size
         if not self._maybe_advance_high_watermark():
-            self._wake()  # followers waiting in a fetch
+            self._wake()
 
     def replicated(self, offset: int) -> ErrorCode | None:
         """For acks=all: None once every ISR member has everything before `offset` and the ISR

@@ -26,6 +26,7 @@ from .partition import Partition
 log = logging.getLogger(__name__)
 
 LeadershipListener = Callable[[Partition, bool], None]
+MarkerListener = Callable[[Partition, int, bool], None]
 
 
 class ReplicaManager:
@@ -39,6 +40,7 @@ class ReplicaManager:
         self._drops: dict[str, asyncio.Task] = {}  # topic -> removal of its logs' files
         self._background: set[asyncio.Task] = set()
         self._leadership_listeners: list[LeadershipListener] = []
+        self._marker_listeners: list[MarkerListener] = []
         self.max_lag_s = config["replica.lag.time.max.ms"] / 1000
         self.fetchers = FetcherManager(FetcherConfig(
             broker_id, config["replica.fetch.max.bytes"], config["replica.fetch.response.max.bytes"],
@@ -56,6 +58,18 @@ class ReplicaManager:
     def _announce_leadership(self, partition: Partition, leads: bool) -> None:
         for listener in self._leadership_listeners:
             listener(partition, leads)
+
+    def add_marker_listener(self, listener: MarkerListener) -> None:
+        """Call `listener(partition, producer_id, commit)` once a transaction marker written here as
+        leader is replicated (the ISR has it): the group coordinator makes a producer's pending
+        transactional offset commits visible, or drops them, when one lands on `__consumer_offsets`
+        (Kafka's GroupCoordinator.scheduleHandleTxnCompletion)."""
+        self._marker_listeners.append(listener)
+
+    def marker_written(self, partition: Partition, producer_id: int, commit: bool) -> None:
+        """Announce a replicated marker to the marker listeners."""
+        for listener in self._marker_listeners:
+            listener(partition, producer_id, commit)
 
     def start(self) -> None:
         """Open every hosted partition's log (recovering if needed) and follow metadata."""

@@ -4,8 +4,9 @@ The broker creates its `GroupCoordinator` and starts it (starting the background
 groups of its __consumer_offsets partitions, scheduling offset expiry) before it listens; API handlers reach
 it through `group_coordinator(broker)`. `GroupCoordinator` (`coordinator.py`) wires three parts
 that share its groups: `membership.py` (JoinGroup/SyncGroup/Heartbeat/LeaveGroup, rebalances,
-sessions), `offsets.py` (committed offsets, group deletion, offset expiry) and `loading.py`
-(which __consumer_offsets partitions' groups are in memory). `group.py` holds a group's state,
+sessions), `offsets.py` (committed offsets, transactional ones pending until their marker,
+group deletion, offset expiry) and `loading.py` (which __consumer_offsets partitions' groups are
+in memory). `group.py` holds a group's state,
 `records.py` the record format, `store.py` the topic's reads and writes, `clock.py` time.
 """
 

@@ -4,9 +4,10 @@ The three parts share the coordinator's groups (`group_id -> ClassicGroup`) and 
 only through the few callables each is built with:
 - `membership.py`: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, rebalances, sessions and their
   timers, DescribeGroups and ListGroups.
-- `offsets.py`: OffsetCommit/OffsetFetch/OffsetDelete, DeleteGroups, offset expiry.
+- `offsets.py`: OffsetCommit/OffsetFetch/OffsetDelete, TxnOffsetCommit, DeleteGroups, offset expiry.
 - `loading.py`: which `__consumer_offsets` partitions this broker leads and has read, so whether
-  it may serve a group now (`coordinator_error`), and the groups loaded and unloaded with them.
+  it may serve a group now (`coordinator_error`), the groups loaded and unloaded with them, and
+  the transaction markers that complete their pending offsets (`on_txn_marker`).
 
 `GroupCoordinator` owns what they share: the groups, the background tasks (group writes, expiry
 checks, loads) and the write of a group's metadata record. It is built from `GroupConfig`, the
@@ -28,9 +29,11 @@ from .loading import Loader
 from .membership import Membership
 from .offsets import Offsets
 from .records import GroupKey
+from .store import TOPIC as OFFSETS_TOPIC
 from .store import OffsetsTopic
 
 if TYPE_CHECKING:
+    from ..cluster.partition import Partition
     from ..config import BrokerConfig
 
 
@@ -72,7 +75,8 @@ class GroupCoordinator:
         )
         self.offsets = Offsets(
             clock, self.groups, retention_ms=config.retention_ms, retention_check_ms=config.retention_check_ms,
-            coordinator_error=self.coordinator_error, partition_for=self.partition_for, append=store.append,
+            coordinator_error=self.coordinator_error, partition_for=self.partition_for, append=store.write,
+            append_txn=store.write_transactional,
             reset_session=self.membership.reset_session, cancel_timers=self.membership.cancel_timers,
             spawn=self._spawn,
         )
@@ -88,6 +92,7 @@ class GroupCoordinator:
         self.describe = self.membership.describe
         self.list_groups = self.membership.list_groups
         self.commit_offsets = self.offsets.commit_offsets
+        self.commit_txn_offsets = self.offsets.commit_txn_offsets
         self.fetch_offsets = self.offsets.fetch_offsets
         self.delete_offsets = self.offsets.delete_offsets
         self.delete_group = self.offsets.delete_group
@@ -101,6 +106,13 @@ class GroupCoordinator:
         self.offsets.stop()
         self.loader.stop()
         self.membership.stop()
+
+    def on_txn_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
+        """A transaction marker is replicated on `partition` (a ReplicaManager marker listener): on a
+        `__consumer_offsets` partition, `producer_id`'s pending offsets in its groups become
+        committed (COMMIT) or go (ABORT), as Kafka's GroupCoordinator.onTransactionCompleted."""
+        if partition.topic == OFFSETS_TOPIC:
+            self.loader.on_txn_marker(partition.index, producer_id, commit)
 
     def partition_for(self, group_id: str) -> int:
         return self.loader.partition_for(group_id)
@@ -120,7 +132,7 @@ class GroupCoordinator:
         return frozenset(self._tasks)
 
     async def _store_group(self, group: ClassicGroup) -> None:
-        await self.store.append(self.partition_for(group.group_id), [(GroupKey(group.group_id), group.to_record())])
+        await self.store.write(self.partition_for(group.group_id), [(GroupKey(group.group_id), group.to_record())])
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -1,4 +1,4 @@
-"""A classic consumer group: its members, generation, state and committed offsets.
+"""A classic consumer group: its members, generation, state, committed and pending offsets.
 
 States follow Kafka's ClassicGroupState:
 
@@ -8,9 +8,15 @@ States follow Kafka's ClassicGroupState:
       └──── last member leaves / expires (via PreparingRebalance) <──────────── join/leave ───┘
     Dead: deleted (DeleteGroups, or emptied with no offsets left); kept only while requests drain.
 
-This module holds state and the pure rules (protocol selection, which members rejoined);
-timers, waiting requests and persistence belong to the coordinator (`membership.py`, `offsets.py`
-and `loading.py`).
+Offsets a transaction commits (TxnOffsetCommit) stay pending, per producer, until that
+producer's COMMIT or ABORT marker lands on the group's __consumer_offsets partition: a COMMIT
+makes them committed, an ABORT drops them (Kafka's pendingTransactionalOffsetCommits). Every
+offset keeps the log offset of its record, so that of a plain and a transactional commit of one
+partition the later record wins, whichever completes first (Kafka's CommitRecordMetadataAndOffset).
+
+This module holds state and the pure rules (protocol selection, which members rejoined, which
+offset wins); timers, waiting requests and persistence belong to the coordinator
+(`membership.py`, `offsets.py` and `loading.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,17 @@ class GroupState(Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+TopicPartition = tuple[str, int]  # topic, partition
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """An offset and the base offset of the batch that holds its record in __consumer_offsets."""
+
+    value: OffsetValue
+    record_offset: int
 
 
 @dataclass(slots=True)
@@ -96,7 +113,8 @@ class ClassicGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     pending_members: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
     state_timestamp: int = -1  # ms when the state last changed (Kafka's currentStateTimestamp)
-    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    pending_txn_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)  # by producer
     join_timer: Timer | None = None
     pending_sync: set[str] = field(default_factory=set)  # joined this generation, no SyncGroup yet
     sync_timer: Timer | None = None  # removes `pending_sync` members after the rebalance timeout
@@ -218,6 +236,51 @@ class ClassicGroup:
                 return None
             topics |= parsed
         return topics
+
+    # ------------------------------------------------------------ offsets
+
+    def put_offset(self, key: TopicPartition, offset: CommittedOffset) -> None:
+        """Commit `offset` unless the one held comes from a later record."""
+        current = self.offsets.get(key)
+        if current is None or current.record_offset < offset.record_offset:
+            self.offsets[key] = offset
+
+    def add_pending(self, producer_id: int, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+        """Offsets of `producer_id`'s open transaction (a later commit of a partition replaces its earlier one)."""
+        self.pending_txn_offsets.setdefault(producer_id, {}).update(offsets)
+
+    def drop_pending(self, producer_id: int, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+        """Forget these pending offsets (their write failed), unless a later commit replaced them."""
+        pending = self.pending_txn_offsets.get(producer_id, {})
+        for key, offset in offsets.items():
+            if pending.get(key) is offset:
+                del pending[key]
+        if not pending:
+            self.pending_txn_offsets.pop(producer_id, None)
+
+    def complete_txn(self, producer_id: int, commit: bool) -> None:
+        """`producer_id`'s transaction ended: COMMIT makes its pending offsets committed (each one
+        unless a later record committed that partition), ABORT drops them (Kafka's
+        completePendingTxnOffsetCommit)."""
+        pending = self.pending_txn_offsets.pop(producer_id, {})
+        if commit:
+            for key, offset in pending.items():
+                self.put_offset(key, offset)
+
+    def has_pending_offset(self, key: TopicPartition) -> bool:
+        """Does an open transaction commit an offset of this partition?"""
+        return any(key in offsets for offsets in self.pending_txn_offsets.values())
+
+    def pending_offset_keys(self) -> set[TopicPartition]:
+        return {key for offsets in self.pending_txn_offsets.values() for key in offsets}
+
+    def remove_offsets(self, keys: list[TopicPartition]) -> None:
+        """Tombstones written: these partitions lose their committed and their pending offsets; the
+        transactions stay open (a group with one open is not deleted)."""
+        for key in keys:
+            self.offsets.pop(key, None)
+            for offsets in self.pending_txn_offsets.values():
+                offsets.pop(key, None)
 
     # ------------------------------------------------------------ persistence
 

@@ -8,6 +8,11 @@ their requests get COORDINATOR_LOAD_IN_PROGRESS (`coordinator_error`), as in Kaf
 stops leading a partition, that partition's groups leave memory and a later leadership loads
 them afresh from the log.
 
+Transactions: a load rebuilds committed offsets and the pending ones of transactions still open
+(store.py's `LogReplay`); a COMMIT or ABORT marker replicated on a loaded partition completes its
+producer's pending offsets in that partition's groups (`on_txn_marker`), and one that lands while
+the partition loads is applied when the load is done (the load may not read that far).
+
 Depends on: the `OffsetsTopic` store (partitions, leadership, reading records back); the
 `Clock` (a loaded group's state timestamp); the groups dict it shares with `membership.py` and
 `offsets.py` (it adds the loaded groups and removes the unloaded ones); membership's `adopt`
@@ -25,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.records import NO_PRODUCER_ID
 from .clock import Clock
-from .group import ClassicGroup, GroupState, Member
+from .group import ClassicGroup, CommittedOffset, GroupState, Member, TopicPartition
 from .records import GroupValue, OffsetKey, OffsetValue, coordinator_partition
 from .store import TOPIC as OFFSETS_TOPIC
-from .store import OffsetsTopic
+from .store import LoadedEntry, OffsetsTopic
 
 if TYPE_CHECKING:
     from ..cluster.partition import Partition
@@ -50,6 +56,7 @@ class Loader:
         self.spawn = spawn
         self.loaded_partitions: set[int] = set()
         self._loading: dict[int, asyncio.Task] = {}  # partition index -> its load
+        self._ended_while_loading: dict[int, list[tuple[int, bool]]] = {}  # index -> (producer id, commit)
 
     def start(self) -> None:
         """Start loading the groups of every __consumer_offsets partition this broker leads."""
@@ -108,12 +115,29 @@ class Loader:
         loading = self._loading.pop(index, None)
         if loading is not None:
             loading.cancel()
+        self._ended_while_loading.pop(index, None)
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
             self.evict(self.groups.pop(group_id), ErrorCode.not_coordinator)
 
+    def on_txn_marker(self, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker of `producer_id` is replicated on partition `index`: its pending
+        offsets there become committed (COMMIT) or go (ABORT). A partition not loaded here holds no
+        groups; a load in progress applies it when done."""
+        if index in self.loaded_partitions:
+            self._complete_txn(index, producer_id, commit)
+        elif index in self._loading:
+            self._ended_while_loading.setdefault(index, []).append((producer_id, commit))
+
+    def _complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
+        for group_id, group in self.groups.items():
+            if producer_id in group.pending_txn_offsets and self.partition_for(group_id) == index:
+                group.complete_txn(producer_id, commit)
+
     def _on_load_done(self, index: int, task: asyncio.Task) -> None:
-        """A failed load (a read error) is logged; the next request for one of its groups retries it."""
+        """A failed load (a read error) is logged; the next request for one of its groups retries it
+        (and reads the markers that ended transactions meanwhile)."""
         self._loading.pop(index, None)
+        self._ended_while_loading.pop(index, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("cannot load the groups of %s: %r", self.store.partition(index), task.exception())
 
@@ -124,28 +148,48 @@ class Loader:
 
     async def _load(self, index: int) -> None:
         """Rebuild the groups of partition `index` from its records."""
-        offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
-        metadata: dict[str, GroupValue | None] = {}
-        async for entries in self.store.read_latest(index):
-            for key, value in entries:
-                if isinstance(key, OffsetKey):
-                    group_offsets = offsets.setdefault(key.group, {})
-                    if value is None:
-                        group_offsets.pop((key.topic, key.partition), None)
-                    else:
-                        group_offsets[(key.topic, key.partition)] = value
-                else:
-                    metadata[key.group] = value
-        for group_id in set(offsets) | set(metadata):
-            record = metadata.get(group_id)
-            if record is None and not offsets.get(group_id):
-                continue
-            group = group_from_record(group_id, record, self.clock.now_ms())
-            group.offsets = offsets.get(group_id, {})
+        loaded = _LoadedGroups()
+        async for entries in self.store.read_state(index):
+            for entry in entries:
+                loaded.add(entry)
+        for group_id in loaded.group_ids():
+            group = group_from_record(group_id, loaded.metadata.get(group_id), self.clock.now_ms())
+            group.offsets = loaded.offsets.get(group_id, {})
+            group.pending_txn_offsets = loaded.pending.get(group_id, {})
             self.adopt(group)
             self.groups[group_id] = group
+        for producer_id, commit in self._ended_while_loading.pop(index, []):
+            self._complete_txn(index, producer_id, commit)
         self.loaded_partitions.add(index)
         log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
+
+
+class _LoadedGroups:
+    """What a partition's records say, group by group."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.pending: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}  # by producer id
+        self.metadata: dict[str, GroupValue | None] = {}
+
+    def add(self, entry: LoadedEntry) -> None:
+        key, value = entry.key, entry.value
+        if not isinstance(key, OffsetKey):
+            self.metadata[key.group] = value if isinstance(value, GroupValue) else None
+            return
+        if not isinstance(value, OffsetValue):
+            return  # a tombstone: no offset
+        offset = CommittedOffset(value, entry.record_offset)
+        if entry.producer_id == NO_PRODUCER_ID:
+            self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = offset
+        else:
+            by_producer = self.pending.setdefault(key.group, {})
+            by_producer.setdefault(entry.producer_id, {})[(key.topic, key.partition)] = offset
+
+    def group_ids(self) -> list[str]:
+        """Groups with metadata, committed or pending offsets (a deleted group with none is gone)."""
+        ids = set(self.offsets) | set(self.pending) | {g for g, record in self.metadata.items() if record is not None}
+        return sorted(ids)
 
 
 def group_from_record(group_id: str, record: GroupValue | None, now_ms: int) -> ClassicGroup:

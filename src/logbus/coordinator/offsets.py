@@ -12,13 +12,22 @@ Semantics follow Kafka's GroupCoordinator for classic groups:
   became Empty; for groups without a protocol, from each commit), then the group is deleted; a
   Stable consumer group loses the offsets of topics it no longer subscribes to (KIP-496). The
   check runs every `offsets.retention.check.interval.ms`.
+- TxnOffsetCommit (Kafka's commitTransactionalOffset) writes its offsets as one batch of the
+  producer's transaction; they stay pending for that producer (group.py) until its marker. The
+  group checks are OffsetCommit's, except that an unknown group is created only for generation
+  -1, a request without member id, instance id and generation is taken by any group, and neither
+  a rebalance in progress nor a session is concerned. OffsetFetch with `require_stable` answers
+  UNSTABLE_OFFSET_COMMIT for a partition with pending offsets; an offset with pending ones does
+  not expire, a group with an open transaction is not deleted by expiry, and OffsetDelete and
+  DeleteGroups write tombstones for pending offsets too (Kafka's OffsetMetadataManager).
 
 Depends on: the retention config values; the `Clock` (commit timestamps, the expiry check's
 timer); the groups dict it shares with `membership.py` and `loading.py`; a
 `coordinator_error(group_id)` callable and `partition_for(group_id)` (`loading.py`: may this
 broker serve the group, and which __consumer_offsets partition holds it); `append(index,
-entries)`, the offsets topic's write; from `membership.py`, `reset_session` (a commit is a sign
-of life) and `cancel_timers` (a deleted group's); and a `spawn` for the expiry checks.
+entries)` and `append_txn(index, entries, producer, on_appended)`, the offsets topic's writes;
+from `membership.py`, `reset_session` (a commit is a sign of life) and `cancel_timers` (a deleted
+group's); and a `spawn` for the expiry checks.
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
 from .clock import Clock, Timer
-from .group import ClassicGroup, GroupState, Member
+from .group import ClassicGroup, CommittedOffset, GroupState, Member, TopicPartition
+from .internal_topic import ProducerFields
 from .records import GroupKey, OffsetKey, OffsetValue
 from .store import Entry
 
@@ -51,6 +61,9 @@ class OffsetCommit:
     metadata: str | None
 
 
+AppendTxn = Callable[[int, list[Entry], ProducerFields, Callable[[int], None]], Coroutine[Any, Any, int]]
+
+
 @dataclass(slots=True)
 class FetchedOffset:
     topic: str
@@ -65,7 +78,7 @@ class Offsets:
     def __init__(self, clock: Clock, groups: dict[str, ClassicGroup], *, retention_ms: int,
                  retention_check_ms: int, coordinator_error: Callable[[str], ErrorCode | None],
                  partition_for: Callable[[str], int],
-                 append: Callable[[int, list[Entry]], Coroutine[Any, Any, None]],
+                 append: Callable[[int, list[Entry]], Coroutine[Any, Any, int]], append_txn: AppendTxn,
                  reset_session: Callable[[ClassicGroup, Member], None],
                  cancel_timers: Callable[[ClassicGroup], None],
                  spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
@@ -76,6 +89,7 @@ class Offsets:
         self.coordinator_error = coordinator_error
         self.partition_for = partition_for
         self.append = append
+        self.append_txn = append_txn
         self.reset_session = reset_session
         self.cancel_timers = cancel_timers
         self.spawn = spawn
@@ -97,6 +111,20 @@ class Offsets:
         if error is not None:
             return [error] * len(commits)
         group = self.groups[group_id]
+        errors, entries = self._entries(group_id, commits, expire_timestamp)
+        if not entries:
+            return errors
+        try:
+            record_offset = await self.append(self.partition_for(group_id), entries)
+        except KafkaApiError as exc:
+            return [exc.code if e is ErrorCode.none else e for e in errors]
+        for key, offset in _committed(entries, record_offset).items():
+            group.put_offset(key, offset)
+        return errors
+
+    def _entries(self, group_id: str, commits: list[OffsetCommit], expire_timestamp: int
+                 ) -> tuple[list[ErrorCode], list[Entry]]:
+        """The records of the commits whose metadata fits, and an error per commit, in order."""
         now = self.clock.now_ms()
         errors: list[ErrorCode] = []
         entries: list[Entry] = []
@@ -108,15 +136,7 @@ class Offsets:
             errors.append(ErrorCode.none)
             value = OffsetValue(commit.offset, commit.leader_epoch, metadata, now, expire_timestamp)
             entries.append((OffsetKey(group_id, commit.topic, commit.partition), value))
-        if not entries:
-            return errors
-        try:
-            await self.append(self.partition_for(group_id), entries)
-        except KafkaApiError as exc:
-            return [exc.code if e is ErrorCode.none else e for e in errors]
-        for key, value in entries:
-            group.offsets[(key.topic, key.partition)] = value
-        return errors
+        return errors, entries
 
     def _commit_error(self, group_id: str, generation: int, member_id: str,
                       instance_id: str | None) -> ErrorCode | None:
@@ -145,23 +165,75 @@ class Offsets:
         self.reset_session(group, member)
         return None
 
+    # ================================================================ TxnOffsetCommit
+
+    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                                 member_id: str, instance_id: str | None, commits: list[OffsetCommit]
+                                 ) -> list[ErrorCode]:
+        """Write the offsets as part of `producer_id`'s transaction: pending until its marker. An
+        error per commit, in order."""
+        error = self._txn_commit_error(group_id, producer_id, generation, member_id, instance_id)
+        if error is not None:
+            return [error] * len(commits)
+        group = self.groups[group_id]
+        errors, entries = self._entries(group_id, commits, -1)
+        if not entries:
+            return errors
+        pending: dict[TopicPartition, CommittedOffset] = {}
+
+        def appended(record_offset: int) -> None:
+            pending.update(_committed(entries, record_offset))
+            group.add_pending(producer_id, pending)
+
+        try:
+            await self.append_txn(self.partition_for(group_id), entries,
+                                  ProducerFields(producer_id, producer_epoch), appended)
+        except KafkaApiError as exc:
+            group.drop_pending(producer_id, pending)  # Kafka's failPendingTxnOffsetCommit
+            return [exc.code if e is ErrorCode.none else e for e in errors]
+        return errors
+
+    def _txn_commit_error(self, group_id: str, producer_id: int, generation: int, member_id: str,
+                          instance_id: str | None) -> ErrorCode | None:
+        """Kafka's validateTransactionalOffsetCommit and ClassicGroup.validateOffsetCommit(isTransactional)."""
+        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
+        if error is not None:
+            return error
+        if producer_id < 0:
+            return ErrorCode.invalid_producer_id_mapping  # what the transaction coordinator says of it
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return ErrorCode.illegal_generation
+            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
+            return None
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and group.is_in(GroupState.EMPTY):
+            return None
+        if generation < 0 and not member_id and instance_id is None:
+            return None  # TxnOffsetCommit v0-v2 carry no member: taken by any group
+        error = _member_error(group, member_id, instance_id)
+        if error is None and generation != group.generation:
+            error = ErrorCode.illegal_generation
+        return error
+
     # ================================================================ OffsetFetch
 
-    def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False
                       ) -> tuple[ErrorCode, list[FetchedOffset]]:
-        """Committed offsets of `wanted` partitions (None: all the group has); -1 when none."""
+        """Committed offsets of `wanted` partitions (None: all the group has committed); -1 when
+        none. With `require_stable`, a partition with pending transactional offsets answers
+        UNSTABLE_OFFSET_COMMIT instead (the group's error stays NONE, as in Kafka)."""
         error = self.coordinator_error(group_id)
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None and not group.is_in(GroupState.DEAD) else {}
-        if wanted is None:
-            return ErrorCode.none, [_fetched(topic, partition, value) for (topic, partition), value
-                                    in sorted(offsets.items())]
-        return ErrorCode.none, [
-            _fetched(topic, partition, offsets.get((topic, partition)))
-            for topic, partitions in wanted for partition in partitions
-        ]
+        if group is None or group.is_in(GroupState.DEAD):
+            group = ClassicGroup(group_id)
+        keys = sorted(group.offsets) if wanted is None else [
+            (topic, partition) for topic, partitions in wanted for partition in partitions]
+        return ErrorCode.none, [_fetched(group, key, require_stable) for key in keys]
 
     # ================================================================ OffsetDelete, DeleteGroups
 
@@ -180,14 +252,13 @@ class Offsets:
         errors = [ErrorCode.group_subscribed_to_topic if topic in subscribed else ErrorCode.none
                   for topic, _ in partitions]
         doomed = [key for key, e in zip(partitions, errors, strict=True)
-                  if e is ErrorCode.none and key in group.offsets]
+                  if e is ErrorCode.none and (key in group.offsets or group.has_pending_offset(key))]
         if doomed:
             try:
                 await self.append(self.partition_for(group_id), [(OffsetKey(group_id, *k), None) for k in doomed])
             except KafkaApiError as exc:
                 return exc.code, []
-            for key in doomed:
-                group.offsets.pop(key, None)
+            group.remove_offsets(doomed)
         return ErrorCode.none, errors
 
     async def delete_group(self, group_id: str) -> ErrorCode:
@@ -206,8 +277,10 @@ class Offsets:
         return ErrorCode.none
 
     async def _delete_group(self, group: ClassicGroup) -> None:
-        """Tombstones for its offsets and its metadata; then the group is Dead and forgotten."""
-        entries: list[Entry] = [(OffsetKey(group.group_id, *key), None) for key in group.offsets]
+        """Tombstones for its offsets, committed or pending, and its metadata; then the group is Dead
+        and forgotten (the open transactions' markers find nothing of it)."""
+        keys = set(group.offsets) | group.pending_offset_keys()
+        entries: list[Entry] = [(OffsetKey(group.group_id, *key), None) for key in sorted(keys)]
         entries.append((GroupKey(group.group_id), None))
         await self.append(self.partition_for(group.group_id), entries)
         group.transition(GroupState.DEAD, self.clock.now_ms())
@@ -232,11 +305,12 @@ class Offsets:
 
     async def _expire_group_offsets(self, group: ClassicGroup, now: int) -> None:
         expired = self._expired_offsets(group, now)
-        empty = group.is_in(GroupState.EMPTY) and not group.pending_members
-        if not expired and not (empty and not group.offsets):
+        # an Empty group left with no offsets goes too, as in Kafka, unless a transaction is open
+        deletable = group.is_in(GroupState.EMPTY) and not group.pending_members and not group.pending_txn_offsets
+        if not expired and not (deletable and not group.offsets):
             return
         try:
-            if empty and len(expired) == len(group.offsets):  # nothing left: the group goes too, as in Kafka
+            if deletable and len(expired) == len(group.offsets):
                 await self._delete_group(group)
                 return
             await self.append(self.partition_for(group.group_id),
@@ -244,22 +318,23 @@ class Offsets:
         except KafkaApiError as exc:
             log.warning("could not expire offsets of group %s: %s", group.group_id, exc)
             return
-        for key in expired:
-            group.offsets.pop(key, None)
+        group.remove_offsets(expired)
 
-    def _expired_offsets(self, group: ClassicGroup, now: int) -> list[tuple[str, int]]:
+    def _expired_offsets(self, group: ClassicGroup, now: int) -> list[TopicPartition]:
         """Kafka's rules: every offset of an Empty group (counted from when it became Empty, or from
         each commit for groups without a protocol); in a Stable consumer group, the offsets of topics
-        no member subscribes to any more, counted from their commit (KIP-496)."""
+        no member subscribes to any more, counted from their commit (KIP-496). Never an offset an
+        open transaction commits."""
         if group.is_in(GroupState.EMPTY) and not group.pending_members:
             since_empty = group.state_timestamp if group.protocol_type and group.state_timestamp >= 0 else None
-            return [key for key, value in group.offsets.items() if self._is_expired(value, since_empty, now)]
-        if group.is_in(GroupState.STABLE):
-            subscribed = group.subscribed_topics()
-            if subscribed is not None:
-                return [key for key, value in group.offsets.items()
-                        if key[0] not in subscribed and self._is_expired(value, None, now)]
-        return []
+            candidates = [key for key, offset in group.offsets.items()
+                          if self._is_expired(offset.value, since_empty, now)]
+        elif group.is_in(GroupState.STABLE) and (subscribed := group.subscribed_topics()) is not None:
+            candidates = [key for key, offset in group.offsets.items()
+                          if key[0] not in subscribed and self._is_expired(offset.value, None, now)]
+        else:
+            return []
+        return [key for key in candidates if not group.has_pending_offset(key)]
 
     def _is_expired(self, value: OffsetValue, since: int | None, now: int) -> bool:
         if value.expire_timestamp >= 0:
@@ -267,7 +342,29 @@ class Offsets:
         return now - (value.commit_timestamp if since is None else since) >= self.retention_ms
 
 
-def _fetched(topic: str, partition: int, value: OffsetValue | None) -> FetchedOffset:
-    if value is None:
+def _committed(entries: list[Entry], record_offset: int) -> dict[TopicPartition, CommittedOffset]:
+    """The offsets of a batch written at `record_offset`."""
+    return {(key.topic, key.partition): CommittedOffset(value, record_offset)
+            for key, value in entries if isinstance(key, OffsetKey) and isinstance(value, OffsetValue)}
+
+
+def _member_error(group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode | None:
+    """Kafka's ClassicGroup.validateMember: a static member's instance id must map to this member id."""
+    if instance_id is not None:
+        current = group.static_members.get(instance_id)
+        if current is None:
+            return ErrorCode.unknown_member_id
+        if current != member_id:
+            return ErrorCode.fenced_instance_id
+    return None if member_id in group.members else ErrorCode.unknown_member_id
+
+
+def _fetched(group: ClassicGroup, key: TopicPartition, require_stable: bool) -> FetchedOffset:
+    topic, partition = key
+    if require_stable and group.has_pending_offset(key):
+        return FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unstable_offset_commit)
+    committed = group.offsets.get(key)
+    if committed is None:
         return FetchedOffset(topic, partition, -1, -1, "")
+    value = committed.value
     return FetchedOffset(topic, partition, value.offset, value.leader_epoch, value.metadata)

@@ -1,25 +1,27 @@
-"""`__consumer_offsets` as the coordinator's durable store: append its records, read them back.
+"""`__consumer_offsets` as the group coordinator's store: its records, written and read back.
 
-Writes go the normal way data goes: a v2 batch (`records.build_batch`) appended by the
-partition as leader, then flushed if the topic's flush policy says so. The topic is created
-on first use, as Kafka does (compacted, `offsets.topic.num.partitions` partitions,
-`offsets.topic.segment.bytes` segments); the log cleaner keeps the latest record per key.
+An `InternalTopic` (internal_topic.py: creation, acks=all writes, chunked reads) with the record
+format of records.py: offsets (OffsetCommitKey/Value) and group metadata (GroupMetadataKey/Value)
+as Kafka writes them. The topic is compacted with `offsets.topic.num.partitions` partitions,
+`offsets.topic.replication.factor` replicas (capped by the live brokers) and
+`offsets.topic.segment.bytes` segments.
+
+TxnOffsetCommit's offsets are written as one transactional batch of the producer (its id and
+epoch, no sequence, as Kafka's coordinator writes them); they count only once that producer's
+COMMIT marker follows in the partition. Reading back replays the log as Kafka's loader does
+(`LogReplay`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, NamedTuple
 
-from kio.schema.errors import ErrorCode
-
-from ..cluster.metadata import MetadataWriteError, TopicExistsError
-from ..cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
-from ..errors import KafkaApiError
-from ..protocol.records import build_batch, iter_headers, iter_records, validate_batches
+from ..protocol.records import NO_PRODUCER_ID, BatchHeader, EndTxnMarker
+from .internal_topic import InternalTopic, ProducerFields, Record, TopicSpec
 from .records import (
+    OFFSET_KEY_VERSION,
     GroupKey,
     GroupValue,
     OffsetKey,
@@ -40,157 +42,134 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from .clock import Clock
 
-log = logging.getLogger(__name__)
-
 TOPIC = "__consumer_offsets"
-COMMIT_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms
-LOAD_CHUNK_BYTES = 16 * 1024  # load steps of a few ms each on the event loop
 LOAD_DECODE_STEP = 512
+OFFSET_KEY_PREFIX = OFFSET_KEY_VERSION.to_bytes(2, "big")
 
 Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 
 
-class OffsetsTopic:
+class LoadedEntry(NamedTuple):
+    """A record as the load leaves it: committed (`producer_id` NO_PRODUCER_ID; a tombstone's value
+    is None) or pending in `producer_id`'s open transaction. `record_offset` is its batch's base
+    offset."""
+
+    key: OffsetKey | GroupKey
+    value: OffsetValue | GroupValue | None
+    record_offset: int
+    producer_id: int
+
+
+class OffsetsTopic(InternalTopic):
     def __init__(self, config: BrokerConfig, metadata: MetadataStore, replicas: ReplicaManager,
                  clock: Clock) -> None:
-        self.metadata = metadata
-        self.replicas = replicas
-        self.clock = clock
-        self.num_partitions: int = config["offsets.topic.num.partitions"]
-        self.replication_factor: int = config["offsets.topic.replication.factor"]
-        self.segment_bytes: int = config["offsets.topic.segment.bytes"]
-        self._creation: asyncio.Task | None = None
+        spec = TopicSpec(TOPIC, config["offsets.topic.num.partitions"], config["offsets.topic.replication.factor"],
+                         config["offsets.topic.segment.bytes"])
+        super().__init__(spec, metadata, replicas, clock)
 
-    def exists(self) -> bool:
-        return self.metadata.topic(TOPIC) is not None
+    async def write(self, index: int, entries: list[Entry]) -> int:
+        """Write `entries` as one batch to partition `index`; returns its base offset; raises KafkaApiError."""
+        return await self.append(index, [encode_entry(k, v) for k, v in entries])
 
-    async def create(self) -> None:
-        """Create the topic (idempotent), as Kafka does on the first FindCoordinator.
-
-        One creation task serves every caller, shielded: a client hanging up must not cancel
-        it between the metadata write and its announcement (the partitions would never open).
-        """
-        if self.exists():
-            return
-        if self._creation is None or self._creation.done():
-            self._creation = asyncio.get_running_loop().create_task(self._create())
-        failure = await asyncio.shield(self._creation)
-        if failure is not None:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, failure)
-
-    async def _create(self) -> str | None:
-        """Create the topic; on a disk error return why (a caller that hung up must not leak it)."""
-        replication = min(self.replication_factor, len(self.metadata.brokers()))
-        configs = {
-            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(self.segment_bytes),
-        }
-        try:
-            await self.metadata.create_topic(TOPIC, self.num_partitions, max(replication, 1), configs,
-                                                    internal=True)
-        except TopicExistsError:
-            pass
-        except MetadataWriteError as exc:
-            log.warning("cannot create %s: %s", TOPIC, exc)
-            return f"cannot create {TOPIC}: {exc}"
-        return None
-
-    def partition_count(self) -> int:
-        topic = self.metadata.topic(TOPIC)
-        return len(topic.partitions) if topic is not None else self.num_partitions
-
-    def partition(self, index: int) -> Partition | None:
-        return self.replicas.get(TOPIC, index)
-
-    def leader_of(self, index: int) -> int | None:
-        topic = self.metadata.topic(TOPIC)
-        if topic is None or index >= len(topic.partitions):
-            return None
-        return topic.partitions[index].leader
-
-    # ------------------------------------------------------------ writes
-
-    async def append(self, index: int, entries: list[Entry]) -> None:
-        """Write `entries` as one batch to partition `index`; raises KafkaApiError."""
-        partition = self.partition(index)
-        if partition is None:
-            raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} is not hosted here")
-        data = bytearray(build_batch([encode_entry(k, v) for k, v in entries], self.clock.now_ms()))
-        try:
-            info = partition.append_as_leader(data, validate_batches(data), acks=-1)
-        except NotLeaderError as exc:
-            raise KafkaApiError(ErrorCode.not_coordinator, str(exc)) from None
-        except NotEnoughReplicasError as exc:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, str(exc)) from None
-        except OSError as exc:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {TOPIC}: {exc}") from None
-        await self.replicas.flush_if_due(partition)
-        # acks=all, as Kafka writes offsets: a commit is answered once every in-sync replica has it,
-        # so it survives the coordinator's death (offsets.commit.timeout.ms, Kafka's 5 s)
-        error = await partition.wait_replicated(info.last_offset + 1, COMMIT_TIMEOUT_S)
-        if error == ErrorCode.not_leader_or_follower:
-            raise KafkaApiError(ErrorCode.not_coordinator, f"{TOPIC}-{index} changed leader")
-        if error is not None:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, f"{TOPIC}-{index}: {error.name}")
+    async def write_transactional(self, index: int, entries: list[Entry], producer: ProducerFields,
+                                  on_appended: Callable[[int], None]) -> int:
+        """Write `entries` as one batch of `producer`'s transaction (InternalTopic.append tells
+        `on_appended` where it went before waiting for the ISR); raises KafkaApiError."""
+        return await self.append(index, [encode_entry(k, v) for k, v in entries], producer, on_appended)
 
     # ------------------------------------------------------------ reads
 
-    def is_empty(self, index: int) -> bool:
-        partition = self.partition(index)
-        return partition is None or partition.log.log_start_offset >= partition.log.log_end_offset
+    async def read_state(self, index: int) -> AsyncIterator[list[LoadedEntry]]:
+        """What the records of partition `index` leave (`LogReplay`), a chunk at a time.
 
-    async def read_latest(self, index: int) -> AsyncIterator[list[Entry]]:
-        """The last record of each key of partition `index` (a tombstone as `(key, None)`), in chunks.
-
-        The partition is scanned `LOAD_CHUNK_BYTES` at a time keeping each key's last value
+        The partition is scanned a chunk at a time (`read_batches`) keeping each key's last value
         undecoded (most records of a busy group are overwritten commits), then the survivors are
         decoded `LOAD_DECODE_STEP` at a time; the loop gets a turn between steps, so a big
         partition loads without stalling the broker's other clients.
         """
-        latest: dict[bytes, bytes | None] = {}
-        async for records in self._read_chunks(index):
-            for key, value in records:
-                latest[_canonical_key(key)] = value
-        items = list(latest.items())
-        latest.clear()
-        for start in range(0, len(items), LOAD_DECODE_STEP):
-            entries: list[Entry] = []
-            for key, value in items[start : start + LOAD_DECODE_STEP]:
-                try:
-                    entry = decode_entry(key, value)
-                except (RecordFormatError, UnicodeDecodeError):
-                    continue
-                if entry is not None:
-                    entries.append(entry)
+        replay = LogReplay()
+        async for batches in self.read_batches(index):
+            for header, records, marker in batches:
+                replay.apply(header, records, marker)
+        survivors = replay.survivors()
+        del replay  # its undecoded values, held once already by `survivors`
+        for start in range(0, len(survivors), LOAD_DECODE_STEP):
+            entries = [entry for raw in survivors[start : start + LOAD_DECODE_STEP]
+                       if (entry := _decode_loaded(*raw)) is not None]
             yield entries
             await asyncio.sleep(0)
 
-    async def _read_chunks(self, index: int) -> AsyncIterator[list[tuple[bytes, bytes | None]]]:
-        """The keyed records of partition `index` in offset order, one chunk of log at a time."""
-        partition = self.partition(index)
-        if partition is None:
+
+class LogReplay:
+    """Kafka's loader over the batches of a partition, in offset order (sans-I/O).
+
+    A plain record is committed at once (the last one of each key wins). An offset in a
+    transactional batch is pending in its producer's transaction until that producer's control
+    batch: COMMIT makes each of its offsets committed unless a later record committed that
+    partition, ABORT drops them; offsets of transactions still open at the end stay pending. A
+    plain tombstone also drops the pending offsets of its partition (Kafka's
+    OffsetMetadataManager.replay).
+    """
+
+    def __init__(self) -> None:
+        self.committed: dict[bytes, tuple[bytes | None, int]] = {}
+        self.pending: dict[int, dict[bytes, tuple[bytes, int]]] = {}  # producer id -> its open transaction's
+
+    def apply(self, header: BatchHeader, records: list[Record], marker: EndTxnMarker | None) -> None:
+        if header.is_control:
+            if marker is not None:
+                self._end_txn(header.producer_id, marker.commit)
             return
-        offset = partition.log.log_start_offset
-        end = partition.log.log_end_offset
-        while offset < end:
-            fetched = partition.read(offset, LOAD_CHUNK_BYTES, committed_only=False)
-            if fetched.slice is None:
-                return
-            data = fetched.slice.read()
-            start = offset
-            records: list[tuple[bytes, bytes | None]] = []
-            for header in iter_headers(data):
-                if not header.is_control:
-                    records.extend((r.key, r.value) for r in iter_records(data, header) if r.key is not None)
-                offset = header.next_offset
-            if offset == start:  # nothing whole was read: a damaged tail; stop there
-                return
-            yield records
-            await asyncio.sleep(0)
+        transactional = header.is_transactional and header.producer_id != NO_PRODUCER_ID
+        for raw_key, value in records:
+            key = _canonical_key(raw_key)
+            if transactional and key.startswith(OFFSET_KEY_PREFIX):
+                self._add_pending(header.producer_id, key, value, header.base_offset)
+            else:
+                self._commit(key, value, header.base_offset)
+
+    def _commit(self, key: bytes, value: bytes | None, offset: int) -> None:
+        self.committed[key] = (value, offset)
+        if value is None:
+            for pending in self.pending.values():
+                pending.pop(key, None)
+
+    def _add_pending(self, producer_id: int, key: bytes, value: bytes | None, offset: int) -> None:
+        pending = self.pending.setdefault(producer_id, {})
+        if value is None:  # not written by TxnOffsetCommit; Kafka's loader drops the partition's pending offset
+            pending.pop(key, None)
+        else:
+            pending[key] = (value, offset)
+
+    def _end_txn(self, producer_id: int, commit: bool) -> None:
+        pending = self.pending.pop(producer_id, {})
+        if not commit:
+            return
+        for key, (value, offset) in pending.items():
+            current = self.committed.get(key)
+            if current is None or current[1] < offset:
+                self.committed[key] = (value, offset)
+
+    def survivors(self) -> list[tuple[bytes, bytes | None, int, int]]:
+        """(key, value, record offset, producer id): the committed records, then the pending ones."""
+        result = [(key, value, offset, NO_PRODUCER_ID) for key, (value, offset) in self.committed.items()]
+        for producer_id, pending in self.pending.items():
+            result.extend((key, value, offset, producer_id) for key, (value, offset) in pending.items())
+        return result
+
+
+def _decode_loaded(key: bytes, value: bytes | None, record_offset: int, producer_id: int) -> LoadedEntry | None:
+    """A record that does not decode is skipped, as before transactions."""
+    try:
+        entry = decode_entry(key, value)
+    except (RecordFormatError, UnicodeDecodeError):
+        return None
+    return None if entry is None else LoadedEntry(*entry, record_offset, producer_id)
 
 
 def _canonical_key(key: bytes) -> bytes:
     """OffsetCommitKey v0 and v1 have one layout: the same offset under either version is one key."""
-    return b"\x00\x01" + key[2:] if key[:2] == b"\x00\x00" else key
+    return OFFSET_KEY_PREFIX + key[2:] if key[:2] == b"\x00\x00" else key
 
 
 def encode_entry(key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None) -> tuple[bytes, bytes | None]:

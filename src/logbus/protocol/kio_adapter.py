@@ -26,7 +26,12 @@ from kio.serial._introspect import (
     get_field_tag,
     is_optional,
 )
-from kio.serial.readers import read_compact_array_length, read_int8, read_legacy_array_length
+from kio.serial.readers import (
+    read_compact_array_length,
+    read_int8,
+    read_legacy_array_length,
+    read_nullable_datetime_i64,
+)
 
 Reader = Any  # (buffer, offset) -> (value, size read)
 
@@ -76,9 +81,18 @@ def _field_schema(cls: type, field: dataclasses.Field) -> FieldSchema:
         entity=classified.type_ if is_entity else None,
         nullable=_array_nullable(field) if kind in (PRIMITIVE_ARRAY, ENTITY_ARRAY) else is_optional(field),
         tag=None if tag is None else int(tag),
-        reader=get_field_reader(cls, field, False, tag is not None),
+        reader=_reader(cls, field, tag is not None),
         tagged_default=None if tag is None else get_tagged_field_default(field),
     )
+
+
+def _reader(cls: type, field: dataclasses.Field, tagged: bool) -> Reader:
+    """kio's reader for `field`, except that a plain timestamp reads Kafka's -1 ("no time", as in
+    DescribeTransactions' start time while no transaction runs) as None, where kio's own reader
+    refuses every negative timestamp. Only responses have timestamp fields."""
+    if field.metadata.get("kafka_type") == "datetime_i64" and not tagged:
+        return read_nullable_datetime_i64
+    return get_field_reader(cls, field, False, tagged)
 
 
 def _array_nullable(field: dataclasses.Field) -> bool:

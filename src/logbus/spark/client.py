@@ -1,5 +1,9 @@
 """A small blocking Kafka client for the Spark connector: Metadata, ListOffsets and Fetch.
 
+`logbus reassign` and `logbus transactions` share it for the admin requests that
+confluent-kafka's AdminClient does not offer: they build a kio request body and send it with
+`call_any`, `call_broker` or `call_leader`.
+
 It speaks the wire protocol through `logbus.protocol` (framing) and kio (typed bodies), one
 request at a time per connection, at fixed versions every Kafka broker since 3.0 serves
 (Metadata v12, ListOffsets v7, Fetch v12: topics by name, flexible encoding). Fetch answers are
@@ -20,9 +24,12 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
+from ..protocol import tolerant
 from ..protocol.codec import ChunkSink, make
+from ..protocol.frames import MalformedRequestError
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46  # for `logbus reassign`, which shares this client
@@ -30,6 +37,10 @@ VERSIONS = {METADATA: 12, LIST_OFFSETS: 7, FETCH: 12, ALTER_REASSIGNMENTS: 0, LI
 EARLIEST, LATEST = -2, -1
 CLIENT_ID = "logbus-spark"
 _SIZE = struct.Struct(">i")
+# `logbus transactions`' requests (ListTransactions: the version its filters need, up to v2).
+FIND_COORDINATOR, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 10, 27, 61, 65, 66
+VERSIONS.update({FIND_COORDINATOR: 3, WRITE_TXN_MARKERS: 1, DESCRIBE_PRODUCERS: 0, DESCRIBE_TRANSACTIONS: 0,
+                 LIST_TRANSACTIONS: 0})
 
 
 class KafkaError(RuntimeError):
@@ -58,11 +69,11 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 
 class _Module:
-    """The kio classes of one API at the version this client speaks."""
+    """The kio classes of one API at one version."""
 
-    def __init__(self, api_key: int) -> None:
+    def __init__(self, api_key: int, version: int) -> None:
         self.api_key = api_key
-        self.version = VERSIONS[api_key]
+        self.version = version
         self.request = load_payload_module(api_key, self.version, EntityType.request)
         self.response = load_payload_module(api_key, self.version, EntityType.response)
         self.request_cls = _entity(self.request, EntityType.request)
@@ -80,13 +91,28 @@ def _entity(module: Any, entity_type: EntityType) -> type:
     raise LookupError(f"no {entity_type.name} in {module.__name__}")
 
 
-_MODULES: dict[int, _Module] = {}
+_MODULES: dict[tuple[int, int], _Module] = {}
 
 
-def _module(api_key: int) -> _Module:
-    if api_key not in _MODULES:
-        _MODULES[api_key] = _Module(api_key)
-    return _MODULES[api_key]
+def _module(api_key: int, version: int | None = None) -> _Module:
+    """`api_key`'s classes at `version`, by default the one in VERSIONS."""
+    key = (api_key, VERSIONS[api_key] if version is None else version)
+    if key not in _MODULES:
+        _MODULES[key] = _Module(*key)
+    return _MODULES[key]
+
+
+def _read_body(module: _Module, frame: bytes, offset: int) -> Any:
+    """kio's native reader refuses an unknown tagged field (a newer broker may add one) and a
+    timestamp of -1 (Kafka's "none"); such a response is decoded again by `tolerant.decode`."""
+    try:
+        return module.read_body(frame, offset)[0]
+    except (SerialError, KeyError):
+        pass
+    try:
+        return tolerant.decode(module.response_cls, frame, offset)
+    except MalformedRequestError as exc:
+        raise KafkaError(f"undecodable response to API {module.api_key} v{module.version}: {exc}") from None
 
 
 class Connection:
@@ -98,8 +124,9 @@ class Connection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.correlation = 0
 
-    def call(self, api_key: int, body: Any) -> Any:
-        module = _module(api_key)
+    def call(self, api_key: int, body: Any, version: int | None = None) -> Any:
+        """Send `body` (a kio request of `version`, by default VERSIONS') and return the answer."""
+        module = _module(api_key, version)
         self.correlation += 1
         sink = ChunkSink()
         module.write_header(sink, module.request.RequestHeader(
@@ -113,8 +140,7 @@ class Connection:
         header, used = module.read_header(frame, 0)
         if header.correlation_id != self.correlation:
             raise KafkaError(f"correlation id {header.correlation_id}, expected {self.correlation}")
-        response, _ = module.read_body(frame, used)
-        return response
+        return _read_body(module, frame, used)
 
     def _receive_frame(self) -> bytes:
         (size,) = _SIZE.unpack(self._receive_exactly(4))
@@ -143,6 +169,7 @@ class Client:
         self.timeout = timeout
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
+        self.replicas: dict[tuple[str, int], tuple[int, ...]] = {}
         self._connections: dict[tuple[str, int], Connection] = {}
 
     # ---------------------------------------------------------------- connections
@@ -161,9 +188,9 @@ class Client:
                 errors.append(f"{address[0]}:{address[1]}: {exc}")
         raise KafkaError("no broker reachable: " + "; ".join(errors))
 
-    def _call(self, connection: Connection, api_key: int, body: Any) -> Any:
+    def _call(self, connection: Connection, api_key: int, body: Any, version: int | None = None) -> Any:
         try:
-            return connection.call(api_key, body)
+            return connection.call(api_key, body, version)
         except (OSError, KafkaError):
             self._drop(connection)
             raise
@@ -177,9 +204,27 @@ class Client:
         if leader is None or leader not in self.brokers:
             self.partitions([topic])
             leader = self.leaders.get((topic, partition))
-        if leader is None or leader not in self.brokers:
+        if leader is None:
+            raise KafkaError(f"{topic}-{partition}: UNKNOWN_TOPIC_OR_PARTITION")
+        if leader not in self.brokers:
             raise KafkaError(f"no leader for {topic}-{partition}")
         return self._connection(self.brokers[leader])
+
+    def call_any(self, api_key: int, body: Any, version: int | None = None) -> Any:
+        """Send `body` to any reachable broker; its answer."""
+        return self._call(self._any_connection(), api_key, body, version)
+
+    def call_broker(self, broker_id: int, api_key: int, body: Any, version: int | None = None) -> Any:
+        """Send `body` to broker `broker_id` (looked up in Metadata when not known yet)."""
+        if broker_id not in self.brokers:
+            self.partitions(())
+        if broker_id not in self.brokers:
+            raise KafkaError(f"broker {broker_id} is not in the cluster")
+        return self._call(self._connection(self.brokers[broker_id]), api_key, body, version)
+
+    def call_leader(self, topic: str, partition: int, api_key: int, body: Any) -> Any:
+        """Send `body` to the leader of `topic`-`partition`."""
+        return self._call(self._leader_connection(topic, partition), api_key, body)
 
     def close(self) -> None:
         for connection in list(self._connections.values()):
@@ -188,8 +233,10 @@ class Client:
 
     # ---------------------------------------------------------------- metadata
 
-    def partitions(self, topics: Iterable[str] | None = None) -> dict[str, list[int]]:
-        """Partition ids per existing topic (all non-internal topics when `topics` is None).
+    def partitions(self, topics: Iterable[str] | None = None, internal: bool = False) -> dict[str, list[int]]:
+        """Partition ids per existing topic (all topics when `topics` is None; internal ones only
+        with `internal`). Also refreshes `brokers` (all a Metadata for `()` does), `leaders` and
+        `replicas`.
 
         Topics that do not exist are left out; they are not auto-created.
         """
@@ -203,11 +250,13 @@ class Client:
         self.brokers = {broker.node_id: (broker.host, broker.port) for broker in response.brokers}
         result: dict[str, list[int]] = {}
         for topic in response.topics:
-            if topic.error_code != ErrorCode.none or topic.is_internal:
+            if topic.error_code != ErrorCode.none:
                 continue
-            result[topic.name] = sorted(p.partition_index for p in topic.partitions)
             for p in topic.partitions:
                 self.leaders[(topic.name, p.partition_index)] = p.leader_id
+                self.replicas[(topic.name, p.partition_index)] = tuple(p.replica_nodes)
+            if internal or not topic.is_internal:
+                result[topic.name] = sorted(p.partition_index for p in topic.partitions)
         return result
 
     # ---------------------------------------------------------------- offsets

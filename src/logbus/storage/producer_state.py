@@ -7,6 +7,9 @@ A batch from producer (id, epoch) with sequence numbers [first, last] is:
   partition, or starts a new epoch at sequence 0;
 - otherwise out of order (OUT_OF_ORDER_SEQUENCE_NUMBER), or fenced when its epoch is older
   than the one seen (INVALID_PRODUCER_EPOCH).
+A batch without a sequence (NO_SEQUENCE) from a producer is one a coordinator wrote (a
+TxnOffsetCommit's offsets in __consumer_offsets; clients' are refused before the log, see
+`records.check_client_batch`): only its epoch is checked, as Kafka checks AppendOrigin.COORDINATOR.
 
 Transactions (Kafka's ProducerStateManager): a transactional batch from a producer with no open
 transaction here opens one at its base offset; that producer's COMMIT or ABORT marker (a control
@@ -30,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..protocol.records import NO_PRODUCER_ID, BatchHeader, EndTxnMarker
+from ..protocol.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, EndTxnMarker
 from .files import replace_file
 from .index import AbortedTxn
 
@@ -87,6 +90,11 @@ class ProducerStateManager:
             firsts.append(self.unreplicated[0][0])
         return min(firsts, default=None)
 
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Has this producer, at this epoch, a transaction open in this partition?"""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch and entry.txn_first_offset is not None
+
     def on_high_watermark(self, high_watermark: int) -> None:
         """Closed transactions whose markers are below the high watermark are stable now."""
         if self.unreplicated:
@@ -99,8 +107,8 @@ class ProducerStateManager:
             return SequenceCheck.OK, None
         if header.producer_epoch < entry.epoch:
             return SequenceCheck.FENCED, None
-        if header.is_control:
-            return SequenceCheck.OK, None  # markers carry no sequence (Kafka's appendEndTxnMarker)
+        if header.is_control or header.base_sequence == NO_SEQUENCE:
+            return SequenceCheck.OK, None  # markers and coordinators' batches carry no sequence
         if header.producer_epoch > entry.epoch:
             ok = header.base_sequence == 0
             return (SequenceCheck.OK if ok else SequenceCheck.OUT_OF_ORDER), None

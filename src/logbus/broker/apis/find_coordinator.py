@@ -1,14 +1,10 @@
 """FindCoordinator (key 10): serves v0–v6.
 
 Key type 0 (group) is answered with the leader of the group's `__consumer_offsets`
-partition; the topic is created on first use, as Kafka does (COORDINATOR_NOT_AVAILABLE
-while it cannot be, e.g. on a full disk). v4+ batches several keys
+partition, key type 1 (transaction) with the leader of the transactional id's
+`__transaction_state` partition; the topic is created on first use, as Kafka does
+(COORDINATOR_NOT_AVAILABLE while it cannot be, e.g. on a full disk). v4+ batches several keys
 (`coordinator_keys`) and answers each in a `Coordinator` entry. Other key types: INVALID_REQUEST.
-
-Transactions (key type 1) have no coordinator yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a
-non-retriable error that librdkafka, kafka-python and aiokafka all treat as fatal, so
-`init_transactions()` fails at once (a retriable COORDINATOR_NOT_AVAILABLE made confluent-kafka's
-`init_transactions()` without a timeout block forever and the others retry for a minute).
 """
 
 from __future__ import annotations
@@ -42,12 +38,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    if key_type == TRANSACTION_KEY_TYPE:
-        return _error(ErrorCode.transactional_id_authorization_failed,
-                      "Transactions are not supported by this broker (no transaction coordinator)")
-    if key_type != GROUP_KEY_TYPE:
+    if key_type == GROUP_KEY_TYPE:
+        coordinator: Any = group_coordinator(ctx.broker)
+    elif key_type == TRANSACTION_KEY_TYPE:
+        coordinator = ctx.broker.txn_coordinator
+    else:
         return _error(ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}")
-    coordinator = group_coordinator(ctx.broker)
     try:
         await coordinator.store.create()
     except KafkaApiError as exc:  # e.g. a full disk: the client retries later

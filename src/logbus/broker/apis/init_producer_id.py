@@ -1,9 +1,11 @@
 """InitProducerId (key 22): serves v0–v5.
 
 Without a transactional id (idempotent producers) every call gets a fresh producer id at
-epoch 0, as Kafka does. Transactions are not served yet: a request with a transactional id
-gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error that tells the client to
-stop rather than retry forever.
+epoch 0, as Kafka does. With one, the transaction coordinator answers (txn_coordinator.py):
+the id's producer id at its next epoch, fencing the previous producer; an open transaction of
+that producer is aborted first (CONCURRENT_TRANSACTIONS meanwhile, which clients retry). v3+
+may name the current producer id and epoch (KIP-360). PRODUCER_FENCED is answered from v4;
+older versions get INVALID_PRODUCER_EPOCH.
 
 An id is handed out only once it is persisted (ids are never reused after a restart); when the
 metadata store cannot write (e.g. a full disk) the answer is COORDINATOR_LOAD_IN_PROGRESS, which
@@ -19,21 +21,29 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.metadata import MetadataWriteError
+from ...coordinator.txn_metadata import TxnError
 from ...protocol.codec import make, response_class
 from ..context import RequestContext
 
 API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 5
+PRODUCER_FENCED_FROM = 4
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
-    if request.transactional_id is not None:
-        return make(cls, error_code=ErrorCode.transactional_id_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
     try:
-        producer_id = await ctx.broker.metadata.allocate_producer_id()
+        if request.transactional_id is None:
+            producer_id, epoch = await ctx.broker.metadata.allocate_producer_id(), 0
+        else:
+            timeout_ms = round(request.transaction_timeout.total_seconds() * 1000)
+            producer_id, epoch = await ctx.broker.txn_coordinator.init_producer_id(
+                request.transactional_id, timeout_ms, getattr(request, "producer_id", -1),
+                getattr(request, "producer_epoch", -1))
     except MetadataWriteError:
         return make(cls, error_code=ErrorCode.coordinator_load_in_progress, producer_id=-1, producer_epoch=-1)
-    return make(cls, error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=0)
+    except TxnError as exc:
+        return make(cls, error_code=exc.code_for(ctx.api_version, PRODUCER_FENCED_FROM), producer_id=-1,
+                    producer_epoch=-1)
+    return make(cls, error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=epoch)

@@ -28,17 +28,7 @@ NO_RETENTION = -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    metadata = ctx.broker.metadata
-    commits: list[OffsetCommit] = []
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    for topic in request.topics:
-        known = metadata.topic(topic.name)
-        for p in topic.partitions:
-            if known is None or not 0 <= p.partition_index < len(known.partitions):
-                errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
-                continue
-            commits.append(OffsetCommit(topic.name, p.partition_index, p.committed_offset,
-                                        getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    commits, errors = known_commits(ctx, request.topics)
     retention = getattr(request, "retention_time", None)  # a timedelta in kio; -1 ms: the broker's
     retention_ms = NO_RETENTION if retention is None else round(retention.total_seconds() * 1000)
     coordinator = group_coordinator(ctx.broker)
@@ -50,12 +40,35 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for commit, error in zip(commits, results, strict=True):
         errors[(commit.topic, commit.partition)] = error
     module = response_module(API_KEY, ctx.api_version)
-    topics = tuple(
-        make(module.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
-            make(module.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                 error_code=errors[(topic.name, p.partition_index)])
+    topics = response_topics(module.OffsetCommitResponseTopic, module.OffsetCommitResponsePartition,
+                             request.topics, errors)
+    return make(response_class(API_KEY, ctx.api_version), topics=topics)
+
+
+def known_commits(ctx: RequestContext, topics: Any) -> tuple[list[OffsetCommit], dict[tuple[str, int], ErrorCode]]:
+    """The commits of partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others (also
+    TxnOffsetCommit's rule)."""
+    metadata = ctx.broker.metadata
+    commits: list[OffsetCommit] = []
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic in topics:
+        known = metadata.topic(topic.name)
+        for p in topic.partitions:
+            if known is None or not 0 <= p.partition_index < len(known.partitions):
+                errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            commits.append(OffsetCommit(topic.name, p.partition_index, p.committed_offset,
+                                        getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    return commits, errors
+
+
+def response_topics(topic_class: type, partition_class: type, topics: Any,
+                    errors: dict[tuple[str, int], ErrorCode]) -> tuple:
+    """The response's topics: each requested partition with its error, in request order."""
+    return tuple(
+        make(topic_class, name=topic.name, partitions=tuple(
+            make(partition_class, partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])
             for p in topic.partitions
         ))
-        for topic in request.topics
+        for topic in topics
     )
-    return make(response_class(API_KEY, ctx.api_version), topics=topics)

@@ -4,8 +4,9 @@ Committed offsets, leader epochs (v5+) and metadata exactly as committed; -1 (an
 metadata) for partitions without one. A null topic list (v2+) asks for everything the group
 committed. v1 reports group errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) per
 partition, v2–v7 in the top-level error code, v8+ per group: v8+ asks for several groups in
-one request. `require_stable` (v7+) needs nothing here: there are no pending transactional
-offsets.
+one request. With `require_stable` (v7+), a partition whose offset an open transaction commits
+(TxnOffsetCommit, not yet ended by its marker) answers UNSTABLE_OFFSET_COMMIT and offset -1, so
+the consumer retries; the group's error stays NONE, as in Kafka.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
     module = response_module(API_KEY, ctx.api_version)
     coordinator = group_coordinator(ctx.broker)
+    require_stable = getattr(request, "require_stable", False)
     if ctx.api_version >= 8:
         groups = []
         for group in request.groups:
-            error, offsets = coordinator.fetch_offsets(group.group_id, _wanted(group.topics))
+            error, offsets = coordinator.fetch_offsets(group.group_id, _wanted(group.topics), require_stable)
             groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, error_code=error,
                                topics=_topics(module, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
                                               offsets)))
         return make(cls, groups=tuple(groups))
     wanted = _wanted(request.topics)
-    error, offsets = coordinator.fetch_offsets(request.group_id, wanted)
+    error, offsets = coordinator.fetch_offsets(request.group_id, wanted, require_stable)
     if error is not ErrorCode.none and ctx.api_version == 1:
         offsets = [FetchedOffset(t, p, -1, -1, "", error) for t, ps in wanted or [] for p in ps]
     topics = _topics(module, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition", offsets)

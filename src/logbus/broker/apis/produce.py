@@ -7,8 +7,9 @@ Per partition, as Kafka's ProduceRequest.validateRecords and LogValidator do: no
 (INVALID_TOPIC_EXCEPTION), exactly one magic-2 batch (INVALID_RECORD), zstd only from v7
 (UNSUPPORTED_COMPRESSION_TYPE), framing and CRC32C (CORRUPT_MESSAGE), max.message.bytes
 (MESSAGE_TOO_LARGE), a record count matching the offset range, no control batch and consistent
-producer fields (INVALID_RECORD), no transactional batch while transactions are not served
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id, as Kafka answers; else
+producer fields (INVALID_RECORD), a transactional batch only with a transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers) and, when it opens its transaction in
+this partition, only once the coordinator confirms the partition was added (KIP-890:
 INVALID_TXN_STATE), then the records (see `_check_records`), idempotent sequence checks, and one
 write of the blob with base offsets and leader epoch patched in place. A rejected record is named
 in `record_errors` (batch index and message), as Kafka does. acks=0 gets no response; acks=1 and
@@ -137,6 +138,8 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         if partition is None:
             raise _missing_partition_error(topic)
         records, header = _validate(partition.log.config, data.records, request, ctx.api_version)
+        if header.is_transactional:
+            await _verify_in_transaction(ctx, partition, request.transactional_id, header)
         record_errors = await _check_records_off_loop_if_heavy(ctx, partition, records, header)
         if record_errors:
             return _rejected_records(module, data.index, record_errors)
@@ -189,13 +192,26 @@ def _validate(config: LogConfig, records: bytes | None, request: Any, version: i
             f"batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
         )
     check_client_batch(header)
-    if header.is_transactional:
-        if request.transactional_id is None:
-            raise KafkaApiError(
-                ErrorCode.transactional_id_authorization_failed, "transactional batch without a transactional id"
-            )
-        raise KafkaApiError(ErrorCode.invalid_txn_state, "transactions are not supported by this broker")
+    if header.is_transactional and request.transactional_id is None:
+        raise KafkaApiError(
+            ErrorCode.transactional_id_authorization_failed, "transactional batch without a transactional id"
+        )
     return records, header
+
+
+async def _verify_in_transaction(ctx: RequestContext, partition: Partition, transactional_id: str,
+                                 header: BatchHeader) -> None:
+    """KIP-890's verification: the first batch of a transaction in this partition is appended
+    only once its coordinator confirms the partition is in the producer's open transaction (a
+    late batch of a finished transaction must not open a new one, hanging the LSO). A refusal is
+    INVALID_TXN_STATE; a coordinator that cannot answer now gives NOT_ENOUGH_REPLICAS, which
+    producers retry, as Kafka answers."""
+    if partition.log.producer_state.in_transaction(header.producer_id, header.producer_epoch):
+        return
+    code = await ctx.broker.txn_verifier.verify(transactional_id, header.producer_id, header.producer_epoch,
+                                                partition.topic, partition.index)
+    if code != ErrorCode.none:
+        raise KafkaApiError(code, f"partition {partition} is not in the transaction of {transactional_id!r}")
 
 
 def _record_rules(config: LogConfig) -> RecordRules:
