@@ -450,10 +450,11 @@ def test_consumer_offsets_are_compacted_and_load_after_a_restart() -> None:
 
 
 def test_the_cleaner_removes_aborted_transactions_and_every_client_reads_past_the_markers() -> None:
-    """Transactions written with the storage layer (transactional producers are not served yet)
-    into a stopped broker's compacted topic: the cleaning removes the aborted records, so even a
-    read_uncommitted reader no longer sees them; the aborting producer's last batch stays, empty;
-    the markers stay (delete.retention.ms has not passed), and every client reads past them."""
+    """Transactions written with the storage layer (exact offsets, the aborting producer's last
+    batch known) into a stopped broker's compacted topic: the cleaning removes the aborted
+    records, so even a read_uncommitted reader no longer sees them; the aborting producer's last
+    batch stays, empty; the markers stay (delete.retention.ms has not passed), and every client
+    reads past them."""
     topic = "txn-compacted"
     with running_broker(config=BROKER_CONFIG) as broker:
         create_topic(broker.bootstrap, topic, {})

@@ -2,10 +2,12 @@
 and names the aborted transactions in what it returns, ListOffsets answers the LSO for it, and
 DescribeProducers lists a partition's producers.
 
-Transactional producers are not served yet, so the transactional data is written with the storage
-layer, as the coordinator will write it: into a stopped broker's partition (`PartitionLog`), or on
-the event loop of a broker run in this process (`Partition.append_control_marker`). Real clients
-(confluent-kafka, kafka-python, aiokafka) then read it, with read_committed and read_uncommitted.
+The transactional data is written with the storage layer, so that offsets, interleavings and
+open transactions are exactly known (tests/test_transactions.py drives real transactional
+producers): into a stopped broker's partition (`PartitionLog`), or on the event loop of a broker
+run in this process (`Partition.append_control_marker`, the coordinator's path, with the moment
+of the marker chosen). Real clients (confluent-kafka, kafka-python, aiokafka) then read it, with
+read_committed and read_uncommitted.
 """
 
 from __future__ import annotations
