@@ -9,6 +9,7 @@ import socket
 import struct
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -183,3 +184,44 @@ def ballast(disk: str, leave: int, name: str = "ballast") -> str:
             if exc.errno != errno.ENOSPC:
                 raise
     return path
+
+
+def read_values(bootstrap: str, partitions: list[tuple[str, int]], done: Callable[[list[bytes], Consumer], bool],
+                isolation: str = "read_uncommitted", timeout: float = 20.0) -> list[bytes]:
+    """The values confluent-kafka delivers from the start of `partitions` with `isolation`, read
+    until `done(values so far, consumer)`; fails after `timeout` seconds."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "readers", "isolation.level": isolation,
+                         "enable.auto.commit": False, **QUIET})
+    consumer.assign([TopicPartition(topic, index, 0) for topic, index in partitions])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not done(values, consumer):
+            assert time.monotonic() < deadline, f"read {len(values)} values, then nothing more that was wanted"
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def transactional_producer(bootstrap: str, transactional_id: str, timeout: float = 20.0, **config: object) -> Producer:
+    """A confluent-kafka producer with `transactional.id`, initialized."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **QUIET, **config})
+    producer.init_transactions(timeout)
+    return producer
+
+
+def commit_sentinels(bootstrap: str, partitions: list[tuple[str, int]], timeout: float = 20.0) -> set[bytes]:
+    """One committed transaction with a record per partition: written last, what readers wait for
+    (once a read_committed reader has them, it has seen everything written before)."""
+    producer = transactional_producer(bootstrap, f"sentinel-{uuid.uuid4().hex[:6]}", timeout)
+    producer.begin_transaction()
+    sentinels = set()
+    for topic, index in partitions:
+        value = f"sentinel-{topic}-{index}".encode()
+        producer.produce(topic, value=value, partition=index)
+        sentinels.add(value)
+    producer.commit_transaction(timeout)
+    return sentinels

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import QUIET, raw_request, wait_until
+from helpers import QUIET, raw_request, read_values, transactional_producer, wait_until
 from test_validation import init_transactional_producer, produce
 
 from logbus.protocol.records import TRANSACTIONAL_BIT, build_batch
@@ -62,12 +62,6 @@ def failed(result: subprocess.CompletedProcess[str], message: str) -> None:
     assert result.returncode == 1, f"exit {result.returncode}: {result.stdout} {result.stderr}"
     assert message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-
-
-def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **QUIET})
-    producer.init_transactions(20)
-    return producer
 
 
 def hanging_producer(bootstrap: str) -> tuple[str, int, int]:
@@ -211,21 +205,7 @@ def test_a_hanging_transaction_is_found_and_aborted_by_its_start_offset(broker: 
 
 
 def read_committed(bootstrap: str, topic: str, until: bytes, timeout: float = 20.0) -> list[bytes]:
-    """Values of `topic`-0 a read_committed consumer delivers from the start, up to `until`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed",
-                         "enable.auto.commit": False, **QUIET})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while until not in values:
-            assert time.monotonic() < deadline, f"read only {values}"
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-    finally:
-        consumer.close()
-    return values
+    return read_values(bootstrap, [(topic, 0)], lambda values, _: until in values, "read_committed", timeout)
 
 
 def test_list_asks_every_broker_and_describe_asks_the_coordinator() -> None:

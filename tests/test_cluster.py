@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import QUIET, consume_partition, wait_until
+from helpers import QUIET, consume_partition, produce_all, read_values, wait_until
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import Cluster, running_cluster, running_zookeeper
@@ -169,6 +169,31 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_nothing_acknowledged_is_lo
         wait_until(lambda: len(partition_state(cluster, "chase")[2]) == 3, timeout=FAILOVER_S,
                    message="the restarted brokers back in the ISR")
         wait_until(lambda: replicas_identical(cluster, "chase"), message="replicas identical")
+
+
+def test_a_follower_catches_up_on_a_log_its_leader_has_compacted(zookeeper: ZooKeeperServer) -> None:
+    """Compaction thins batches (records gone, offsets kept): a follower must take them as they are."""
+    cleaner = {"log.cleaner.backoff.ms": "50", "log.cleaner.min.cleanable.ratio": "0.01"}
+    with running_cluster(3, cleaner, zookeeper=zookeeper) as cluster:
+        create(cluster, "thinned", **{"cleanup.policy": "compact", "segment.bytes": "2048"})
+        leader, replicas, _ = partition_state(cluster, "thinned")
+        follower = next(b for b in replicas if b != leader)
+        cluster.brokers[follower].kill()
+        for round_ in range(30):  # a batch per round, half of it overwritten by the next: thinned by cleaning
+            records = [(b"shared-%d" % k, b"round %d" % round_ * 20) for k in range(5)]
+            records += [(b"own-%d-%d" % (round_, k), b"round %d" % round_ * 20) for k in range(5)]
+            produce_all(cluster.bootstrap, "thinned", records, acks="all")
+
+        def cleaned() -> bool:
+            end = lambda _, consumer: consumer.position([TopicPartition("thinned", 0)])[0].offset >= 300  # noqa: E731
+            return len(read_values(cluster.bootstrap, [("thinned", 0)], end)) < 300
+
+        wait_until(cleaned, timeout=FAILOVER_S, interval=0.5, message="the leader compacting the log")
+        wait_until(lambda: follower not in admin(cluster).list_topics(timeout=5).brokers, timeout=FAILOVER_S,
+                   message="the killed follower's session expired")
+        cluster.brokers[follower].start()
+        wait_until(lambda: follower in partition_state(cluster, "thinned")[2], timeout=FAILOVER_S,
+                   message="the follower back in the ISR after fetching the compacted log")
 
 
 def test_a_new_controller_takes_over_and_handles_the_next_failure(zookeeper: ZooKeeperServer) -> None:

@@ -7,13 +7,12 @@ leaders check a transaction's first batch with it (KIP-890), across brokers.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 
+import helpers
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from helpers import QUIET, raw_request, wait_until
+from confluent_kafka import KafkaException, Producer
+from helpers import raw_request, read_values, transactional_producer, wait_until
 from test_cluster import FAILOVER_S, create, replicas_identical
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
@@ -30,38 +29,17 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
 
 
 def transactional(cluster: Cluster, transactional_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id,
-                         "transaction.timeout.ms": 20000, **QUIET})
-    producer.init_transactions(FAILOVER_S)
-    return producer
+    return transactional_producer(cluster.bootstrap, transactional_id, FAILOVER_S, **{"transaction.timeout.ms": 20000})
 
 
 def read_committed(cluster: Cluster, topic: str, partitions: int, until: set[bytes]) -> list[bytes]:
     """Every value of `topic` read with read_committed until all of `until` (written last) is read."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unused",
-                         "isolation.level": "read_committed", "enable.auto.commit": False, **QUIET})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + FAILOVER_S
-    try:
-        while not until <= set(values):
-            assert time.monotonic() < deadline, f"missing {until - set(values)}"
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-    finally:
-        consumer.close()
-    return values
+    return read_values(cluster.bootstrap, [(topic, p) for p in range(partitions)],
+                       lambda values, _: until <= set(values), "read_committed", FAILOVER_S)
 
 
 def commit_sentinels(cluster: Cluster, topic: str, partitions: int) -> set[bytes]:
-    producer = transactional(cluster, f"sentinel-{uuid.uuid4().hex[:6]}")
-    producer.begin_transaction()
-    sentinels = {f"sentinel-{p}".encode() for p in range(partitions)}
-    for p in range(partitions):
-        producer.produce(topic, value=f"sentinel-{p}".encode(), partition=p)
-    producer.commit_transaction(FAILOVER_S)
-    return sentinels
+    return helpers.commit_sentinels(cluster.bootstrap, [(topic, p) for p in range(partitions)], FAILOVER_S)
 
 
 def coordinator_of(cluster: Cluster, transactional_id: str) -> int:

@@ -25,7 +25,16 @@ from helpers import QUIET, wait_until
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 
-from logbus.protocol.records import BatchHeader, build_batch, iter_headers, whole_batches_length
+from logbus.config import BrokerConfig, log_config
+from logbus.protocol.records import (
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+    build_batch,
+    iter_headers,
+    validate_batches,
+    whole_batches_length,
+)
+from logbus.storage.log import PartitionLog
 from logbus.testing import BrokerProcess, running_broker
 
 BROKER_CONFIG = {
@@ -239,11 +248,11 @@ def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
         consumer.close()
 
 
-def read_from(bootstrap: str, topic: str, offset: int) -> list[Entry]:
+def read_from(bootstrap: str, topic: str, offset: int, isolation: str = "read_committed") -> list[Entry]:
     """Partition 0 from `offset` to its end, read with confluent-kafka."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "compaction-tests", "enable.auto.commit": False,
-        "enable.partition.eof": True, **QUIET,
+        "enable.partition.eof": True, "isolation.level": isolation, **QUIET,
     })
     consumer.assign([TopicPartition(topic, 0, offset)])
     entries: list[Entry] = []
@@ -438,3 +447,48 @@ def test_consumer_offsets_are_compacted_and_load_after_a_restart() -> None:
             assert consumer.committed([TopicPartition("source", 0)], timeout=15)[0].offset == 299
         finally:
             consumer.close()
+
+
+def test_the_cleaner_removes_aborted_transactions_and_every_client_reads_past_the_markers() -> None:
+    """Transactions written with the storage layer (exact offsets, the aborting producer's last
+    batch known) into a stopped broker's compacted topic: the cleaning removes the aborted
+    records, so even a read_uncommitted reader no longer sees them; the aborting producer's last
+    batch stays, empty; the markers stay (delete.retention.ms has not passed), and every client
+    reads past them."""
+    topic = "txn-compacted"
+    with running_broker(config=BROKER_CONFIG) as broker:
+        create_topic(broker.bootstrap, topic, {})
+        assert broker.stop() == 0
+        log_ = PartitionLog(os.path.join(broker.data_dir, f"{topic}-0"), topic, 0,
+                            log_config(BrokerConfig(BROKER_CONFIG)))
+        log_.load(0, 0, clean_shutdown=False)
+
+        def append(key: bytes, value: bytes, producer_id: int = -1) -> None:
+            transactional = producer_id >= 0
+            raw = build_batch([(key, value)], int(time.time() * 1000), producer_id=producer_id,
+                              producer_epoch=0 if transactional else -1, base_sequence=0 if transactional else -1,
+                              attributes=TRANSACTIONAL_BIT if transactional else 0)
+            log_.append(bytearray(raw), validate_batches(raw), 0)
+
+        append(b"k", b"before")  # 0
+        append(b"k", b"aborted", producer_id=1)  # 1
+        append(b"c", b"committed", producer_id=2)  # 2
+        log_.append_control_marker(1, 0, False, 0, 0)  # 3
+        log_.append_control_marker(2, 0, True, 0, 0)  # 4
+        for i in range(8):  # 5-12: the markers leave the active segment (segment.bytes 2048)
+            append(b"pad-%d" % i, b"p" * 400)
+        log_.close_files()
+        broker.restart()
+
+        def aborted_batch() -> BatchHeader:
+            return next(header for header in stored_batches(broker, topic) if header.base_offset == 1)
+
+        wait_until(lambda: aborted_batch().record_count == 0, timeout=20, message="the aborted records cleaned")
+        assert [(h.base_offset, h.is_control) for h in stored_batches(broker, topic)][:5] == [
+            (0, False), (1, False), (2, False), (3, True), (4, True)]
+        expected = [(0, b"k", b"before"), (2, b"c", b"committed")] + [
+            (5 + i, b"pad-%d" % i, b"p" * 400) for i in range(8)]
+        assert read_from(broker.bootstrap, topic, OFFSET_BEGINNING, "read_uncommitted") == expected
+        assert read_all(broker.bootstrap, topic) == expected
+        assert read_with_kafka_python(broker.bootstrap, topic, len(expected)) == expected
+        assert read_with_aiokafka(broker.bootstrap, topic, len(expected)) == expected

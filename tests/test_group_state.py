@@ -123,6 +123,21 @@ async def coordinator_env(data_dir: Path, initial_delay_ms: int = 0, clock: Manu
                            "group.initial.rebalance.delay.ms": str(initial_delay_ms),
                            **{key.replace("_", "."): value for key, value in config_overrides.items()}})
     clock = clock or ManualClock()
+    async with hosted_partitions(data_dir, config) as (metadata, replicas):
+        store = OffsetsTopic(config, metadata, replicas, clock)
+        await store.create()
+        coordinator = GroupCoordinator(GroupConfig.from_broker_config(config), store, clock)
+        coordinator.start()
+        try:
+            yield Env(coordinator, clock)
+        finally:
+            coordinator.stop()
+
+
+@contextlib.asynccontextmanager
+async def hosted_partitions(data_dir: Path, config: BrokerConfig
+                            ) -> AsyncIterator[tuple[EmbeddedMetadataStore, ReplicaManager]]:
+    """Broker 0's metadata store and replica manager over `data_dir`, as the broker builds them."""
     metadata = EmbeddedMetadataStore(str(data_dir), 0)
     await metadata.start()
     logs = LogManager(str(data_dir), 2)
@@ -130,14 +145,10 @@ async def coordinator_env(data_dir: Path, initial_delay_ms: int = 0, clock: Manu
     await metadata.register_broker(BrokerInfo(0, "127.0.0.1", 9092))
     replicas = ReplicaManager(0, config, metadata, logs)
     replicas.start()
-    store = OffsetsTopic(config, metadata, replicas, clock)
-    await store.create()
-    coordinator = GroupCoordinator(GroupConfig.from_broker_config(config), store, clock)
-    coordinator.start()
     try:
-        yield Env(coordinator, clock)
+        yield metadata, replicas
     finally:
-        coordinator.stop()
+        await replicas.stop()
         await logs.shutdown()
         await metadata.close()
 

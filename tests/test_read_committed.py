@@ -2,10 +2,12 @@
 and names the aborted transactions in what it returns, ListOffsets answers the LSO for it, and
 DescribeProducers lists a partition's producers.
 
-Transactional producers are not served yet, so the transactional data is written with the storage
-layer, as the coordinator will write it: into a stopped broker's partition (`PartitionLog`), or on
-the event loop of a broker run in this process (`Partition.append_control_marker`). Real clients
-(confluent-kafka, kafka-python, aiokafka) then read it, with read_committed and read_uncommitted.
+The transactional data is written with the storage layer, so that offsets, interleavings and
+open transactions are exactly known (tests/test_transactions.py drives real transactional
+producers): into a stopped broker's partition (`PartitionLog`), or on the event loop of a broker
+run in this process (`Partition.append_control_marker`, the coordinator's path, with the moment
+of the marker chosen). Real clients (confluent-kafka, kafka-python, aiokafka) then read it, with
+read_committed and read_uncommitted.
 """
 
 from __future__ import annotations
@@ -466,6 +468,7 @@ def test_a_marker_appended_through_the_partition_moves_the_lso_and_wakes_fetcher
         before = partition.appended_bytes
         info = partition.append_control_marker(4, 0, True, 0)
         assert info.base_offset == 1 and arrived.is_set()
+        assert log_.first_unstable_offset is None, "the HW passed the marker: the log knows at once (the cleaner)"
         assert (partition.high_watermark, partition.last_stable_offset) == (2, 2)
         assert partition.appended_bytes - before == log_.segments[-1].find_position(1).size
         follower = Partition("t", 0, "id", 1, log_, PartitionState(2, 1, [1, 2], [1, 2]), 2)

@@ -1,6 +1,7 @@
 """In-process tests of the storage half of transactions (issue 13): open transactions and the
 first unstable offset, the last stable offset, the `.txnindex` of aborted transactions (Kafka's
-34-byte entries), recovery, producer snapshots and followers (real files in tmp dirs)."""
+34-byte entries), recovery, producer snapshots, followers, and the log cleaner's handling of
+transactions (real files in tmp dirs; the cleaner's time is passed in)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,13 @@ from logbus.protocol.records import (
     TRANSACTIONAL_BIT,
     build_batch,
     check_client_batch,
+    iter_headers,
     iter_records,
     read_header,
     validate_batches,
     whole_batches_length,
 )
+from logbus.storage.cleaner import LogCleaner
 from logbus.storage.log import InvalidProducerEpochError, PartitionLog
 from logbus.storage.manager import LogManager
 from logbus.storage.producer_state import ProducerStateManager
@@ -331,3 +335,148 @@ def test_partition_reads_report_the_lso_and_read_committed_stops_there(tmp_path)
     assert [h.last_offset for h in validate_batches(uncommitted.slice.read())][-1] == 9
     assert [h.last_offset for h in validate_batches(committed.slice.read())][-1] == 8
     assert partition.read(9, 1 << 20, read_committed=True).slice is None
+
+
+# ---------------------------------------------------------------------- the cleaner
+
+RETENTION_MS = 1000  # delete.retention.ms: markers are written at NOW, so they may go from NOW + 1000
+
+
+class Cleanings:
+    """A compacted log and one LogCleaner over it, cleaning at the time each call says."""
+
+    def __init__(self, directory: Path) -> None:
+        config = make_config(**{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                "delete.retention.ms": str(RETENTION_MS)})
+        self.log = PartitionLog(str(directory), "t", 0, config, clock=lambda: NOW)
+        self.log.load(0, 0, True)
+        self.cleaner = LogCleaner(str(directory.parent), {("t", 0): self.log})
+
+    def clean(self, now: int = NOW) -> None:
+        """Roll (so everything written is cleanable) and run one cleaning at `now`, the HW at the
+        log end (as a partition tells the log: markers below it make their transactions stable)."""
+        self.log.roll()
+        self.log.on_high_watermark(self.log.log_end_offset)
+        plan = self.cleaner.plan(("t", 0), self.log, now)
+        assert plan is not None, "a cleaning is due"
+        assert asyncio.run(self.cleaner.clean(plan)) == 1
+
+    def batches(self) -> list[tuple[int, bool, int]]:
+        """(base offset, control, record count) of every batch in the log."""
+        return [(header.base_offset, header.is_control, header.record_count)
+                for _, header in self.log._batches_from_offset(0)]
+
+    def values(self) -> list[bytes | None]:
+        """What a read_committed reader gets: the values of the records it keeps, in order."""
+        data = Partition("t", 0, "id", 1, self.log, PartitionState(1, 1, [1], [1]), self.log.log_end_offset)
+        values, offset = [], 0
+        while (found := data.read(offset, 1 << 20, read_committed=True)).slice is not None:
+            aborted = dict(found.aborted_transactions)
+            raw = found.slice.read()
+            for header in iter_headers(raw):  # not validate_batches: the cleaner leaves empty batches
+                offset = header.last_offset + 1
+                if header.is_control or (header.producer_id in aborted and header.is_transactional):
+                    aborted.pop(header.producer_id, None) if header.is_control else None
+                    continue
+                values += [record.value for record in iter_records(raw, header)]
+        return values
+
+    def close(self) -> None:
+        self.cleaner.stop()
+
+
+def keyed(log_: PartitionLog, key: bytes, value: bytes, producer_id: int = -1, sequence: int = -1,
+          epoch: int = 0) -> int:
+    """One keyed record, transactional when `producer_id` is given; returns its offset."""
+    transactional = producer_id >= 0
+    raw = build_batch([(key, value)], NOW, producer_id=producer_id, producer_epoch=epoch if transactional else -1,
+                      base_sequence=sequence, attributes=TRANSACTIONAL_BIT if transactional else 0)
+    return log_.append(bytearray(raw), validate_batches(raw), 0).base_offset
+
+
+@pytest.fixture
+def cleanings(tmp_path) -> Iterator[Cleanings]:
+    created = Cleanings(tmp_path / "t-0")
+    yield created
+    created.close()
+
+
+def test_the_cleaner_removes_aborted_data_then_markers_once_their_data_is_gone_and_retention_passed(
+        cleanings: Cleanings) -> None:
+    log_ = cleanings.log
+    keyed(log_, b"k1", b"v1")  # 0
+    keyed(log_, b"k1", b"aborted", producer_id=1, sequence=0)  # 1: must not hide v1 from the key map
+    keyed(log_, b"k2", b"c2", producer_id=2, sequence=0)  # 2
+    end(log_, 1, commit=False)  # 3
+    end(log_, 2, commit=True)  # 4
+    keyed(log_, b"k5", b"e", producer_id=1, sequence=1)  # 5
+    end(log_, 1, commit=True)  # 6
+    keyed(log_, b"k7", b"g", producer_id=2, sequence=1)  # 7
+    end(log_, 2, commit=True)  # 8
+    keyed(log_, b"k2", b"c2-again")  # 9: 2's record goes, and its transaction has no data left
+    entry = (0, 1, 1, 3, 2)
+
+    cleanings.clean()
+    assert [b[0] for b in cleanings.batches()] == [0, 3, 4, 5, 6, 7, 8, 9], "the aborted batch went, markers stay"
+    assert txn_entries(log_) == [entry], "the ABORT's entry stays with it while its data was in the log"
+    assert cleanings.values() == [b"v1", b"e", b"g", b"c2-again"]
+
+    keyed(log_, b"k10", b"z")  # 10: something dirty, for the next cleaning
+    cleanings.clean()
+    assert [b[0] for b in cleanings.batches()] == [0, 3, 4, 5, 6, 7, 8, 9, 10], "not before delete.retention.ms"
+    assert txn_entries(log_) == [], "nothing of the aborted transaction is left to skip"
+    assert cleanings.cleaner.delete_horizons[("t", 0)] == NOW + RETENTION_MS, "a cleaning is due then"
+
+    cleanings.clean(NOW + RETENTION_MS)
+    assert [b[0] for b in cleanings.batches()] == [0, 5, 6, 7, 8, 9, 10], "3 and 4 went: their data is gone"
+    assert cleanings.values() == [b"v1", b"e", b"g", b"c2-again", b"z"]
+    assert ("t", 0) not in cleanings.cleaner.delete_horizons
+    log_.close_files()
+    again = open_log(Path(log_.directory))
+    assert again.first_unstable_offset is None and again.last_stable_offset(11) == 11
+
+
+def test_a_producers_last_batch_stays_empty_even_aborted_and_keeps_its_marker(cleanings: Cleanings) -> None:
+    log_ = cleanings.log
+    keyed(log_, b"k", b"committed")  # 0
+    keyed(log_, b"k", b"aborted", producer_id=4, sequence=0)  # 1: producer 4's last sequence
+    end(log_, 4, commit=False)  # 2
+    cleanings.clean(NOW + RETENTION_MS)
+    assert cleanings.batches() == [(0, False, 1), (1, False, 0), (2, True, 1)]
+    assert txn_entries(log_) == [(0, 4, 1, 2, 3)], "its batch is still there: the entry and marker stay"
+    assert cleanings.values() == [b"committed"]
+    assert log_.producer_state.producers[4].batches[-1].last_seq == 0
+
+
+def test_a_producer_whose_last_record_is_a_marker_keeps_it_empty_for_fencing(cleanings: Cleanings) -> None:
+    log_ = cleanings.log
+    keyed(log_, b"k", b"aborted", producer_id=3, sequence=0)  # 0
+    end(log_, 3, commit=False, epoch=1)  # 1: the coordinator bumped the epoch to abort
+    keyed(log_, b"k", b"later")  # 2
+    cleanings.clean()
+    assert cleanings.batches() == [(1, True, 1), (2, False, 1)], "the aborted batch is not producer 3's last"
+    keyed(log_, b"j", b"dirty")  # 3
+    cleanings.clean(NOW + RETENTION_MS)
+    assert cleanings.batches() == [(1, True, 0), (2, False, 1), (3, False, 1)], "emptied, not removed"
+    keyed(log_, b"i", b"dirty")  # 4
+    cleanings.clean(NOW + RETENTION_MS)
+    assert cleanings.batches()[0] == (1, True, 0)
+    log_.close_files()
+    again = open_log(Path(log_.directory))
+    assert again.producer_state.producers[3].epoch == 1, "the bumped epoch survives a rebuild from the log"
+
+
+def test_a_transaction_aborted_past_the_cleanable_range_loses_its_data_not_its_marker(cleanings: Cleanings) -> None:
+    log_ = cleanings.log
+    keyed(log_, b"k", b"v")  # 0
+    keyed(log_, b"k", b"aborted", producer_id=5, sequence=0)  # 1
+    keyed(log_, b"m", b"n", producer_id=5, sequence=1)  # 2: producer 5's last batch (kept empty)
+    log_.roll()
+    end(log_, 5, commit=False)  # 3, in the active segment: not cleaned, its entry found there
+    log_.on_high_watermark(log_.log_end_offset)
+    plan = cleanings.cleaner.plan(("t", 0), log_, NOW)
+    assert plan is not None and plan.end_offset == 3
+    assert asyncio.run(cleanings.cleaner.clean(plan)) == 1
+    assert cleanings.batches() == [(0, False, 1), (2, False, 0), (3, True, 1)]
+    assert txn_entries(log_) == [(0, 5, 1, 3, 4)]
+    assert cleanings.values() == [b"v"]

@@ -14,12 +14,13 @@ import uuid
 from collections.abc import Iterator
 
 import aiokafka
+import helpers
 import kafka
 import kafka.errors
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from helpers import QUIET, raw_request, wait_until
+from helpers import QUIET, raw_request, transactional_producer, wait_until
 from kafka.admin._transactions import TransactionDescription, TransactionState
 
 from logbus.testing import BrokerProcess, running_broker
@@ -48,44 +49,20 @@ def new_topics(bootstrap: str, count: int = 1, partitions: int = 3) -> list[str]
     return names
 
 
-def transactional_producer(bootstrap: str, transactional_id: str, **config: object) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **QUIET, **config})
-    producer.init_transactions(20)
-    return producer
-
-
-def read_values(bootstrap: str, topics: list[str], isolation: str, until: set[bytes], partitions: int = 3,
-                timeout: float = 20.0) -> list[bytes]:
+def read_values(bootstrap: str, topics: list[str], isolation: str, until: set[bytes],
+                partitions: int = 3) -> list[bytes]:
     """Every value of `topics` from the start, read with `isolation` until each value of `until`
     has been read (sentinels written last), so what came before them is all there is to see."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": isolation,
-                         "enable.auto.commit": False, **QUIET})
-    consumer.assign([TopicPartition(t, p, 0) for t in topics for p in range(partitions)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while not until <= set(values):
-            assert time.monotonic() < deadline, f"read {len(values)} values, missing {until - set(values)}"
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-    finally:
-        consumer.close()
-    return values
+    return helpers.read_values(bootstrap, spread(topics, partitions), lambda values, _: until <= set(values),
+                               isolation)
 
 
 def commit_sentinels(bootstrap: str, topics: list[str], partitions: int = 3) -> set[bytes]:
-    """A committed transaction with one record per partition: what readers wait for."""
-    producer = transactional_producer(bootstrap, f"sentinel-{uuid.uuid4().hex[:6]}")
-    producer.begin_transaction()
-    sentinels = set()
-    for topic in topics:
-        for partition in range(partitions):
-            value = f"sentinel-{topic}-{partition}".encode()
-            producer.produce(topic, value=value, partition=partition)
-            sentinels.add(value)
-    producer.commit_transaction(20)
-    return sentinels
+    return helpers.commit_sentinels(bootstrap, spread(topics, partitions))
+
+
+def spread(topics: list[str], partitions: int) -> list[tuple[str, int]]:
+    return [(topic, index) for topic in topics for index in range(partitions)]
 
 
 def test_confluent_kafka_commits_and_aborts_across_partitions_and_topics(broker: BrokerProcess) -> None:

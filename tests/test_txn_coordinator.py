@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
-from test_group_state import ManualClock, in_loop, until
+from test_group_state import ManualClock, hosted_partitions, in_loop, until
 
-from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore
-from logbus.cluster.replica_manager import ReplicaManager
 from logbus.config import BrokerConfig
 from logbus.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from logbus.coordinator.txn_metadata import MAX_EPOCH, TxnError
 from logbus.coordinator.txn_records import TxnStatus
 from logbus.coordinator.txn_store import TxnStateTopic
-from logbus.storage.manager import LogManager
 
 TXN = "txn"
 TIMEOUT_MS = 60_000
@@ -66,27 +63,18 @@ async def txn_env(data_dir: Path, clock: ManualClock | None = None, markers: Mar
                            **{key.replace("_", "."): value for key, value in overrides.items()}})
     clock = clock or ManualClock()
     markers = markers or Markers()
-    metadata = EmbeddedMetadataStore(str(data_dir), 0)
-    await metadata.start()
-    logs = LogManager(str(data_dir), 2)
-    logs.open(0, metadata.cluster_id)
-    await metadata.register_broker(BrokerInfo(0, "127.0.0.1", 9092))
-    replicas = ReplicaManager(0, config, metadata, logs)
-    replicas.start()
-    store = TxnStateTopic(config, metadata, replicas, clock)
-    await store.create()
-    coordinator = TransactionCoordinator(TxnConfig.from_broker_config(config), store, clock,
-                                         allocate_producer_id=metadata.allocate_producer_id,
-                                         write_markers=markers.write)
-    coordinator.start()
-    await until(lambda: coordinator.coordinator_error(TXN) is None, "the state topic loaded")
-    try:
-        yield Env(coordinator, clock, markers)
-    finally:
-        coordinator.stop()
-        await replicas.stop()
-        await logs.shutdown()
-        await metadata.close()
+    async with hosted_partitions(data_dir, config) as (metadata, replicas):
+        store = TxnStateTopic(config, metadata, replicas, clock)
+        await store.create()
+        coordinator = TransactionCoordinator(TxnConfig.from_broker_config(config), store, clock,
+                                             allocate_producer_id=metadata.allocate_producer_id,
+                                             write_markers=markers.write)
+        coordinator.start()
+        await until(lambda: coordinator.coordinator_error(TXN) is None, "the state topic loaded")
+        try:
+            yield Env(coordinator, clock, markers)
+        finally:
+            coordinator.stop()
 
 
 async def refused(code: ErrorCode, call) -> None:  # noqa: ANN001 - an awaitable or a plain call's result

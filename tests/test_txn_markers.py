@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import QUIET, raw_request, wait_until
+from helpers import QUIET, raw_request, read_values, wait_until
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as markers_v1
 from test_cluster import create, partition_state, replicas_identical, segment_digests, zookeeper
@@ -194,20 +193,8 @@ def end_offset(bootstrap: str, topic: str, index: int = 0) -> int:
 
 def read_everything(bootstrap: str, topic: str, end: int, isolation: str) -> list[bytes]:
     """Every record a confluent-kafka consumer delivers from the start until its position is `end`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "readers", "isolation.level": isolation,
-                         "enable.auto.commit": False, **QUIET})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 20
-    try:
-        while (position := consumer.position([TopicPartition(topic, 0)])[0].offset) < end:
-            assert time.monotonic() < deadline, f"the consumer stopped at {position}"
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-    finally:
-        consumer.close()
-    return values
+    return read_values(bootstrap, [(topic, 0)],
+                       lambda _, consumer: consumer.position([TopicPartition(topic, 0)])[0].offset >= end, isolation)
 
 
 @pytest.fixture

@@ -393,9 +393,14 @@ def test_the_transaction_coordinator_verifies_and_ends_txn_offset_commits() -> N
             return txn_offset_commit(connection, "verified", producer_id, epoch, "t", {0: offset},
                                      transactional_id="raw-txn")
 
+        def add_offsets() -> bool:
+            code = connection.call(ADD_OFFSETS_TO_TXN, 4, transactional_id="raw-txn", producer_id=producer_id,
+                                   producer_epoch=epoch, group_id="verified").error_code
+            assert code in (ErrorCode.none, ErrorCode.concurrent_transactions), code
+            return code == ErrorCode.none  # (the previous transaction may still be completing: clients retry)
+
         def end(committed: bool) -> None:
-            assert connection.call(ADD_OFFSETS_TO_TXN, 4, transactional_id="raw-txn", producer_id=producer_id,
-                                   producer_epoch=epoch, group_id="verified").error_code == ErrorCode.none
+            wait_until(add_offsets, message="AddOffsetsToTxn taken")
             assert commit(5 if committed else 6) == {0: ErrorCode.none}
             assert connection.call(END_TXN, 4, transactional_id="raw-txn", producer_id=producer_id,
                                    producer_epoch=epoch, committed=committed).error_code == ErrorCode.none

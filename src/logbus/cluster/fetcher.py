@@ -3,10 +3,11 @@
 A fetcher keeps one connection to its leader and sends Fetch v12 (topics by name; KIP-320's
 `last_fetched_epoch` and `diverging_epoch`) with this broker's id as `replica_id`, so the leader
 reads up to its log end and records how far this follower has come. Fetched batches are checked
-(framing, CRC) and appended as they are (`PartitionLog.append_as_follower`: offsets and leader
-epochs kept). When the leader answers a `diverging_epoch`, this log holds batches the leader
-does not (it led, or followed an old leader, and was cut off): it is truncated to where the
-epochs agree before fetching again, so replicas never diverge silently.
+(framing, CRC; compacted batches hold fewer records than their offset range) and appended as
+they are (`PartitionLog.append_as_follower`: offsets and leader epochs kept). When the leader
+answers a `diverging_epoch`, this log holds batches the leader does not (it led, or followed an
+old leader, and was cut off): it is truncated to where the epochs agree before fetching again, so
+replicas never diverge silently.
 
 Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
 metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
@@ -254,9 +255,9 @@ def decode_fetch_response(frame: bytes, correlation: int) -> Any:
 def fetched_batches(records: bytes | memoryview) -> tuple[memoryview, list[BatchHeader]]:
     """The whole batches of a fetched record set (a partial last batch is left for the next
     fetch), checked for framing and CRC (CorruptRecordError / KafkaApiError otherwise). A view,
-    not a copy: a follower appends the leader's bytes as they are."""
+    not a copy: a follower appends the leader's bytes as they are (compacted batches too)."""
     data = memoryview(records)[: whole_batches_length(records)]
-    return data, validate_batches(data) if data else []
+    return data, validate_batches(data, cleaned=True) if data else []
 
 
 class FetcherManager:

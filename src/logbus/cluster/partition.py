@@ -70,6 +70,7 @@ class Partition:
         self.clock = clock
         self._alter_isr = alter_isr
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        log.on_high_watermark(self.high_watermark)
         self._new_data = asyncio.Event()
         self._changed = asyncio.Event()  # HW, LEO or state moved: acks=all waiters look again
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
@@ -232,10 +233,16 @@ class Partition:
                 candidates.append(follower.log_end_offset if follower else -1)
         new_hw = min(candidates)
         if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
-            self._wake()
+            self._advance_high_watermark(new_hw)
             return True
         return False
+
+    def _advance_high_watermark(self, new_hw: int) -> None:
+        """Move the HW forward: the log learns which transactions are stable (the cleaner cleans
+        up to them), and fetchers waiting wake."""
+        self.high_watermark = new_hw
+        self.log.on_high_watermark(new_hw)
+        self._wake()
 
     # ------------------------------------------------------------------ follower
 
@@ -247,8 +254,7 @@ class Partition:
     def follow_high_watermark(self, leader_hw: int) -> None:
         new_hw = min(leader_hw, self.log.log_end_offset)
         if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
-            self._wake()
+            self._advance_high_watermark(new_hw)
 
     async def truncate_to(self, offset: int) -> None:
         """Cut the log at `offset` under its I/O lock (a flush in a worker never sees a segment's

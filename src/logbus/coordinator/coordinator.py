@@ -82,7 +82,7 @@ class GroupCoordinator:
         )
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn)
-        self.loaded_partitions = self.loader.loaded_partitions
+        self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         self.on_leadership = self.loader.on_leadership
         # what the API handlers call
         self.join = self.membership.join

@@ -3,8 +3,9 @@
 A group lives on one partition of `__consumer_offsets` (`partition_for`); the broker leading
 that partition is its coordinator. State lives in memory and in that partition (records as
 Kafka writes them): the groups of a partition this broker leads are rebuilt from its records,
-in the background, at start-up or at the first request after it becomes the leader; until then
-their requests get COORDINATOR_LOAD_IN_PROGRESS (`coordinator_error`), as in Kafka. When it
+in the background, at start-up or at the first request after it becomes the leader
+(partition_loads.py, shared with the transaction coordinator); until then their requests get
+COORDINATOR_LOAD_IN_PROGRESS (`coordinator_error`), as in Kafka. When it
 stops leading a partition, that partition's groups leave memory and a later leadership loads
 them afresh from the log.
 
@@ -23,7 +24,6 @@ its waiting requests are answered NOT_COORDINATOR); and a `spawn` for the loads.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.records import NO_PRODUCER_ID
 from .clock import Clock
 from .group import ClassicGroup, CommittedOffset, GroupState, Member, TopicPartition
+from .partition_loads import PartitionLoads
 from .records import GroupValue, OffsetKey, OffsetValue, coordinator_partition
 from .store import TOPIC as OFFSETS_TOPIC
 from .store import LoadedEntry, OffsetsTopic
@@ -54,54 +55,25 @@ class Loader:
         self.adopt = adopt
         self.evict = evict
         self.spawn = spawn
-        self.loaded_partitions: set[int] = set()
-        self._loading: dict[int, asyncio.Task] = {}  # partition index -> its load
+        self.loads = PartitionLoads(store, self._load, spawn)
         self._ended_while_loading: dict[int, list[tuple[int, bool]]] = {}  # index -> (producer id, commit)
 
     def start(self) -> None:
         """Start loading the groups of every __consumer_offsets partition this broker leads."""
-        if self.store.exists():
-            for index in range(self.store.partition_count()):
-                self.ensure_loaded(index)
+        self.loads.start()
 
     def stop(self) -> None:
-        for task in list(self._loading.values()):
-            task.cancel()
+        self.loads.stop()
 
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.store.partition_count())
 
     def coordinator_error(self, group_id: str) -> ErrorCode | None:
         """Why this broker cannot serve `group_id` now, or None when it can."""
-        if not self.store.exists():
-            return ErrorCode.coordinator_not_available
-        index = self.partition_for(group_id)
-        partition = self.store.partition(index)
-        if partition is None or not partition.is_leader:
-            return ErrorCode.not_coordinator
-        if not self.ensure_loaded(index):
-            return ErrorCode.coordinator_load_in_progress
-        return None
+        return self.loads.error(self.partition_for(group_id))
 
-    def ensure_loaded(self, index: int) -> bool:
-        """True once partition `index`'s groups are in memory; otherwise start loading it (once).
-
-        An empty partition is loaded at once; others load in the background, a chunk at a time,
-        and their groups' requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile, as in Kafka.
-        """
-        if index in self.loaded_partitions:
-            return True
-        partition = self.store.partition(index)
-        if partition is None or not partition.is_leader:
-            return False
-        if self.store.is_empty(index):
-            self.loaded_partitions.add(index)
-            return True
-        if index not in self._loading:
-            task = self.spawn(self._load(index))
-            self._loading[index] = task
-            task.add_done_callback(functools.partial(self._on_load_done, index))
-        return False
+    def is_loaded(self, index: int) -> bool:
+        return index in self.loads.epochs
 
     def on_leadership(self, partition: Partition, leads: bool) -> None:
         """A `__consumer_offsets` partition this broker stopped leading: its groups leave memory
@@ -111,10 +83,7 @@ class Loader:
         if leads or partition.topic != OFFSETS_TOPIC:
             return
         index = partition.index
-        self.loaded_partitions.discard(index)
-        loading = self._loading.pop(index, None)
-        if loading is not None:
-            loading.cancel()
+        self.loads.unload(index)
         self._ended_while_loading.pop(index, None)
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
             self.evict(self.groups.pop(group_id), ErrorCode.not_coordinator)
@@ -123,9 +92,9 @@ class Loader:
         """A transaction marker of `producer_id` is replicated on partition `index`: its pending
         offsets there become committed (COMMIT) or go (ABORT). A partition not loaded here holds no
         groups; a load in progress applies it when done."""
-        if index in self.loaded_partitions:
+        if self.is_loaded(index):
             self._complete_txn(index, producer_id, commit)
-        elif index in self._loading:
+        elif self.loads.is_loading(index):
             self._ended_while_loading.setdefault(index, []).append((producer_id, commit))
 
     def _complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
@@ -133,25 +102,22 @@ class Loader:
             if producer_id in group.pending_txn_offsets and self.partition_for(group_id) == index:
                 group.complete_txn(producer_id, commit)
 
-    def _on_load_done(self, index: int, task: asyncio.Task) -> None:
-        """A failed load (a read error) is logged; the next request for one of its groups retries it
-        (and reads the markers that ended transactions meanwhile)."""
-        self._loading.pop(index, None)
-        self._ended_while_loading.pop(index, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("cannot load the groups of %s: %r", self.store.partition(index), task.exception())
-
     @property
     def loading(self) -> bool:
         """Is any partition's group state still being read (ListGroups answers LOAD_IN_PROGRESS)."""
-        return bool(self._loading)
+        return self.loads.loading
 
-    async def _load(self, index: int) -> None:
-        """Rebuild the groups of partition `index` from its records."""
-        loaded = _LoadedGroups()
-        async for entries in self.store.read_state(index):
-            for entry in entries:
-                loaded.add(entry)
+    async def _load(self, index: int, _epoch: int) -> None:
+        """Rebuild the groups of partition `index` from its records (markers that ended
+        transactions meanwhile are applied in its last step)."""
+        try:
+            loaded = _LoadedGroups()
+            async for entries in self.store.read_state(index):
+                for entry in entries:
+                    loaded.add(entry)
+        except BaseException:
+            self._ended_while_loading.pop(index, None)  # (the next load reads those markers in the log)
+            raise
         for group_id in loaded.group_ids():
             group = group_from_record(group_id, loaded.metadata.get(group_id), self.clock.now_ms())
             group.offsets = loaded.offsets.get(group_id, {})
@@ -160,7 +126,6 @@ class Loader:
             self.groups[group_id] = group
         for producer_id, commit in self._ended_while_loading.pop(index, []):
             self._complete_txn(index, producer_id, commit)
-        self.loaded_partitions.add(index)
         log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
 
 

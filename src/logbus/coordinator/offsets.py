@@ -138,19 +138,28 @@ class Offsets:
             entries.append((OffsetKey(group_id, commit.topic, commit.partition), value))
         return errors, entries
 
-    def _commit_error(self, group_id: str, generation: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
+    def _commit_group(self, group_id: str, generation: int) -> tuple[ErrorCode | None, ClassicGroup | None]:
+        """What every commit checks first: may this broker take it, and which group it goes to.
+        (error, None) when refused; (None, None) when it creates the group (generation -1 only:
+        admin tools, `assign()`); (None, group) for the member checks that follow."""
         error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
         if error is not None:
-            return error
+            return error, None
         group = self.groups.get(group_id)
         if group is None:
             if generation >= 0:
-                return ErrorCode.illegal_generation
+                return ErrorCode.illegal_generation, None
             self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
-            return None
+            return None, None
         if group.is_in(GroupState.DEAD):
-            return ErrorCode.coordinator_not_available
+            return ErrorCode.coordinator_not_available, None
+        return None, group
+
+    def _commit_error(self, group_id: str, generation: int, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        error, group = self._commit_group(group_id, generation)
+        if group is None:
+            return error
         if group.is_fenced(member_id, instance_id):
             return ErrorCode.fenced_instance_id
         if generation < 0 and group.is_in(GroupState.EMPTY):
@@ -196,19 +205,11 @@ class Offsets:
     def _txn_commit_error(self, group_id: str, producer_id: int, generation: int, member_id: str,
                           instance_id: str | None) -> ErrorCode | None:
         """Kafka's validateTransactionalOffsetCommit and ClassicGroup.validateOffsetCommit(isTransactional)."""
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error
-        if producer_id < 0:
+        if producer_id < 0 and self.coordinator_error(group_id) is None and group_id:
             return ErrorCode.invalid_producer_id_mapping  # what the transaction coordinator says of it
-        group = self.groups.get(group_id)
+        error, group = self._commit_group(group_id, generation)
         if group is None:
-            if generation >= 0:
-                return ErrorCode.illegal_generation
-            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
-            return None
-        if group.is_in(GroupState.DEAD):
-            return ErrorCode.coordinator_not_available
+            return error
         if generation < 0 and group.is_in(GroupState.EMPTY):
             return None
         if generation < 0 and not member_id and instance_id is None:

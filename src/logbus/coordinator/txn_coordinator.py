@@ -5,7 +5,8 @@ A transactional id lives on partition `coordinator_partition(id, partitions)` of
 partition's leader epoch is the coordinator epoch it writes into every marker (a deposed
 coordinator's late markers are then refused by the partitions). State is in memory
 (`TxnMetadata`, one per id) and in that partition; the ids of a partition this broker starts
-leading are loaded from its records in the background (COORDINATOR_LOAD_IN_PROGRESS until then),
+leading are loaded from its records in the background (partition_loads.py, shared with the group
+coordinator; COORDINATOR_LOAD_IN_PROGRESS until then),
 and transactions found half-completed (PrepareCommit/PrepareAbort) are completed. When it stops
 leading a partition its ids leave memory.
 
@@ -25,7 +26,6 @@ which returns a final error code per partition.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
 from .clock import Clock, Timer
+from .partition_loads import PartitionLoads
 from .records import coordinator_partition
 from .txn_metadata import NO_EPOCH, NO_PRODUCER_ID, Partitions, TxnError, TxnMetadata
 from .txn_records import TxnStatus, TxnValue
@@ -88,25 +89,24 @@ class TransactionCoordinator:
         self.allocate_producer_id = allocate_producer_id
         self.write_markers = write_markers
         self.txns: dict[str, TxnMetadata] = {}
-        self.coordinator_epochs: dict[int, int] = {}  # loaded partition -> its leader epoch then
-        self._loading: dict[int, asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
+        self.loads = PartitionLoads(store, self._load, self._spawn)
+        self.coordinator_epochs = self.loads.epochs  # partition read -> its leader epoch then
         self._timers: list[Timer] = []
 
     # ================================================================ life cycle
 
     def start(self) -> None:
         """Load the ids of every partition this broker leads; start the timeout and expiry checks."""
-        if self.store.exists():
-            for index in range(self.store.partition_count()):
-                self.ensure_loaded(index)
+        self.loads.start()
         self._schedule(self.config.abort_check_ms, self._abort_timed_out)
         self._schedule(self.config.expiry_check_ms, self._expire_ids)
 
     def stop(self) -> None:
         for timer in self._timers:
             timer.cancel()
-        for task in [*self._loading.values(), *self._tasks]:
+        self.loads.stop()
+        for task in self._tasks:
             task.cancel()
 
     @property
@@ -135,44 +135,14 @@ class TransactionCoordinator:
 
     def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
         """Why this broker cannot serve `transactional_id` now, or None when it can."""
-        if not self.store.exists():
-            return ErrorCode.coordinator_not_available
-        index = self.partition_for(transactional_id)
-        partition = self.store.partition(index)
-        if partition is None or not partition.is_leader:
-            return ErrorCode.not_coordinator
-        if not self.ensure_loaded(index):
-            return ErrorCode.coordinator_load_in_progress
-        return None
-
-    def ensure_loaded(self, index: int) -> bool:
-        """True once partition `index`'s ids are in memory; else start loading it (once)."""
-        if index in self.coordinator_epochs:
-            return True
-        partition = self.store.partition(index)
-        if partition is None or not partition.is_leader:
-            return False
-        if self.store.is_empty(index):
-            self.coordinator_epochs[index] = partition.leader_epoch
-            return True
-        if index not in self._loading:
-            task = asyncio.get_running_loop().create_task(self._load(index, partition.leader_epoch))
-            self._loading[index] = task
-            task.add_done_callback(functools.partial(self._on_load_done, index))
-        return False
-
-    def _on_load_done(self, index: int, task: asyncio.Task) -> None:
-        if self._loading.get(index) is task:
-            del self._loading[index]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("cannot load the transactions of %s-%d: %r", TXN_TOPIC, index, task.exception())
+        return self.loads.error(self.partition_for(transactional_id))
 
     async def _load(self, index: int, coordinator_epoch: int) -> None:
+        """Read partition `index`'s ids; completions found prepared resume once it counts as read."""
         states = await self.store.read_states(index)
         for transactional_id, value in states.items():
             if value is not None and value.status != TxnStatus.DEAD:
                 self.txns[transactional_id] = TxnMetadata.from_value(transactional_id, value)
-        self.coordinator_epochs[index] = coordinator_epoch
         resumed = [t for t in self.txns.values() if self.partition_for(t.transactional_id) == index and t.completing]
         for txn in resumed:
             self._spawn(self._finish(index, txn))
@@ -187,14 +157,11 @@ class TransactionCoordinator:
         if partition.topic != TXN_TOPIC:
             return
         index = partition.index
-        self.coordinator_epochs.pop(index, None)
-        loading = self._loading.pop(index, None)
-        if loading is not None:
-            loading.cancel()
+        self.loads.unload(index)
         for transactional_id in [t for t in self.txns if self.partition_for(t) == index]:
             del self.txns[transactional_id]
         if leads:
-            self.ensure_loaded(index)
+            self.loads.ensure_loaded(index)
 
     def _serving(self, index: int, coordinator_epoch: int) -> bool:
         return self.coordinator_epochs.get(index) == coordinator_epoch
@@ -402,4 +369,4 @@ class TransactionCoordinator:
 
     @property
     def loading(self) -> bool:
-        return bool(self._loading)
+        return self.loads.loading

@@ -133,12 +133,15 @@ def whole_batches_length(buf: bytes | bytearray | memoryview) -> int:
     return position
 
 
-def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+def validate_batches(buf: bytes | bytearray | memoryview, cleaned: bool = False) -> list[BatchHeader]:
     """Check every batch of a blob: framing and CRC32C (CorruptRecordError), magic 2 and an offset
     range that matches the record count (KafkaApiError INVALID_RECORD). Returns the headers.
 
     The count rule protects storage: the log trusts `last_offset_delta` for every offset it
     assigns and indexes, so a batch claiming 2^31 offsets for one record would overflow them.
+    `cleaned`: batches from a leader's log, which compaction may have thinned (records removed,
+    offsets kept, even none left: a producer's last batch stays for its state) hold at most as
+    many records as their offset range.
     """
     headers: list[BatchHeader] = []
     position = 0
@@ -161,7 +164,7 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
             raise CorruptRecordError(
                 f"CRC mismatch at batch {len(headers)}: stored {header.crc:#x}, computed {actual:#x}"
             )
-        if header.record_count < 1 or header.record_count != header.last_offset_delta + 1:
+        if not _count_fits(header, cleaned):
             raise KafkaApiError(
                 ErrorCode.invalid_record,
                 f"record count {header.record_count} does not match the offset range "
@@ -170,6 +173,12 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
         headers.append(header)
         position += header.size
     return headers
+
+
+def _count_fits(header: BatchHeader, cleaned: bool) -> bool:
+    if cleaned:
+        return header.last_offset_delta >= 0 and 0 <= header.record_count <= header.last_offset_delta + 1
+    return header.record_count >= 1 and header.record_count == header.last_offset_delta + 1
 
 
 def check_client_batch(header: BatchHeader) -> None:

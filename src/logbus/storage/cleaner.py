@@ -22,17 +22,29 @@ Records keep their offsets (gaps are fine). A batch whose records all stay is co
 byte; otherwise it is rebuilt with the surviving records' original bytes, recompressed with
 its codec, keeping its base offset and last offset delta. A batch left empty disappears,
 unless it is the last batch of a producer the log still tracks: then it stays as an empty
-batch so producer state (sequence numbers) rebuilds right, as Kafka does. Control batches
-are kept as they are. Records without a key are dropped, as Kafka's cleaner drops them. A
-cleaned segment's `.txnindex` holds its source segments' entries (aborted records are not
-removed, so every entry still applies).
+batch so producer state (sequence numbers) rebuilds right, as Kafka does; a producer whose
+last record is a marker (no data batch since its epoch began) keeps its markers of that epoch,
+for fencing. Records without a key are dropped, as Kafka's cleaner drops them.
+
+Transactions, as Kafka's CleanedTransactionMetadata: the aborted transactions of the cleaned
+range come from the `.txnindex` entries (`PartitionLog.aborted_transactions`, which also finds
+a transaction whose data is cleaned while its ABORT marker is past the range). Their batches
+are removed whole, and never enter the key map, so an aborted record cannot hide the value
+before it. A marker may go once its transaction's data is gone: an ABORT when no batch of its
+transaction was met in this cleaning, a COMMIT when no transactional batch of its producer was
+met since that producer's previous marker; so never in the cleaning that removes the data, and
+then only once `delete.retention.ms` has passed since the marker's timestamp. An ABORT marker
+kept with data of its transaction still in the log keeps its `.txnindex` entry, in the cleaned
+segment that holds the marker; the entries of other transactions are dropped (nothing of them
+is left to skip). A control batch left without records (a producer's last) is discardable.
 
 Tombstones (null values) go once `delete.retention.ms` has passed since their timestamp (the
 record's CreateTime, or the batch's LogAppendTime): a consumer that reads the log to its
 end within `delete.retention.ms` of a delete sees it. (Kafka >= 3.1 counts from the first
-cleaning that saw the tombstone instead; counting from the timestamp needs no extra state.)
-The time at which the next kept tombstone expires is held in memory and triggers a cleaning
-then; after a restart it is learnt again at the log's next cleaning.
+cleaning that saw the tombstone, or the marker, instead; counting from the timestamp needs no
+extra state.) The time at which the next kept tombstone or discardable marker expires is held in
+memory and triggers a cleaning then; after a restart it is learnt again at the log's next
+cleaning.
 """
 
 from __future__ import annotations
@@ -42,9 +54,11 @@ import contextlib
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..protocol.records import (
     LOG_OVERHEAD,
@@ -54,11 +68,13 @@ from ..protocol.records import (
     batch_body,
     iter_headers,
     iter_raw_records,
+    read_end_txn_marker,
     read_header,
     rebuild_batch,
     whole_batches_length,
 )
 from . import checkpoints
+from .index import AbortedTxn, TransactionIndex
 from .log import PartitionLog, now_ms
 from .segment import LogSegment, segment_name
 
@@ -77,6 +93,14 @@ class CleanerStoppedError(Exception):
     """The broker is shutting down: the cleaning in progress is abandoned."""
 
 
+class LastRecord(NamedTuple):
+    """A producer's last record in the log (Kafka's LastRecord): its newest data batch's last
+    offset (None when it has only markers since its epoch began) and its epoch."""
+
+    data_offset: int | None
+    epoch: int
+
+
 @dataclass(frozen=True, slots=True)
 class CleaningPlan:
     """What one cleaning of one log covers, decided on the event loop."""
@@ -87,7 +111,8 @@ class CleaningPlan:
     groups: list[list[LogSegment]]  # source segments, each group becoming one cleaned segment
     sizes: dict[int, int]  # source segment base offset -> size at planning time
     dirty: list[LogSegment]
-    last_producer_offsets: dict[int, int]  # producer id -> last offset of its newest batch
+    last_records: dict[int, LastRecord]  # producer id -> its last record, for the producers the log tracks
+    aborted: list[AbortedTxn]  # the transactions aborted in the cleanable range
     dirty_ratio: float
     now: int
 
@@ -95,36 +120,125 @@ class CleaningPlan:
 @dataclass(slots=True)
 class CleaningResult:
     replacements: list[tuple[LogSegment, list[LogSegment]]]
-    tombstone_horizon: int | None  # when the earliest kept tombstone may go
+    delete_horizon: int | None  # when the earliest kept tombstone or discardable marker may go
     bytes_read: int
     bytes_written: int
     records_removed: int
 
 
+class _AbortedData:
+    """An aborted transaction met by a cleaning, and whether any of its batches were."""
+
+    __slots__ = ("txn", "seen")
+
+    def __init__(self, txn: AbortedTxn) -> None:
+        self.txn = txn
+        self.seen = False
+
+
+class _Transactions:
+    """Kafka's CleanedTransactionMetadata: which batches a cleaning meets (in offset order) belong
+    to aborted transactions, and which markers are discardable (their transaction's data gone)."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._pending = deque(sorted(aborted, key=lambda txn: txn.first_offset))
+        self._aborting: dict[int, _AbortedData] = {}  # producer id -> its aborted transaction under way
+        self._committing: set[int] = set()  # producers with transactional data met since their last marker
+        self.cleaned_index: TransactionIndex | None = None  # where kept ABORT markers' entries go
+
+    def _begin_up_to(self, offset: int) -> None:
+        while self._pending and self._pending[0].first_offset <= offset:
+            txn = self._pending.popleft()
+            self._aborting.setdefault(txn.producer_id, _AbortedData(txn))
+
+    def on_data(self, header: BatchHeader) -> bool:
+        """A data batch: True when it belongs to an aborted transaction (it may go)."""
+        self._begin_up_to(header.last_offset)
+        if not header.is_transactional:
+            return False
+        aborted = self._aborting.get(header.producer_id)
+        if aborted is not None:
+            aborted.seen = True
+            return True
+        self._committing.add(header.producer_id)
+        return False
+
+    def on_control(self, chunk: bytes, header: BatchHeader) -> bool:
+        """A control batch: True when it is discardable. An ABORT marker kept for its
+        transaction's data keeps its `.txnindex` entry (in `cleaned_index`)."""
+        self._begin_up_to(header.last_offset)
+        if header.record_count == 0:
+            return True  # emptied by an earlier cleaning
+        marker = read_end_txn_marker(chunk, header)
+        if marker is None:
+            return False  # another control type
+        if marker.commit:
+            if header.producer_id in self._committing:
+                self._committing.discard(header.producer_id)
+                return False
+            return True
+        aborted = self._aborting.pop(header.producer_id, None)
+        if aborted is None or not aborted.seen:
+            return True
+        if self.cleaned_index is not None:
+            self.cleaned_index.append(aborted.txn)
+        return False
+
+
 @dataclass(slots=True)
 class _RecordFilter:
-    """Decides record by record what a cleaning keeps."""
+    """Decides batch by batch and record by record what a cleaning keeps."""
 
     latest: dict[bytes, int]
     now: int
     delete_retention_ms: int
-    last_producer_offsets: dict[int, int]
-    tombstone_horizon: int | None = None
+    last_records: dict[int, LastRecord]
+    transactions: _Transactions
+    delete_horizon: int | None = None
     records_removed: int = 0
 
     def retained_batch(self, chunk: bytes, header: BatchHeader) -> bytes | None:
         """The batch as the cleaned log holds it: as is, rebuilt, or None when it goes."""
         raw = chunk[header.position : header.position + header.size]
         if header.is_control:
-            return raw
+            return self._retained_marker(chunk, header, raw)
+        if self.transactions.on_data(header):  # aborted: every record goes
+            self.records_removed += header.record_count
+            return rebuild_batch(header, []) if self._last_of_producer(header) else None
         records = list(iter_raw_records(batch_body(chunk, header), header.record_count))
         retained = [record for record in records if self._keep(header, record)]
         self.records_removed += len(records) - len(retained)
         if len(retained) == len(records):
             return raw
-        if retained or self.last_producer_offsets.get(header.producer_id) == header.last_offset:
+        if retained or self._last_of_producer(header):
             return rebuild_batch(header, retained)
         return None
+
+    def _retained_marker(self, chunk: bytes, header: BatchHeader, raw: bytes) -> bytes | None:
+        """A control batch stays until it is discardable and `delete.retention.ms` past its
+        timestamp; then it goes, or stays empty when it is its producer's last record."""
+        if not self.transactions.on_control(chunk, header):
+            return raw
+        expires = header.max_timestamp + self.delete_retention_ms
+        if expires > self.now:
+            self._note_expiry(expires)
+            return raw
+        self.records_removed += header.record_count
+        return rebuild_batch(header, []) if self._last_of_producer(header) else None
+
+    def _last_of_producer(self, header: BatchHeader) -> bool:
+        """Kafka's isBatchLastRecordOfProducer: the batch holding the producer's last sequence,
+        or, for a producer whose last record is a marker, a marker of its current epoch."""
+        last = self.last_records.get(header.producer_id)
+        if last is None:
+            return False
+        if last.data_offset is None:
+            return header.is_control and header.producer_epoch == last.epoch
+        return header.last_offset == last.data_offset
+
+    def _note_expiry(self, expires: int) -> None:
+        if self.delete_horizon is None or expires < self.delete_horizon:
+            self.delete_horizon = expires
 
     def _keep(self, header: BatchHeader, record: RawRecord) -> bool:
         if record.key is None:
@@ -141,8 +255,7 @@ class _RecordFilter:
         expires = timestamp + self.delete_retention_ms
         if expires <= self.now:
             return False
-        if self.tombstone_horizon is None or expires < self.tombstone_horizon:
-            self.tombstone_horizon = expires
+        self._note_expiry(expires)
         return True
 
 
@@ -163,7 +276,7 @@ class LogCleaner:
         self._checkpoint_path = os.path.join(data_dir, CHECKPOINT_FILE)
         self._logs = logs
         self.first_dirty: dict[LogKey, int] = checkpoints.read_offsets(self._checkpoint_path)
-        self.tombstone_horizons: dict[LogKey, int] = {}
+        self.delete_horizons: dict[LogKey, int] = {}
         self.stats = CleanerStats()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbus-cleaner")
         self._stopping = threading.Event()
@@ -202,15 +315,17 @@ class LogCleaner:
         ratio = dirty_bytes / total_bytes if total_bytes else 0.0
         oldest_dirty = min((s.first_batch_timestamp for s in dirty if s.first_batch_timestamp >= 0), default=now)
         lagging = now - oldest_dirty > config.max_compaction_lag_ms
-        tombstones_due = self.tombstone_horizons.get(key, now + 1) <= now
-        if not ((dirty_bytes and (ratio > config.min_cleanable_dirty_ratio or lagging)) or tombstones_due):
+        deletions_due = self.delete_horizons.get(key, now + 1) <= now
+        if not ((dirty_bytes and (ratio > config.min_cleanable_dirty_ratio or lagging)) or deletions_due):
             return None
         producers = log_.producer_state.producers
         return CleaningPlan(
             key, log_, end_offset,
             _group_by_size(cleanable, config.segment_bytes),
             {segment.base_offset: segment.size for segment in cleanable}, dirty,
-            {pid: entry.batches[-1].last_offset for pid, entry in producers.items() if entry.batches},
+            {pid: LastRecord(entry.batches[-1].last_offset if entry.batches else None, entry.epoch)
+             for pid, entry in producers.items()},
+            log_.aborted_transactions(cleanable[0].base_offset, end_offset),
             ratio, now,
         )
 
@@ -253,10 +368,10 @@ class LogCleaner:
 
     def _record(self, plan: CleaningPlan, result: CleaningResult, seconds: float) -> None:
         self.first_dirty[plan.key] = plan.end_offset
-        if result.tombstone_horizon is None:
-            self.tombstone_horizons.pop(plan.key, None)
+        if result.delete_horizon is None:
+            self.delete_horizons.pop(plan.key, None)
         else:
-            self.tombstone_horizons[plan.key] = result.tombstone_horizon
+            self.delete_horizons[plan.key] = result.delete_horizon
         stats = self.stats
         stats.cleanings += 1
         stats.bytes_read += result.bytes_read
@@ -276,7 +391,7 @@ class LogCleaner:
     def forget(self, key: LogKey) -> None:
         """The log was deleted."""
         self.first_dirty.pop(key, None)
-        self.tombstone_horizons.pop(key, None)
+        self.delete_horizons.pop(key, None)
         self.stats.failed.discard(key)
 
     def stop(self) -> None:
@@ -289,32 +404,40 @@ class LogCleaner:
     def _clean_segments(self, plan: CleaningPlan) -> CleaningResult:
         latest = self._latest_offsets(plan)
         config = plan.log.config
-        keep = _RecordFilter(latest, plan.now, config.delete_retention_ms, plan.last_producer_offsets)
+        keep = _RecordFilter(latest, plan.now, config.delete_retention_ms, plan.last_records,
+                             _Transactions(plan.aborted))
         replacements: list[tuple[LogSegment, list[LogSegment]]] = []
         bytes_written = 0
         try:
             for group in plan.groups:
                 cleaned = _new_cleaned_segment(plan.log.directory, group[0].base_offset, config.index_interval_bytes)
                 replacements.append((cleaned, group))
+                keep.transactions.cleaned_index = cleaned.txn_index
                 for source in group:
                     self._copy_retained(source, plan.sizes[source.base_offset], cleaned, keep)
-                    for txn in source.txn_index.entries:
-                        cleaned.txn_index.append(txn)
                 cleaned.fsync()
                 bytes_written += cleaned.size
         except BaseException:
             _discard(replacements)
             raise
         return CleaningResult(
-            replacements, keep.tombstone_horizon, sum(plan.sizes.values()), bytes_written, keep.records_removed
+            replacements, keep.delete_horizon, sum(plan.sizes.values()), bytes_written, keep.records_removed
         )
 
     def _latest_offsets(self, plan: CleaningPlan) -> dict[bytes, int]:
-        """Each key of the dirty part mapped to the offset of its latest record there."""
+        """Each key of the dirty part mapped to the offset of its latest record there, aborted
+        transactions' records left out."""
         latest: dict[bytes, int] = {}
+        if not plan.dirty:
+            return latest
+        dirty_start = plan.dirty[0].base_offset
+        transactions = _Transactions([txn for txn in plan.aborted if txn.last_offset >= dirty_start])
         for segment in plan.dirty:
             for chunk, header in self._batches(segment.path, plan.sizes[segment.base_offset]):
                 if header.is_control:
+                    transactions.on_control(chunk, header)
+                    continue
+                if transactions.on_data(header):
                     continue
                 base = header.base_offset
                 for record in iter_raw_records(batch_body(chunk, header), header.record_count):

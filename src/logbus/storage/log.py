@@ -397,6 +397,11 @@ class PartitionLog:
         """The first offset of the earliest transaction not yet stable (None: every one is)."""
         return self.producer_state.first_unstable_offset
 
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """The partition's HW moved (Kafka's onHighWatermarkUpdated): transactions whose markers
+        it passed are stable now, for the cleaner as for readers."""
+        self.producer_state.on_high_watermark(high_watermark)
+
     def last_stable_offset(self, high_watermark: int) -> int:
         """min(HW, first unstable offset), as Kafka's UnifiedLog.lastStableOffset; transactions
         whose markers are below the HW stop counting as unstable."""

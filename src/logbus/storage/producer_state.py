@@ -97,7 +97,8 @@ class ProducerStateManager:
 
     def on_high_watermark(self, high_watermark: int) -> None:
         """Closed transactions whose markers are below the high watermark are stable now."""
-        self.unreplicated = [txn for txn in self.unreplicated if txn[1] >= high_watermark]
+        if self.unreplicated:
+            self.unreplicated = [txn for txn in self.unreplicated if txn[1] >= high_watermark]
 
     def check(self, header: BatchHeader) -> tuple[SequenceCheck, CachedBatch | None]:
         """Classify an incoming batch; for duplicates, also the batch it repeats."""

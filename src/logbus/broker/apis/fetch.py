@@ -40,13 +40,11 @@ from ..context import RequestContext
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 18
+READ_COMMITTED = 1  # the request's isolation level; 0 is read_uncommitted
 
 # Below this a partition's records are read into memory: sendfile's extra system calls (and the
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
 SENDFILE_MIN_BYTES = 64 * 1024
-
-
-READ_COMMITTED = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
