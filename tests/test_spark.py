@@ -37,9 +37,14 @@ HEADERS = "headers"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
+    yield from spark_session("logbus-tests", "local[2]")
+
+
+def spark_session(name: str, master: str) -> Iterator[SparkSession]:
+    """A local Spark session with the logbus source registered, stopped afterwards."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master("local[2]").appName("logbus-tests")
+        SparkSession.builder.master(master).appName(name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.pollingDelay", "10ms")

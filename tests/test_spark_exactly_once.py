@@ -41,9 +41,8 @@ from logbus.testing import BrokerProcess, Cluster, running_broker, running_clust
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
-from test_spark import murmur2, murmur2_partition  # noqa: E402
+from test_spark import murmur2, murmur2_partition, spark_session  # noqa: E402
 
-import logbus.spark  # noqa: E402
 from logbus.spark import exactly_once  # noqa: E402
 from logbus.spark.partitioner import murmur2 as murmur2_column  # noqa: E402
 from logbus.spark.sink import Target  # noqa: E402
@@ -62,18 +61,7 @@ def broker() -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,2]").appName("logbus-exactly-once-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    logbus.spark.register(session)
-    yield session
-    session.stop()
+    yield from spark_session("logbus-exactly-once-tests", "local[2,2]")  # (2 attempts per task)
 
 
 def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:

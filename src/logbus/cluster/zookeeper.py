@@ -39,10 +39,17 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kio.schema.errors import ErrorCode
@@ -65,6 +72,9 @@ from .metadata import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError)
 
 CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking to lose their leaderships
 PRODUCER_ID_BLOCK = 1000
@@ -418,6 +428,16 @@ class ZooKeeperMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
 
+    @staticmethod
+    async def _write_in_thread(function: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """Run a blocking ZooKeeper write in a thread. ZooKeeper out of reach (connection lost,
+        session expired, timeout) is a MetadataWriteError, the store's one failure for callers,
+        which answer it with a retriable code; kazoo's own exceptions would escape them."""
+        try:
+            return await asyncio.to_thread(function, *args, **kwargs)
+        except _UNREACHABLE as exc:
+            raise MetadataWriteError(f"ZooKeeper is out of reach: {exc!r}") from None
+
     # ------------------------------------------------------------------ topic changes
 
     @runs_to_completion
@@ -431,7 +451,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             assignments = assign_replicas(live, num_partitions, replication_factor, racks=racks)
         partitions = [_initial_state(replicas, set(live)) for replicas in assignments]
         topic_id = str(uuid.uuid4())
-        await asyncio.to_thread(self._write_new_topic, name, topic_id, partitions, configs)
+        await self._write_in_thread(self._write_new_topic, name, topic_id, partitions, configs)
         if not await self.wait_for(lambda: name in self._topics):
             raise MetadataWriteError(f"topic {name} written to ZooKeeper but not seen within {CHANGE_TIMEOUT_S} s")
         return self._topics[name]
@@ -463,7 +483,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if name not in self._topics:
             raise UnknownTopicError(name)
         with contextlib.suppress(NodeExistsError):
-            await asyncio.to_thread(self.client.create, f"/admin/delete_topics/{name}", b"", makepath=True)
+            await self._write_in_thread(self.client.create, f"/admin/delete_topics/{name}", b"", makepath=True)
         if not await self.wait_for(lambda: name not in self._topics):
             raise MetadataWriteError(f"topic {name} is queued for deletion; no controller has deleted it yet")
 
@@ -478,7 +498,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             replication = len(current.partitions[0].replicas) if current.partitions else 1
             assignments = assign_replicas(live, total - count, replication, count)
         added = [_initial_state(replicas, set(live)) for replicas in assignments]
-        await asyncio.to_thread(self._write_partitions, current, added)
+        await self._write_in_thread(self._write_partitions, current, added)
         if not await self.wait_for(lambda: len(self._require(name).partitions) >= total):
             raise MetadataWriteError(f"partitions of {name} written but not seen within {CHANGE_TIMEOUT_S} s")
         return self._topics[name]
@@ -500,7 +520,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     @runs_to_completion
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         self._require(name)
-        await asyncio.to_thread(self._write_configs, name, configs)
+        await self._write_in_thread(self._write_configs, name, configs)
         if not await self.wait_for(lambda: name in self._topics and self._topics[name].configs == configs):
             raise MetadataWriteError(f"configs of {name} written but not seen within {CHANGE_TIMEOUT_S} s")
         return self._topics[name]
@@ -520,7 +540,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     @runs_to_completion
     async def allocate_producer_id(self) -> int:
         if self._next_producer_id >= self._producer_id_limit:
-            start = await asyncio.to_thread(self._claim_producer_id_block)
+            start = await self._write_in_thread(self._claim_producer_id_block)
             self._next_producer_id, self._producer_id_limit = start, start + PRODUCER_ID_BLOCK
         producer_id = self._next_producer_id
         self._next_producer_id += 1
@@ -559,7 +579,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise StalePartitionStateError(f"{topic}-{index}: state moved on to epoch {state.leader_epoch}/"
                                            f"{state.partition_epoch}")
         new_state = replace(state, isr=list(isr))
-        version = await asyncio.to_thread(self._write_state, topic, index, new_state, partition_epoch)
+        version = await self._write_in_thread(self._write_state, topic, index, new_state, partition_epoch)
         new_state = replace(new_state, partition_epoch=version)
         latest = self._topics.get(topic)
         if latest is not None and latest.partitions[index].partition_epoch < version:
@@ -590,7 +610,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 pending.append(transaction.commit_async())
             return [_all_applied(result) for result in pending]
 
-        return await asyncio.to_thread(write_all)
+        return await self._write_in_thread(write_all)
 
     # ------------------------------------------------------------------ elections and reassignments
 
@@ -615,7 +635,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if wanted:
             request = {"version": 1, "unclean": unclean,
                        "partitions": [{"topic": t, "partition": p} for t, p in wanted]}
-            await asyncio.to_thread(self._write_admin_request, "/admin/preferred_replica_election", request)
+            await self._write_in_thread(self._write_admin_request, "/admin/preferred_replica_election", request)
             elected = await self.wait_for(lambda: all(self._elected(key, unclean) for key in wanted), 15)
             for key in wanted:
                 results[key] = None if elected or self._elected(key, unclean) else ErrorCode.request_timed_out
@@ -665,7 +685,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if error is None:
                 accepted.append({"topic": name, "partition": index, "replicas": target})
         if accepted:
-            await asyncio.to_thread(self._write_admin_request, "/admin/reassign_partitions",
+            await self._write_in_thread(self._write_admin_request, "/admin/reassign_partitions",
                                     {"version": 1, "partitions": accepted})
         return results
 
