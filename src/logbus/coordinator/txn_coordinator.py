@@ -109,10 +109,6 @@ class TransactionCoordinator:
         for task in self._tasks:
             task.cancel()
 
-    @property
-    def background_tasks(self) -> frozenset[asyncio.Task]:
-        return frozenset(self._tasks)
-
     def _schedule(self, delay_ms: int, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
         def run() -> None:
             self._timers.remove(timer)
