@@ -5,8 +5,12 @@ every in-sync replica has the log, and consumers read only below it. The leader 
 follower's LEO from its fetches, and when it last caught up (Kafka's Replica.updateFetchState):
 a follower not caught up for `replica.lag.time.max.ms` leaves the ISR, one that reaches the HW
 joins it again; both changes go through the metadata store (`alter_isr`), and take effect when
-the new state comes back. HW = the smallest LEO in the ISR. A single broker is its whole ISR,
-so its HW follows its LEO at once. A follower's HW is the leader's, capped by its own LEO.
+the new state comes back. HW = the smallest LEO in the ISR. While a change is pending the HW
+and acks=all count the *maximal* ISR, the committed one plus any member being added (Kafka's
+maximalIsr, KIP-497): once the store has written an expansion, the controller may elect the new
+member, so no record it lacks may be acknowledged, even before the leader hears the write
+succeeded. A single broker is its whole ISR, so its HW follows its LEO at once. A follower's HW
+is the leader's, capped by its own LEO.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class Partition:
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self.followers: dict[int, FollowerState] = {}
         self.isr_change_pending = False
+        self.maximal_isr = list(state.isr)
         self._become(state)
         self._maybe_advance_high_watermark()
 
@@ -97,6 +102,7 @@ class Partition:
         old = self.state
         self.state = state
         self.isr_change_pending = False
+        self.maximal_isr = list(state.isr)
         if state.leader_epoch != old.leader_epoch or state.leader != old.leader:
             self._become(state)
         self.followers = {b: f for b, f in self.followers.items() if b in state.replicas}
@@ -160,7 +166,7 @@ class Partition:
             return ErrorCode.not_leader_or_follower
         if self.high_watermark < offset:
             return ErrorCode.request_timed_out  # not yet
-        if len(self.state.isr) < self.log.config.min_insync_replicas:
+        if len(self.maximal_isr) < self.log.config.min_insync_replicas:
             return ErrorCode.not_enough_replicas_after_append
         return None
 
@@ -220,14 +226,25 @@ class Partition:
     def _request_isr(self, isr: list[int]) -> None:
         if self._alter_isr is not None:
             self.isr_change_pending = True
+            self.maximal_isr = [*self.state.isr, *(b for b in isr if b not in self.state.isr)]
             self._alter_isr(self, isr)
+
+    def isr_change_failed(self, maybe_written: bool) -> None:
+        """The ISR change asked for did not come back. When the store surely did not write it
+        (a conditional update lost its race, or it was never sent) the committed ISR counts
+        again; when it may have (the store went out of reach mid-write) an added member keeps
+        counting until the next state arrives. Either way a new change may be asked for."""
+        self.isr_change_pending = False
+        if not maybe_written:
+            self.maximal_isr = list(self.state.isr)
+            self._maybe_advance_high_watermark()
 
     def _maybe_advance_high_watermark(self) -> bool:
         """Move the HW to the smallest LEO in the ISR (never back); True when it moved."""
         if not self.is_leader:
             return False
         candidates = [self.log.log_end_offset]
-        for broker in self.state.isr:
+        for broker in self.maximal_isr:
             if broker != self.broker_id:
                 follower = self.followers.get(broker)
                 candidates.append(follower.log_end_offset if follower else -1)

@@ -112,7 +112,7 @@ class ReplicaManager:
         ISR it would hold acks=all sends for replica.lag.time.max.ms after it is gone."""
         state = partition.state
         if (set(isr) - set(state.isr)) & self.metadata.shutting_down_brokers():
-            partition.isr_change_pending = False
+            partition.isr_change_failed(maybe_written=False)
             return
         self._run_in_background(self._write_isr(partition, state, isr))
 
@@ -121,11 +121,11 @@ class ReplicaManager:
             new_state = await self.metadata.alter_partition(
                 partition.topic, partition.index, state.leader_epoch, state.partition_epoch, isr)
         except StalePartitionStateError:
-            partition.isr_change_pending = False  # the fresh state arrives through the listener
+            partition.isr_change_failed(maybe_written=False)  # the fresh state arrives through the listener
             return
         except Exception:  # noqa: BLE001 - e.g. ZooKeeper unreachable: tried again at the next check
             log.warning("cannot change the ISR of %s to %s", partition, isr, exc_info=True)
-            partition.isr_change_pending = False
+            partition.isr_change_failed(maybe_written=True)
             return
         if self.partitions.get((partition.topic, partition.index)) is partition \
                 and partition.state.partition_epoch < new_state.partition_epoch:

@@ -1,0 +1,109 @@
+"""The leader's ISR changes and high watermark, in-process on a real log (Kafka's maximalIsr).
+
+Once the metadata store has written an ISR expansion the controller may elect the new member,
+so from the moment the leader asks for it, no record that member lacks may count as
+acknowledged. These tests hold the store's answer back and check what the HW does meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+from test_storage import record_batch
+from test_storage_unit import make_config
+
+from logbus.cluster.metadata import PartitionState
+from logbus.cluster.partition import Partition
+from logbus.protocol.records import validate_batches
+from logbus.storage.log import PartitionLog
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def leader_of(directory: Path, isr: list[int], requests: list[list[int]], clock: Clock) -> Partition:
+    """Broker 1 leading replicas 1, 2, 3 with `isr`; ISR changes it asks for land in `requests`."""
+    log_ = PartitionLog(str(directory), "t", 0, make_config(**{"min.insync.replicas": "2"}))
+    log_.load(0, 0, True)
+    state = PartitionState(1, 3, [1, 2, 3], isr, partition_epoch=7)
+    return Partition("t", 0, "id", 1, log_, state, 0, lambda _p, isr_: requests.append(isr_), clock)
+
+
+def append(partition: Partition, count: int) -> None:
+    for i in range(count):
+        raw = bytearray(record_batch(b"v%d" % i))
+        partition.append_as_leader(raw, validate_batches(raw), -1)
+
+
+def test_a_member_being_added_holds_the_hw_until_the_store_answers(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        partition = leader_of(tmp_path, [1, 2], requests, Clock())
+        append(partition, 4)
+        partition.update_follower(2, 4)
+        partition.update_follower(3, 4)  # caught up: asks to join
+        assert requests == [[1, 2, 3]] and partition.high_watermark == 4
+        append(partition, 3)
+        partition.update_follower(2, 7)
+        assert partition.high_watermark == 4, "broker 3 may already be in the stored ISR"
+        assert partition.replicated(7) == ErrorCode.request_timed_out
+        partition.update_follower(3, 6)
+        assert partition.high_watermark == 6
+        partition.update_state(PartitionState(1, 3, [1, 2, 3], [1, 2, 3], partition_epoch=8))
+        partition.update_follower(3, 7)
+        assert partition.high_watermark == 7 and partition.replicated(7) is None
+
+    asyncio.run(scenario())
+
+
+def test_an_expansion_the_store_refused_stops_counting_the_member(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        partition = leader_of(tmp_path, [1, 2], requests, Clock())
+        partition.update_follower(3, 0)
+        append(partition, 2)
+        partition.update_follower(2, 2)
+        assert requests == [[1, 2, 3]] and partition.high_watermark == 0
+        partition.isr_change_failed(maybe_written=False)
+        assert partition.high_watermark == 2 and not partition.isr_change_pending
+
+    asyncio.run(scenario())
+
+
+def test_an_expansion_of_unknown_outcome_keeps_counting_the_member(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        partition = leader_of(tmp_path, [1, 2], requests, Clock())
+        partition.update_follower(3, 0)
+        append(partition, 2)
+        partition.update_follower(2, 2)
+        partition.isr_change_failed(maybe_written=True)
+        assert partition.high_watermark == 0 and not partition.isr_change_pending
+        partition.update_state(PartitionState(1, 3, [1, 2, 3], [1, 2], partition_epoch=8))
+        assert partition.high_watermark == 2, "the store's answer settles it"
+
+    asyncio.run(scenario())
+
+
+def test_a_member_being_dropped_counts_until_the_store_has_dropped_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        clock = Clock()
+        partition = leader_of(tmp_path, [1, 2, 3], requests, clock)
+        append(partition, 2)
+        partition.update_follower(2, 2)
+        clock.now += 10
+        partition.update_follower(2, 2)
+        partition.shrink_isr_if_lagging(5)
+        assert requests == [[1, 2]] and partition.high_watermark == 0
+        partition.update_state(PartitionState(1, 3, [1, 2, 3], [1, 2], partition_epoch=8))
+        assert partition.high_watermark == 2
+
+    asyncio.run(scenario())
