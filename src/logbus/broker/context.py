@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..security.principal import ANONYMOUS, KafkaPrincipal
+
 if TYPE_CHECKING:
     from .broker import Broker
 
@@ -20,6 +22,7 @@ class RequestContext:
     client_host: str
     sendfile: bool = False  # large fetched ranges may leave by sendfile on this connection
     close: Callable[[], None] | None = None  # closes this request's connection
+    principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
 
     def close_connection(self) -> None:
         if self.close is not None:

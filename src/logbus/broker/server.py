@@ -40,6 +40,7 @@ from ..protocol.frames import (
     peek_api,
     response_header,
 )
+from ..security.principal import ANONYMOUS
 from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
 from .apis.api_versions import unsupported_version_response
@@ -282,6 +283,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.splitter = FrameSplitter(broker.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.client_host = "?"
+        self.principal = ANONYMOUS  # until TLS or SASL authenticates the client
         self.sendfile = False
         self._frames: deque[bytes] = deque()
         self._deferred: deque[tuple[bytes, asyncio.Future]] = deque()  # answered later, in this order
@@ -502,7 +504,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request = codec.decode_request(api_key, api_version, frame, header.body_offset)
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
-            self.sendfile, self.close,
+            self.sendfile, self.close, self.principal,
         )
         response = await spec.handle(ctx, request)
         if isinstance(response, DeferredResponse):
