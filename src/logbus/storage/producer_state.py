@@ -168,15 +168,6 @@ class ProducerStateManager:
         stable = next(iter(self.ongoing), header.base_offset + 1)
         return AbortedTxn(header.producer_id, first, header.base_offset, stable)
 
-    def forget_after(self, offset: int) -> None:
-        """Drop cached batches at or past `offset` (the log was truncated there)."""
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.last_offset < offset]
-            entry.batches = deque(kept, maxlen=CACHED_BATCHES)
-            if not kept:
-                del self.producers[pid]
-
     def drop_snapshots_after(self, offset: int) -> None:
         """Remove snapshots of offsets past `offset` (the log was truncated there)."""
         for snapshot in self._snapshot_offsets():
