@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..security.scram import CredentialChanges, UserCredentials, apply_changes, decode_user_config, encode_user_config
 from ..storage.files import replace_file
 
 T = TypeVar("T")
@@ -229,6 +230,16 @@ class MetadataStore(ABC):
         Per partition: None (accepted) or a Kafka error code (INVALID_REPLICA_ASSIGNMENT,
         NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION)."""
 
+    @abstractmethod
+    def scram_credentials(self) -> UserCredentials:
+        """Every user's SCRAM credentials (user -> mechanism -> credential), as this broker sees
+        them now; changes made on any broker show here (a ZooKeeper store: through its watch)."""
+
+    @abstractmethod
+    async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
+        """Set (a credential) or delete (None) SCRAM credentials, all of `changes` or none: written
+        first, visible here once written. Raises MetadataWriteError when the write fails."""
+
     def partition_state(self, name: str, index: int) -> PartitionState | None:
         topic = self.topics().get(name)
         if topic is None or not 0 <= index < len(topic.partitions):
@@ -302,6 +313,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._next_producer_id = 0
         self._producer_id_limit = 0
+        self._users: UserCredentials = {}
         self.cluster_id = ""
         self._lock = asyncio.Lock()
         self._write = writer
@@ -314,6 +326,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self.cluster_id = state["cluster_id"]
             self._producer_id_limit = state.get("producer_id_limit", 0)
             self._next_producer_id = self._producer_id_limit
+            self._users = {user: decode_user_config(config) for user, config in state.get("users", {}).items()}
             for raw in state["topics"]:
                 partitions = [PartitionState(**p) for p in raw.pop("partitions")]
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
@@ -321,22 +334,36 @@ class EmbeddedMetadataStore(MetadataStore):
             self.cluster_id = new_cluster_id()
             self._write(self.path, self._state(self._topics, self._producer_id_limit))
 
-    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int) -> dict[str, Any]:
+    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int,
+               users: UserCredentials | None = None) -> dict[str, Any]:
+        users = self._users if users is None else users
         return {
             "cluster_id": self.cluster_id,
             "producer_id_limit": producer_id_limit,
             "topics": [asdict(t) for t in topics.values()],
+            "users": {user: encode_user_config(by_mechanism) for user, by_mechanism in sorted(users.items())},
         }
 
-    async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None) -> None:
-        """Write `topics` (and the producer id limit) durably, then make them the current state."""
+    async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None,
+                      users: UserCredentials | None = None) -> None:
+        """Write `topics` (the producer id limit, the users) durably, then make them the current state."""
         limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
+        users = self._users if users is None else users
         try:
-            await asyncio.to_thread(self._write, self.path, self._state(topics, limit))
+            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, users))
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
         self._topics = topics
         self._producer_id_limit = limit
+        self._users = users
+
+    def scram_credentials(self) -> UserCredentials:
+        return self._users
+
+    @runs_to_completion
+    async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
+        async with self._lock:
+            await self._commit(self._topics, users=apply_changes(self._users, changes))
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker
