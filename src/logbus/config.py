@@ -148,9 +148,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("broker.id", INT, 0, "This broker's integer id."),
         _key("log.dirs", STR, None, "Directory holding the partition logs (one directory)."),
         _key("log.dir", STR, None, "Data directory when log.dirs is unset (with neither: ./data)."),
-        _key("listeners", STR, None, "host:port to listen on, e.g. PLAINTEXT://127.0.0.1:9092."),
-        _key("advertised.listeners", STR, None, "host:port given to clients in Metadata (port 0 or none: the "
-             "bound port)."),
+        _key("listeners", STR, None, "NAME://host:port,... to listen on, e.g. PLAINTEXT://127.0.0.1:9092 "
+             "(port 0: any free port)."),
+        _key("advertised.listeners", STR, None, "NAME://host:port,... given to clients in Metadata, per listener "
+             "(empty host or port 0: the bound one)."),
+        _key("listener.security.protocol.map", STR,
+             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+             "Listener name to security protocol."),
+        _key("inter.broker.listener.name", STR, None, "The listener brokers use to reach each other."),
+        _key("security.inter.broker.protocol", STR, "PLAINTEXT",
+             "Inter-broker listener when inter.broker.listener.name is unset: the one named after this protocol."),
         _key("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
         _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics."),
         _key("auto.create.topics.enable", BOOL, True, "Create unknown topics on Metadata."),

@@ -24,6 +24,7 @@ class RequestContext:
     sendfile: bool = False  # large fetched ranges may leave by sendfile on this connection
     close: Callable[[], None] | None = None  # closes this request's connection
     principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
+    listener_name: str = "PLAINTEXT"  # the listener the connection came in on
     sasl: SaslSession | None = None  # the connection's SASL state, on a SASL listener
 
     def close_connection(self) -> None:

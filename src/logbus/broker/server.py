@@ -40,6 +40,7 @@ from ..protocol.frames import (
     peek_api,
     response_header,
 )
+from ..security.listeners import ListenerEndpoint
 from ..security.principal import ANONYMOUS
 from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
@@ -167,10 +168,11 @@ class Listener:
     ACCEPTS_PER_WAKEUP = 128  # then other callbacks get a turn
     RETRY_WITHOUT_SPARE_S = 0.1
 
-    def __init__(self, broker: Broker, sockets: list[socket.socket]) -> None:
+    def __init__(self, broker: Broker, endpoint: ListenerEndpoint, sockets: list[socket.socket]) -> None:
+        """`endpoint`: the listener as configured; `self.endpoint` holds the port actually bound."""
         self.broker = broker
         self.sockets = sockets
-        self.port: int = sockets[0].getsockname()[1]
+        self.endpoint = endpoint.at(endpoint.host, sockets[0].getsockname()[1])
         self._loop = asyncio.get_running_loop()
         self._spare: int | None = None
         self._serving = False
@@ -178,13 +180,13 @@ class Listener:
         self._reopen_spare()
 
     @classmethod
-    def bind(cls, broker: Broker, host: str, port: int, backlog: int) -> Listener:
-        """Listen on every address `host` resolves to (all interfaces for "" or None), as
+    def bind(cls, broker: Broker, endpoint: ListenerEndpoint, backlog: int) -> Listener:
+        """Listen on every address the endpoint's host resolves to (all interfaces for ""), as
         `loop.create_server` does; with port 0, all on the port the first one got."""
         sockets: list[socket.socket] = []
         try:
             for family, kind, proto, _name, address in socket.getaddrinfo(
-                    host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+                    endpoint.host or None, endpoint.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
                 sock = socket.socket(family, kind, proto)
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -199,7 +201,7 @@ class Listener:
             for sock in sockets:
                 sock.close()
             raise
-        return cls(broker, sockets)
+        return cls(broker, endpoint, sockets)
 
     def start_serving(self) -> None:
         self._serving = True
@@ -270,15 +272,18 @@ class Listener:
             client.setblocking(False)
             if client.family in (socket.AF_INET, socket.AF_INET6):
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await self._loop.connect_accepted_socket(lambda: KafkaConnection(self.broker), client)
+            await self._loop.connect_accepted_socket(lambda: KafkaConnection(self.broker, self.endpoint), client)
         except OSError as exc:
             log.warning("cannot serve a new connection: %s", exc)
             client.close()
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: ListenerEndpoint) -> None:
+        """`listener`: the listener this connection came in on; Metadata answers its addresses."""
         self.broker = broker
+        self.listener_name = listener.name
+        self.security_protocol = listener.security_protocol
         self.apis = registry()
         self.splitter = FrameSplitter(broker.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
@@ -504,7 +509,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request = codec.decode_request(api_key, api_version, frame, header.body_offset)
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
-            self.sendfile, self.close, self.principal,
+            self.sendfile, self.close, self.principal, self.listener_name,
         )
         response = await spec.handle(ctx, request)
         if isinstance(response, DeferredResponse):

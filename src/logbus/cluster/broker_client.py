@@ -175,9 +175,12 @@ class BrokerClients:
     that sends inter-broker requests (markers, KIP-890 verification), so each peer gets one
     connection from this broker."""
 
-    def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float) -> None:
+    def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float,
+                 listener_name: str = "PLAINTEXT") -> None:
+        """`listener_name`: the listener of other brokers to connect to (inter.broker.listener.name)."""
         self.broker_id = broker_id
         self.metadata = metadata
+        self.listener_name = listener_name
         self.timeout = timeout
         self._clients: dict[int, BrokerClient] = {}
 
@@ -190,17 +193,20 @@ class BrokerClients:
         self._clients.clear()
 
     def get(self, broker_id: int) -> BrokerClient | None:
-        """The client of a live broker (a new one when its address changed); None when not live."""
+        """The client of a live broker (a new one when its address changed); None when it is not
+        live or has no endpoint on the inter-broker listener."""
         info = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
-        if info is None:
+        endpoint = None if info is None else info.endpoint(self.listener_name)
+        if endpoint is None:
             return None
+        address = (endpoint.host, endpoint.port)
         client = self._clients.get(broker_id)
-        if client is not None and client.address != (info.host, info.port):
+        if client is not None and client.address != address:
             client.close()
             client = None
         if client is None:
             client = self._clients[broker_id] = BrokerClient(
-                (info.host, info.port), f"logbus-broker-{self.broker_id}", self.timeout)
+                address, f"logbus-broker-{self.broker_id}", self.timeout)
         return client
 
     def _brokers_changed(self, live: list[BrokerInfo]) -> None:

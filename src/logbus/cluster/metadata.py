@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..security.listeners import ListenerEndpoint
 from ..security.scram import CredentialChanges, UserCredentials, apply_changes, decode_user_config, encode_user_config
 from ..storage.files import replace_file
 
@@ -66,10 +67,15 @@ class ReassignmentError(Exception):
 
 @dataclass(slots=True)
 class BrokerInfo:
+    """A live broker as registered: an advertised endpoint per listener, and its rack."""
+
     broker_id: int
-    host: str
-    port: int
+    endpoints: tuple[ListenerEndpoint, ...]
     rack: str | None = None
+
+    def endpoint(self, listener_name: str) -> ListenerEndpoint | None:
+        """Where to reach this broker through `listener_name`; None when it has no such listener."""
+        return next((e for e in self.endpoints if e.name == listener_name), None)
 
 
 NO_LEADER = -1

@@ -31,8 +31,10 @@ MarkerListener = Callable[[Partition, int, bool], None]
 
 class ReplicaManager:
     def __init__(self, broker_id: int, config: BrokerConfig, metadata: MetadataStore,
-                 logs: LogManager) -> None:
+                 logs: LogManager, inter_broker_listener: str = "PLAINTEXT") -> None:
+        """`inter_broker_listener`: the listener whose endpoint followers fetch from."""
         self.broker_id = broker_id
+        self.inter_broker_listener = inter_broker_listener
         self.config = config
         self.metadata = metadata
         self.logs = logs
@@ -95,7 +97,8 @@ class ReplicaManager:
 
     def _address_of(self, broker_id: int) -> tuple[str, int] | None:
         found = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
-        return None if found is None else (found.host, found.port)
+        endpoint = None if found is None else found.endpoint(self.inter_broker_listener)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
 
     def _schedule_isr_check(self) -> None:
         """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2."""
