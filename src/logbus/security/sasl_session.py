@@ -26,6 +26,7 @@ from .principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 from .sasl import AuthenticationFailed, CredentialLookup, SaslMechanismServer, mechanism_server
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+AFTER_AUTHENTICATION = "SaslAuthenticate request received after successful authentication"  # Kafka's words
 
 
 class Stage(enum.Enum):
@@ -113,7 +114,10 @@ class SaslSession:
         return ErrorCode.none
 
     def authenticate(self, token: bytes) -> AuthenticateResult:
-        """SaslAuthenticate: the next token of the exchange."""
+        """SaslAuthenticate: the next token of the exchange. Once authenticated (and not
+        re-authenticating) it is ILLEGAL_SASL_STATE and the connection stays, as in Kafka."""
+        if self.stage is Stage.AUTHENTICATED:
+            return AuthenticateResult(ErrorCode.illegal_sasl_state, AFTER_AUTHENTICATION, b"", 0)
         try:
             answer = self.exchange(token)
         except AuthenticationFailed as refused:

@@ -4,7 +4,8 @@ One token of the mechanism's exchange each way (after SaslHandshake v1). v1+ ans
 the session lifetime (`connections.max.reauth.ms`, KIP-368; 0: no expiry). A refusal is
 SASL_AUTHENTICATION_FAILED with Kafka's message, answered `connection.failed.authentication.delay.ms`
 later (only this connection waits: its requests are processed in order), then the connection
-closes. On a listener without SASL, or outside the exchange, ILLEGAL_SASL_STATE as in KafkaApis.
+closes. On a listener without SASL, or once authenticated, ILLEGAL_SASL_STATE as in KafkaApis
+(the connection stays).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class
+from ...security.sasl_session import AFTER_AUTHENTICATION
 from ..context import RequestContext
 
 API_KEY = 36
@@ -27,9 +29,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
     if ctx.sasl is None:
         return make(cls, error_code=ErrorCode.illegal_sasl_state, auth_bytes=b"", session_lifetime=timedelta(0),
-                    error_message="SaslAuthenticate request received after successful authentication")
+                    error_message=AFTER_AUTHENTICATION)
     result = ctx.sasl.authenticate(request.auth_bytes)
-    if result.error_code != ErrorCode.none:
+    if result.error_code == ErrorCode.sasl_authentication_failed:
         await asyncio.sleep(ctx.broker.config["connection.failed.authentication.delay.ms"] / 1000)
     return make(cls, error_code=result.error_code, error_message=result.error_message, auth_bytes=result.auth_bytes,
                 session_lifetime=timedelta(milliseconds=result.session_lifetime_ms))
