@@ -442,3 +442,23 @@ def _logs_in(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
         client.set_server_first(first.auth_bytes.decode())
         final = connection.call(SASL_AUTHENTICATE, 2, auth_bytes=client.get_client_final().encode())
         return final.error_code == ErrorCode.none
+
+
+# ---------------------------------------------------------------- between brokers
+
+def test_a_cluster_refuses_sasl_on_its_inter_broker_listener(tmp_path) -> None:
+    """Brokers do not authenticate to each other yet: refused at start (exit 2), not left to
+    fail at every replica fetch."""
+    done = subprocess.run(
+        [sys.executable, "-m", "logbus", "serve", "--data-dir", str(tmp_path / "data"),
+         "--set", "listeners=SASL_PLAINTEXT://127.0.0.1:0", "--set", "inter.broker.listener.name=SASL_PLAINTEXT",
+         "--set", "zookeeper.connect=127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "do not authenticate to each other with SASL yet" in done.stderr
+
+
+def test_a_broker_alone_may_have_only_a_sasl_listener(tmp_path) -> None:
+    add_user(["--data-dir", str(tmp_path / "data")], "alice", PASSWORD, tmp_path)
+    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "SASL_PLAINTEXT"}
+    with running_broker(config, data_dir=str(tmp_path / "data")) as alone:
+        assert _logs_in(sasl_bootstrap(alone), "SCRAM-SHA-512", "alice", PASSWORD)

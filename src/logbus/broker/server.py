@@ -43,7 +43,7 @@ from ..protocol.frames import (
 from ..security.listeners import ListenerEndpoint
 from ..security.principal import ANONYMOUS
 from ..security.sasl import AuthenticationFailed
-from ..security.sasl_session import SaslSession
+from ..security.sasl_session import SASL_PROTOCOLS, SaslSession
 from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
 from .apis.api_versions import unsupported_version_response
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 MAX_QUEUED_FRAMES = 64  # per connection: received, waiting to be processed, before reading pauses
 MAX_QUEUED_BYTES = 16 << 20  # per connection: the same in bytes (a frame in progress always completes)
-SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
 class Connections:
