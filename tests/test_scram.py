@@ -23,6 +23,7 @@ from kio.schema.alter_user_scram_credentials.v0.request import ScramCredentialUp
 from kio.schema.describe_user_scram_credentials.v0.request import UserName
 from kio.schema.errors import ErrorCode
 
+from logbus.cli.main import main
 from logbus.cluster.metadata import EmbeddedMetadataStore
 from logbus.security.scram import (
     MECHANISMS,
@@ -219,3 +220,38 @@ def _raw_upsertion(name: str, mechanism: int) -> ScramCredentialUpsertion:
                                     salted_password=b"p" * 32)
 
 
+
+
+# ---------------------------------------------------------------- logbus users (embedded store)
+
+def test_logbus_users_set_list_delete(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    store = ["--data-dir", str(tmp_path / "data")]
+    (tmp_path / "pw").write_text("secret\nignored second line\n")
+    assert main(["users", "set", "zoe", "--password-file", str(tmp_path / "pw"), *store]) == 0
+    assert main(["users", "set", "zoe", "--password-file", str(tmp_path / "pw"), "--mechanism", "SCRAM-SHA-512",
+                 "--iterations", "8192", *store]) == 0
+    capsys.readouterr()
+    assert main(["users", "list", *store]) == 0
+    assert capsys.readouterr().out == "zoe\tSCRAM-SHA-256 (4096 iterations), SCRAM-SHA-512 (8192 iterations)\n"
+    saved = (tmp_path / "data" / "logbus-metadata.json").read_text()
+    assert "secret" not in saved
+    credential = ScramCredential.from_text(json.loads(saved)["users"]["zoe"]["SCRAM-SHA-256"])
+    assert password_matches(SHA256, credential, b"secret")
+    assert main(["users", "delete", "zoe", "--mechanism", "SCRAM-SHA-256", *store]) == 0
+    assert main(["users", "delete", "zoe", "--mechanism", "SCRAM-SHA-256", *store]) == 1
+    assert main(["users", "delete", "zoe", *store]) == 0
+    capsys.readouterr()
+    assert main(["users", "list", *store]) == 0 and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("password, options, message", [
+    ("pw\n", ["--iterations", "4095"], "Too few iterations"),
+    ("pw\n", ["--iterations", "16385"], "Too many iterations"),
+    ("\n", [], "is empty"),
+])
+def test_logbus_users_set_refusals(tmp_path, capsys: pytest.CaptureFixture, password: str, options: list[str],
+                                   message: str) -> None:
+    (tmp_path / "pw").write_text(password)
+    assert main(["users", "set", "zoe", "--password-file", str(tmp_path / "pw"), *options,
+                 "--data-dir", str(tmp_path / "data")]) == 1
+    assert message in capsys.readouterr().err
