@@ -11,6 +11,10 @@ once everything before a region has left the transport's buffer (the write buffe
 socket with `sendfile` (uvloop has no `loop.sendfile`; readiness is polled on a `dup` of the
 socket, as libuv allows one handle per descriptor).
 
+On a SASL listener each connection holds a `SaslSession` (security/sasl_session.py) that every
+frame is checked against before dispatch: until the client has authenticated, only what Kafka
+allows at that step is served, and anything else closes the connection.
+
 Which connections get file regions is `socket.sendfile`; by default only readers that are not
 on loopback. sendfile spares the broker two copies, but a reader on the same host must copy
 the bytes out of the socket anyway, and copying them out of page-cache pages costs it about
@@ -533,7 +537,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """After SaslHandshake v0 a frame is a bare token and so is the answer. A refusal cannot
         be told in this flow: the connection closes after connection.failed.authentication.delay.ms."""
         try:
-            answer = self.sasl.exchange(bytes(frame))
+            answer = await asyncio.to_thread(self.sasl.exchange, bytes(frame))  # PBKDF2 off the loop
         except AuthenticationFailed as refused:
             log.info("closing connection from %s: %s", self.client_host, refused)
             await asyncio.sleep(self.broker.config["connection.failed.authentication.delay.ms"] / 1000)

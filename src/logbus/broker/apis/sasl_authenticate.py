@@ -4,7 +4,9 @@ One token of the mechanism's exchange each way (after SaslHandshake v1). v1+ ans
 the session lifetime (`connections.max.reauth.ms`, KIP-368; 0: no expiry). A refusal is
 SASL_AUTHENTICATION_FAILED with Kafka's message, answered `connection.failed.authentication.delay.ms`
 later (only this connection waits: its requests are processed in order), then the connection
-closes. On a listener without SASL, or once authenticated, ILLEGAL_SASL_STATE as in KafkaApis
+closes. The token is checked in a worker thread: PLAIN derives the password (PBKDF2: 2.6 ms at
+4096 iterations of SHA-256, 20 ms at 16384 of SHA-512), which would otherwise stall every
+connection while a client logs in. On a listener without SASL, or once authenticated, ILLEGAL_SASL_STATE as in KafkaApis
 (the connection stays).
 """
 
@@ -30,7 +32,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if ctx.sasl is None:
         return make(cls, error_code=ErrorCode.illegal_sasl_state, auth_bytes=b"", session_lifetime=timedelta(0),
                     error_message=AFTER_AUTHENTICATION)
-    result = ctx.sasl.authenticate(request.auth_bytes)
+    result = await asyncio.to_thread(ctx.sasl.authenticate, request.auth_bytes)
     if result.error_code == ErrorCode.sasl_authentication_failed:
         await asyncio.sleep(ctx.broker.config["connection.failed.authentication.delay.ms"] / 1000)
     return make(cls, error_code=result.error_code, error_message=result.error_message, auth_bytes=result.auth_bytes,
