@@ -64,6 +64,22 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_listeners.py::test_a_broker_serves_clients_on_each_listener_and_answers_its_addresses",
         "test_listeners.py::test_serve_refuses_a_bad_listener_config_with_exit_code_2"),
     "inter.broker.listener.name": ("test_listeners.py::test_a_cluster_replicates_over_its_inter_broker_listener",),
+    "ssl.keystore.type": ("test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused",),
+    "ssl.keystore.location": ("test_tls.py::test_confluent_kafka_produces_and_consumes_over_tls",),
+    "ssl.keystore.certificate.chain": (
+        "test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused",),
+    "ssl.keystore.key": ("test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused",),
+    "ssl.key.password": ("test_tls.py::test_an_encrypted_key_needs_its_password",),
+    "ssl.truststore.type": ("test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
+    "ssl.truststore.location": ("test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",),
+    "ssl.client.auth": ("test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",
+                        "test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused"),
+    "ssl.enabled.protocols": ("test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",),
+    "ssl.cipher.suites": ("test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
+    "ssl.principal.mapping.rules": (
+        "test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",),
+    "ssl.endpoint.identification.algorithm": (
+        "test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
     "security.inter.broker.protocol": (
         "test_listeners.py::test_the_inter_broker_listener_is_named_or_follows_the_inter_broker_protocol",),
     "sasl.enabled.mechanisms": ("test_sasl.py::test_a_disabled_mechanism_is_refused_with_the_list_then_closed",

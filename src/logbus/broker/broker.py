@@ -21,6 +21,7 @@ from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
 from ..security.listeners import WILDCARD_HOSTS, ListenerEndpoint, ListenerSettings
+from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
 from .context import RawResponse
 from .server import Connections, Listener
@@ -40,6 +41,9 @@ class Broker:
         self.broker_id = broker_id
         self.listener_settings = listeners
         self.listeners: tuple[ListenerEndpoint, ...] = ()  # as bound, once started
+        self.tls = {e.name: ListenerTls.build(config, e.name) for e in listeners.listeners if e.tls}
+        inter_broker_tls = client_context(config, listeners.inter_broker_listener) \
+            if any(e.tls for e in listeners.listeners if e.name == listeners.inter_broker_listener) else None
         self.log_dirs = [log_dirs] if isinstance(log_dirs, str) else list(log_dirs)
         self.data_dir = self.log_dirs[0]
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
@@ -48,8 +52,8 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         inter_broker = listeners.inter_broker_listener
-        self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker)
-        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S, inter_broker)
+        self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker, inter_broker_tls)
+        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S, inter_broker, inter_broker_tls)
         self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, self.broker_clients,
                                            MARKER_TIMEOUT_S)
         clock = LoopClock()
@@ -124,7 +128,7 @@ class Broker:
         """Bind every listener (none serves before all are bound); on a failure, none stays bound."""
         try:
             for endpoint in self.listener_settings.listeners:
-                self._servers.append(Listener.bind(self, endpoint, backlog=1024))
+                self._servers.append(Listener.bind(self, endpoint, 1024, self.tls.get(endpoint.name)))
         except OSError:
             self._close_listeners()
             raise

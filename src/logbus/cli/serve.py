@@ -129,7 +129,11 @@ async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettin
     from ..cluster.metadata import BrokerIdInUseError
     from ..storage.manager import DataDirRefusedError
 
-    broker = Broker(config, broker_id, listeners, log_dirs)
+    try:
+        broker = Broker(config, broker_id, listeners, log_dirs)
+    except ConfigError as exc:  # e.g. an SSL listener whose key or truststore cannot be loaded
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
