@@ -462,3 +462,32 @@ def test_a_broker_alone_may_have_only_a_sasl_listener(tmp_path) -> None:
     config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "SASL_PLAINTEXT"}
     with running_broker(config, data_dir=str(tmp_path / "data")) as alone:
         assert _logs_in(sasl_bootstrap(alone), "SCRAM-SHA-512", "alice", PASSWORD)
+
+
+# ---------------------------------------------------------------- SASL_SSL
+
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(tmp_path_factory) -> Iterator[tuple[BrokerProcess, Path]]:
+    """SASL over TLS beside PLAINTEXT; certificates from `logbus certs`."""
+    tmp = tmp_path_factory.mktemp("sasl-ssl")
+    subprocess.run([sys.executable, "-m", "logbus", "certs", "--out", str(tmp / "certs")], check=True,
+                   capture_output=True, timeout=60)
+    add_user(["--data-dir", str(tmp / "data")], "alice", PASSWORD, tmp)
+    config = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,"
+              "SCRAM-SHA-512", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp / "certs" / "broker.pem")}
+    with running_broker(config, data_dir=str(tmp / "data")) as started:
+        yield started, tmp / "certs" / "ca.pem"
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_sasl_ssl_authenticates_over_tls(sasl_ssl_broker: tuple[BrokerProcess, Path], mechanism: str) -> None:
+    broker, ca = sasl_ssl_broker
+    bootstrap = f"127.0.0.1:{broker.ports['SASL_SSL']}"
+    config = {**confluent_config(bootstrap, mechanism), "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca)}
+    producer = Producer(config)
+    producer.produce(topic_name(), b"over tls")
+    assert producer.flush(FUTURE_TIMEOUT_S) == 0
+    errors: list[KafkaError] = []
+    refused = Producer({**config, "sasl.password": "wrong", "error_cb": errors.append})
+    wait_until(lambda: refused.poll(0.2) is not None and any(e.code() == KafkaError._AUTHENTICATION for e in errors),
+               timeout=20, message="an authentication error over TLS")
