@@ -7,6 +7,7 @@ KIP-368 session expiry) on raw sockets, each ending as Kafka ends it; and users 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import statistics
 import struct
@@ -25,8 +26,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from helpers import METADATA, QUIET, RawConnection, wait_until
+from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
+from logbus.security.scram import ScramCredential
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
@@ -430,6 +433,24 @@ def test_cluster_users_reach_every_broker(tmp_path) -> None:
                                               ("erin", "erin-pw", "SCRAM-SHA-256")):
                 wait_until(lambda b=bootstrap, u=user, p=password, m=mechanism: _logs_in(b, m, u, p), timeout=15,
                            message=f"{user} logs in at {bootstrap}")
+        _assert_kafka_zookeeper_layout(connect)
+
+
+def _assert_kafka_zookeeper_layout(connect: str) -> None:
+    """Kafka 3.x's: the user's config znode and a change notification per alteration."""
+    client = KazooClient(hosts=connect)
+    client.start(timeout=15)
+    try:
+        stored = json.loads(client.get("/config/users/erin")[0])
+        assert stored["version"] == 1 and list(stored["config"]) == ["SCRAM-SHA-256"]
+        assert ScramCredential.from_text(stored["config"]["SCRAM-SHA-256"]).iterations == 4096
+        changes = [json.loads(client.get(f"/config/changes/{child}")[0])
+                   for child in client.get_children("/config/changes")]
+        assert {"version": 2, "entity_path": "users/erin"} in changes
+        assert {"version": 2, "entity_path": "users/carol"} in changes
+    finally:
+        client.stop()
+        client.close()
 
 
 def _logs_in(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
