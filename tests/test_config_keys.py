@@ -88,6 +88,10 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_sasl.py::test_password_guessing_is_slowed_and_others_keep_being_served",
         "test_sasl.py::test_legacy_v0_wrong_password_closes_after_the_delay"),
     "connections.max.reauth.ms": ("test_sasl.py::test_session_lifetime_is_announced_and_an_expired_session_is_closed",),
+    "sasl.mechanism.inter.broker.protocol": (
+        "test_sasl.py::test_a_cluster_replicates_over_a_sasl_inter_broker_listener",
+        "test_sasl.py::test_serve_refuses_a_sasl_inter_broker_listener_without_a_usable_login"),
+    "sasl.jaas.config": ("test_sasl.py::test_a_broker_alone_may_have_only_a_sasl_listener",),
     "sasl.server.max.receive.size": (
         "test_sasl.py::test_an_oversized_token_before_authentication_closes_the_connection",),
     "num.partitions": ("test_cli.py::test_partition_and_offset",),

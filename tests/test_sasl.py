@@ -24,7 +24,15 @@ import pytest
 import scramp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from helpers import METADATA, QUIET, RawConnection, wait_until
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
@@ -474,22 +482,69 @@ def _logs_in(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
 
 # ---------------------------------------------------------------- between brokers
 
-def test_a_cluster_refuses_sasl_on_its_inter_broker_listener(tmp_path) -> None:
-    """Brokers do not authenticate to each other yet: refused at start (exit 2), not left to
-    fail at every replica fetch."""
+INTER_BROKER_SASL = {
+    "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+    "inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+    "listener.name.internal.scram-sha-256.sasl.jaas.config":
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="broker-pw";',
+}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "must be included in sasl.enabled.mechanisms"),
+    ({"listener.name.internal.scram-sha-256.sasl.jaas.config": ""}, "set listener.name.internal.scram-sha-256"),
+    ({"listener.name.internal.scram-sha-256.sasl.jaas.config":
+      'org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p";'},
+     "not the login module for SCRAM-SHA-256"),
+])
+def test_serve_refuses_a_sasl_inter_broker_listener_without_a_usable_login(tmp_path, settings: dict,
+                                                                           message: str) -> None:
+    config = {**INTER_BROKER_SASL, **settings}
     done = subprocess.run(
         [sys.executable, "-m", "logbus", "serve", "--data-dir", str(tmp_path / "data"),
-         "--set", "listeners=SASL_PLAINTEXT://127.0.0.1:0", "--set", "inter.broker.listener.name=SASL_PLAINTEXT",
-         "--set", "zookeeper.connect=127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+         *[arg for key, value in config.items() for arg in ("--set", f"{key}={value}")]],
+        capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "do not authenticate to each other with SASL yet" in done.stderr
+    assert message in done.stderr
+
+
+def test_a_cluster_replicates_over_a_sasl_inter_broker_listener(tmp_path) -> None:
+    """Followers log in (SCRAM-SHA-256, as user `broker`) to fetch; the ISR fills only if they do."""
+    with running_cluster(2, INTER_BROKER_SASL) as cluster:
+        client_listener = ",".join(f"127.0.0.1:{b.ports['PLAINTEXT']}" for b in cluster.brokers.values())
+        admin = AdminClient({"bootstrap.servers": client_listener, **QUIET})
+        upsertion = UserScramCredentialUpsertion("broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+                                                 b"broker-pw")
+        admin.alter_user_scram_credentials([upsertion])["broker"].result(FUTURE_TIMEOUT_S)
+        admin.create_topics([NewTopic("over-sasl", 1, 2)])["over-sasl"].result(FUTURE_TIMEOUT_S)
+
+        def in_sync() -> bool:
+            partition = admin.list_topics("over-sasl", timeout=5).topics["over-sasl"].partitions[0]
+            return partition.leader >= 0 and sorted(partition.isrs) == [1, 2]
+
+        wait_until(in_sync, timeout=30, message="both replicas in sync over the SASL listener")
+        producer = Producer({"bootstrap.servers": client_listener, "acks": "all", **QUIET})
+        for i in range(20):
+            producer.produce("over-sasl", b"%d" % i)
+        assert producer.flush(FUTURE_TIMEOUT_S) == 0
+        assert in_sync()
+        logs = "".join(Path(b.log_path).read_text() for b in cluster.brokers.values())
+        assert "is not allowed in SASL state" not in logs  # no unauthenticated fetch reached a broker
 
 
 def test_a_broker_alone_may_have_only_a_sasl_listener(tmp_path) -> None:
     add_user(["--data-dir", str(tmp_path / "data")], "alice", PASSWORD, tmp_path)
-    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "SASL_PLAINTEXT"}
+    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "SASL_PLAINTEXT",
+              "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+              "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  f'username="alice" password="{PASSWORD}";'}
     with running_broker(config, data_dir=str(tmp_path / "data")) as alone:
         assert _logs_in(sasl_bootstrap(alone), "SCRAM-SHA-512", "alice", PASSWORD)
+        admin = AdminClient(confluent_config(sasl_bootstrap(alone), "SCRAM-SHA-512"))
+        described = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")])
+        jaas = next(iter(described.values())).result(FUTURE_TIMEOUT_S)["sasl.jaas.config"]
+        assert jaas.is_sensitive and jaas.value is None  # the broker's password is never shown
 
 
 # ---------------------------------------------------------------- SASL_SSL

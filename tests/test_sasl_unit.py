@@ -10,6 +10,8 @@ import pytest
 import scramp
 from kio.schema.errors import ErrorCode
 
+from logbus.cluster.sasl_login import parse_jaas
+from logbus.config import ConfigError
 from logbus.security.principal import ANONYMOUS, KafkaPrincipal
 from logbus.security.sasl import AuthenticationFailed, PlainServer, ScramServer, mechanism_server
 from logbus.security.sasl_session import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslSession, Stage
@@ -201,3 +203,23 @@ def test_reauthentication_cannot_change_the_user_or_mechanism() -> None:
     other.handshake("PLAIN", 1)
     other.authenticate(b"\0alice\0alice-pw")
     assert other.handshake("SCRAM-SHA-256", 1) == ErrorCode.illegal_sasl_state and other.failed
+
+
+# ---------------------------------------------------------------- the inter-broker login's JAAS line
+
+def test_jaas_lines_as_kafka_writes_them() -> None:
+    line = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="p w";'
+    assert parse_jaas(line, "SCRAM-SHA-512") == ("broker", "p w")
+    plain = ' org.apache.kafka.common.security.plain.PlainLoginModule required\n  username="a"  password="";'
+    assert parse_jaas(plain, "PLAIN") == ("a", "")
+
+
+@pytest.mark.parametrize("line", [
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" password="p"',  # no ;
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p";',  # module
+    'org.apache.kafka.common.security.scram.ScramLoginModule required password="p";',
+    'org.apache.kafka.common.security.scram.ScramLoginModule optional username="b" password="p";',
+])
+def test_jaas_lines_that_cannot_log_in_are_refused(line: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_jaas(line, "SCRAM-SHA-256")

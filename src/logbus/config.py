@@ -266,6 +266,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "much later, then the connection closes (slows password guessing).", minimum=0),
         _key("connections.max.reauth.ms", LONG, 0, "SASL session lifetime: clients re-authenticate within it or "
              "are disconnected (KIP-368); 0: sessions do not expire.", minimum=0),
+        _key("sasl.mechanism.inter.broker.protocol", STR, "GSSAPI", "SASL mechanism brokers log in with on a "
+             "SASL inter-broker listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI is not offered)."),
+        _key("sasl.jaas.config", ConfigType.PASSWORD, None, "JAAS login line with the broker's own user, for "
+             "a SASL inter-broker listener (listener.name.<l>.<mechanism>.sasl.jaas.config wins)."),
         _key("sasl.server.max.receive.size", INT, 524288, "Largest frame accepted before SASL authentication "
              "completes.", minimum=1),
         _key("controlled.shutdown.enable", BOOL, True, "On SIGTERM move leaderships away before stopping."),
@@ -493,7 +497,9 @@ class BrokerConfig:
 def _listener_key(name: str) -> bool:
     """Kafka's per-listener prefix: `listener.name.<listener>.<key>` sets `<key>` for one listener."""
     parts = name.split(".", 3)
-    return len(parts) == 4 and parts[:2] == ["listener", "name"] and parts[3] in BROKER_KEYS
+    if len(parts) != 4 or parts[:2] != ["listener", "name"]:
+        return False
+    return parts[3] in BROKER_KEYS or parts[3].partition(".")[2] == "sasl.jaas.config"  # <mechanism>.sasl.jaas.config
 
 
 def _text(value: object) -> str:

@@ -14,7 +14,6 @@ import sys
 
 from ..config import BrokerConfig, ConfigError, load_properties
 from ..security.listeners import ListenerEndpoint, ListenerSettings, listener_settings
-from ..security.sasl_session import refuse_sasl_between_brokers
 
 DEFAULT_PORT = 9092
 
@@ -53,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
         values = build_config(args)
         config = BrokerConfig(values)
         listeners = listener_settings(config, _shorthand(args), ("127.0.0.1", DEFAULT_PORT))
-        refuse_sasl_between_brokers(config, listeners)
     except (ConfigError, OSError) as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2

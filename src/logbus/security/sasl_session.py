@@ -19,16 +19,11 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..config import BrokerConfig, ConfigError
 from .principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 from .sasl import AuthenticationFailed, CredentialLookup, SaslMechanismServer, mechanism_server
-
-if TYPE_CHECKING:
-    from .listeners import ListenerSettings
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -151,12 +146,3 @@ class SaslSession:
         self.stage = Stage.AUTHENTICATED
         self._expires_at = self._clock() + self._max_reauth_ms / 1000 if self._max_reauth_ms > 0 else None
 
-
-def refuse_sasl_between_brokers(config: BrokerConfig, listeners: ListenerSettings) -> None:
-    """Brokers of a cluster do not authenticate to each other yet: an inter-broker listener with
-    SASL would leave replication failing at every connection, so `logbus serve` refuses it
-    (ConfigError). A broker alone never connects to its inter-broker listener."""
-    endpoint = next(e for e in listeners.listeners if e.name == listeners.inter_broker_listener)
-    if config["zookeeper.connect"] and endpoint.security_protocol in SASL_PROTOCOLS:
-        raise ConfigError(f"inter.broker.listener.name {endpoint.name} uses {endpoint.security_protocol}: brokers "
-                          "do not authenticate to each other with SASL yet; give them a PLAINTEXT or SSL listener")
