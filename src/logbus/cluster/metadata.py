@@ -23,6 +23,14 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from ..security.listeners import ListenerEndpoint
+from ..security.quotas import (
+    QuotaChanges,
+    QuotaConfigs,
+    QuotaEntity,
+    apply_quota_changes,
+    decode_quota_config,
+    encode_quota_value,
+)
 from ..security.scram import CredentialChanges, UserCredentials, apply_changes, decode_user_config, encode_user_config
 from ..storage.files import replace_file
 
@@ -246,6 +254,16 @@ class MetadataStore(ABC):
         """Set (a credential) or delete (None) SCRAM credentials, all of `changes` or none: written
         first, visible here once written. Raises MetadataWriteError when the write fails."""
 
+    @abstractmethod
+    def client_quotas(self) -> QuotaConfigs:
+        """Every client quota entity's quotas, as this broker sees them now (a new mapping after
+        every change, the same one otherwise, so that callers can tell by identity)."""
+
+    @abstractmethod
+    async def alter_client_quotas(self, changes: QuotaChanges) -> None:
+        """Set (a value) or remove (None) client quotas, all of `changes` or none: written first,
+        visible here once written. Raises MetadataWriteError when the write fails."""
+
     def partition_state(self, name: str, index: int) -> PartitionState | None:
         topic = self.topics().get(name)
         if topic is None or not 0 <= index < len(topic.partitions):
@@ -320,6 +338,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._producer_id_limit = 0
         self._users: UserCredentials = {}
+        self._quotas: QuotaConfigs = {}
         self.cluster_id = ""
         self._lock = asyncio.Lock()
         self._write = writer
@@ -333,6 +352,8 @@ class EmbeddedMetadataStore(MetadataStore):
             self._producer_id_limit = state.get("producer_id_limit", 0)
             self._next_producer_id = self._producer_id_limit
             self._users = {user: decode_user_config(config) for user, config in state.get("users", {}).items()}
+            self._quotas = {QuotaEntity.from_path(path): decode_quota_config(config)
+                            for path, config in state.get("client_quotas", {}).items()}
             for raw in state["topics"]:
                 partitions = [PartitionState(**p) for p in raw.pop("partitions")]
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
@@ -341,27 +362,33 @@ class EmbeddedMetadataStore(MetadataStore):
             self._write(self.path, self._state(self._topics, self._producer_id_limit))
 
     def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int,
-               users: UserCredentials | None = None) -> dict[str, Any]:
+               users: UserCredentials | None = None, quotas: QuotaConfigs | None = None) -> dict[str, Any]:
         users = self._users if users is None else users
+        quotas = self._quotas if quotas is None else quotas
         return {
             "cluster_id": self.cluster_id,
             "producer_id_limit": producer_id_limit,
             "topics": [asdict(t) for t in topics.values()],
             "users": {user: encode_user_config(by_mechanism) for user, by_mechanism in sorted(users.items())},
+            "client_quotas": {entity.path(): {key: encode_quota_value(key, value) for key, value in values.items()}
+                              for entity, values in quotas.items()},  # keyed by Kafka's entity path
         }
 
     async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None,
-                      users: UserCredentials | None = None) -> None:
-        """Write `topics` (the producer id limit, the users) durably, then make them the current state."""
+                      users: UserCredentials | None = None, quotas: QuotaConfigs | None = None) -> None:
+        """Write `topics` (the producer id limit, the users, the quotas) durably, then make them the
+        current state."""
         limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
         users = self._users if users is None else users
+        quotas = self._quotas if quotas is None else quotas
         try:
-            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, users))
+            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, users, quotas))
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
         self._topics = topics
         self._producer_id_limit = limit
         self._users = users
+        self._quotas = quotas
 
     def scram_credentials(self) -> UserCredentials:
         return self._users
@@ -370,6 +397,14 @@ class EmbeddedMetadataStore(MetadataStore):
     async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
         async with self._lock:
             await self._commit(self._topics, users=apply_changes(self._users, changes))
+
+    def client_quotas(self) -> QuotaConfigs:
+        return self._quotas
+
+    @runs_to_completion
+    async def alter_client_quotas(self, changes: QuotaChanges) -> None:
+        async with self._lock:
+            await self._commit(self._topics, quotas=apply_quota_changes(self._quotas, changes))
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker

@@ -9,7 +9,11 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
 - `/brokers/topics/<t>/partitions/<p>/state`      {"controller_epoch","leader","version":1,"leader_epoch","isr"}
 - `/config/topics/<t>`                            {"version":1,"config":{...}}
 - `/config/users/<user>`                          {"version":1,"config":{"SCRAM-SHA-256":"salt=...,..."}}
-- `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>" or "users/<user>"}
+- `/config/users/<user>/clients/<client-id>`      {"version":1,"config":{"producer_byte_rate":"1048576"}}
+- `/config/clients/<client-id>`                   the same; quotas also in /config/users/<user>, and
+                                                   `<default>` for a user or client id (KIP-55)
+- `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>", "users/<user>",
+                                                   "clients/<c>" or "users/<user>/clients/<c>"}
 - `/admin/delete_topics/<t>`                      a deletion the controller carries out
 - `/admin/preferred_replica_election`             {"version":1,"partitions":[{"topic","partition"}]}
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -56,6 +61,15 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kio.schema.errors import ErrorCode
 
 from ..security.listeners import DEFAULT_PROTOCOL_MAP, ListenerEndpoint, parse_endpoints, parse_protocol_map
+from ..security.quotas import (
+    QuotaChanges,
+    QuotaConfigs,
+    QuotaEntity,
+    apply_quota_changes,
+    decode_quota_config,
+    desanitize,
+    encode_quota_value,
+)
 from ..security.scram import (
     CredentialChanges,
     UserCredentials,
@@ -90,6 +104,7 @@ PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 USERS = "/config/users"
+CLIENTS = "/config/clients"
 
 
 def topic_path(name: str) -> str:
@@ -174,6 +189,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._watched_states: set[tuple[str, int]] = set()
         self._users: UserCredentials = {}
         self._watched_users: set[str] = set()
+        self._quotas: QuotaConfigs = {}
         self._changed = asyncio.Event()
         self._registration: BrokerInfo | None = None
         self._next_producer_id = 0
@@ -197,7 +213,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _prepare_layout(self) -> str:
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/users", "/config/changes",
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, CLIENTS, "/config/changes",
                      "/admin/delete_topics", CONTROLLED_SHUTDOWN):
             self.client.ensure_path(path)
         with contextlib.suppress(NodeExistsError):
@@ -212,6 +228,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         DataWatch(self.client, "/controller", self._on_controller)
         ChildrenWatch(self.client, CONTROLLED_SHUTDOWN, self._on_shutdown_requests)
         ChildrenWatch(self.client, USERS, self._on_user_names)
+        self._watch_quota_entities(CLIENTS, lambda name: QuotaEntity(None, name))
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         """Run `callback(*args)` on the event loop (from a kazoo thread)."""
@@ -255,19 +272,23 @@ class ZooKeeperMetadataStore(MetadataStore):
             if name not in self._watched_users:
                 self._watched_users.add(name)
                 DataWatch(self.client, f"{USERS}/{name}", lambda data, *_a, n=name: self._on_user(n, data))
+                self._watch_user_clients(name)
         for name in self._watched_users - set(children):
             self._watched_users.discard(name)
             self._post(self._apply_user, name, {})
+            self._post(self._apply_quotas, QuotaEntity(desanitize(name), None), {})
 
     def _on_user(self, name: str, data: bytes | None) -> bool:
         if name not in self._watched_users:
             return False
         try:
-            credentials = read_user_credentials(data)
+            config = read_entity_config(data)
+            credentials = decode_user_config(config)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("user %s: unreadable credentials in ZooKeeper: %s", name, exc)
             return True
         self._post(self._apply_user, name, credentials)
+        self._post(self._apply_quotas, QuotaEntity(desanitize(name), None), decode_quota_config(config))
         return True
 
     def _apply_user(self, name: str, credentials: dict[str, Any]) -> None:
@@ -286,6 +307,68 @@ class ZooKeeperMetadataStore(MetadataStore):
         expected = {user: apply_changes(self._users, changes).get(user, {}) for user in changes}
         if not await self.wait_for(lambda: all(self._users.get(u, {}) == c for u, c in expected.items())):
             raise MetadataWriteError(f"credentials written but not seen within {CHANGE_TIMEOUT_S} s")
+
+    def _watch_user_clients(self, user: str) -> None:
+        """/config/users/<user>/clients may come and go: its children are watched while it exists."""
+        parent = f"{USERS}/{user}/clients"
+        watching = False
+
+        def on_parent(data: bytes | None, *_args: object) -> bool:
+            nonlocal watching
+            if user not in self._watched_users:
+                return False
+            if data is not None and not watching:
+                watching = True
+                self._watch_quota_entities(parent, lambda name: QuotaEntity(desanitize(user), name))
+            watching = watching and data is not None
+            return True
+
+        DataWatch(self.client, parent, on_parent)
+
+    def _watch_quota_entities(self, parent: str, entity_of: Callable[[str], QuotaEntity]) -> None:
+        """Watch the children of `parent` as quota entities (`entity_of` their sanitized names)."""
+        watched: set[str] = set()
+
+        def on_children(children: list[str]) -> None:
+            for name in children:
+                if name not in watched:
+                    watched.add(name)
+                    DataWatch(self.client, f"{parent}/{name}", lambda data, *_a, n=name: on_data(n, data))
+            for name in watched - set(children):
+                watched.discard(name)
+                self._post(self._apply_quotas, entity_of(desanitize(name)), {})
+
+        def on_data(name: str, data: bytes | None) -> bool:
+            if name not in watched:
+                return False
+            try:
+                quotas = decode_quota_config(read_entity_config(data))
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.warning("%s/%s: unreadable quotas in ZooKeeper: %s", parent, name, exc)
+                return True
+            self._post(self._apply_quotas, entity_of(desanitize(name)), quotas)
+            return True
+
+        ChildrenWatch(self.client, parent, on_children)
+
+    def _apply_quotas(self, entity: QuotaEntity, values: dict[str, float]) -> None:
+        if self._quotas.get(entity, {}) == values:
+            return
+        quotas = {e: found for e, found in self._quotas.items() if e != entity}
+        if values:
+            quotas[entity] = values
+        self._quotas = quotas
+        self._view_changed()
+
+    def client_quotas(self) -> QuotaConfigs:
+        return self._quotas
+
+    @runs_to_completion
+    async def alter_client_quotas(self, changes: QuotaChanges) -> None:
+        await self._write_in_thread(write_client_quotas, self.client, changes)
+        expected = apply_quota_changes(self._quotas, changes)
+        if not await self.wait_for(lambda: all(self._quotas.get(e, {}) == expected.get(e, {}) for e in changes)):
+            raise MetadataWriteError(f"quotas written but not seen within {CHANGE_TIMEOUT_S} s")
 
     def _on_controller(self, data: bytes | None, _stat: object, *_event: object) -> None:
         controller = -1
@@ -788,48 +871,84 @@ class ZooKeeperMetadataStore(MetadataStore):
 
 def read_user_credentials(data: bytes | None) -> dict[str, Any]:
     """The SCRAM credentials in a /config/users/<user> znode's data ({} for none)."""
-    if not data:
-        return {}
-    return decode_user_config(json.loads(data).get("config") or {})
+    return decode_user_config(read_entity_config(data))
 
 
 def write_scram_credentials(client: KazooClient, changes: CredentialChanges) -> None:
-    """Apply `changes` to the users' znodes in one transaction, with one /config/changes
-    notification per user as Kafka writes them; a user znode changed meanwhile (its other config
-    keys, e.g. quotas, are kept) makes it read again and retry. Blocking: a worker thread's call."""
-    client.ensure_path(USERS)
+    """Apply `changes` to the users' znodes in one transaction (see `write_entity_configs`)."""
+    write_entity_configs(client, {f"users/{user}": functools.partial(_updated_credentials, user, by_mechanism)
+                                  for user, by_mechanism in changes.items()})
+
+
+def _updated_credentials(user: str, by_mechanism: dict[str, Any], config: dict[str, str]) -> dict[str, str]:
+    """A user's config map with its SCRAM credentials changed, its other keys (quotas) kept."""
+    current = decode_user_config(config)
+    updated = apply_changes({user: current}, {user: by_mechanism}).get(user, {})
+    return {k: v for k, v in config.items() if k not in current} | encode_user_config(updated)
+
+
+def write_client_quotas(client: KazooClient, changes: QuotaChanges) -> None:
+    """Apply `changes` to the quota entities' znodes in one transaction (see `write_entity_configs`)."""
+    write_entity_configs(client, {entity.path(): functools.partial(_updated_quotas, values)
+                                  for entity, values in changes.items()})
+
+
+def _updated_quotas(values: dict[str, float | None], config: dict[str, str]) -> dict[str, str]:
+    """An entity's config map with its quotas changed, its other keys (SCRAM credentials) kept."""
+    updated = dict(config)
+    for key, value in values.items():
+        if value is None:
+            updated.pop(key, None)
+        else:
+            updated[key] = encode_quota_value(key, value)
+    return updated
+
+
+ConfigUpdate = Callable[[dict[str, str]], dict[str, str]]
+
+
+def write_entity_configs(client: KazooClient, updates: dict[str, ConfigUpdate]) -> None:
+    """Rewrite entity config znodes (`/config/<entity path>`, e.g. users/alice or
+    users/alice/clients/app) in one transaction, each config map through its update, with one
+    /config/changes notification per entity as Kafka writes them; a znode changed meanwhile makes
+    them read again and retry. Missing parents are created empty first, as Kafka's createRecursive
+    does. Blocking: a worker thread's call."""
     client.ensure_path("/config/changes")
+    for entity_path in updates:
+        client.ensure_path(f"/config/{entity_path}".rpartition("/")[0])
     while True:
         transaction = client.transaction()
-        for user, by_mechanism in changes.items():
-            _add_user_write(client, transaction, user, by_mechanism)
-        for user in changes:
+        for entity_path, update in updates.items():
+            _add_config_write(client, transaction, f"/config/{entity_path}", update)
+        for entity_path in updates:
             transaction.create("/config/changes/config_change_",
-                               _json({"version": 2, "entity_path": f"users/{user}"}), sequence=True)
+                               _json({"version": 2, "entity_path": entity_path}), sequence=True)
         results = transaction.commit()
         if not any(isinstance(result, Exception) for result in results):
             return
         if not any(isinstance(result, (BadVersionError, NodeExistsError, NoNodeError)) for result in results):
-            raise MetadataWriteError(f"ZooKeeper refused the credential change: {results!r}")
+            raise MetadataWriteError(f"ZooKeeper refused the config change: {results!r}")
 
 
-def _add_user_write(client: KazooClient, transaction: Any, user: str, by_mechanism: dict[str, Any]) -> None:
-    """Add the write of one user's znode (read now, written if unchanged) to `transaction`."""
-    path = f"{USERS}/{user}"
+def _add_config_write(client: KazooClient, transaction: Any, path: str, update: ConfigUpdate) -> None:
+    """Add the write of one entity's znode (read now, written if unchanged) to `transaction`."""
     try:
         raw, stat = client.get(path)
     except NoNodeError:
         raw, stat = b"", None
     value = json.loads(raw) if raw else {"version": 1, "config": {}}
-    config = dict(value.get("config") or {})
-    current = decode_user_config(config)
-    updated = apply_changes({user: current}, {user: by_mechanism}).get(user, {})
-    config = {k: v for k, v in config.items() if k not in current} | encode_user_config(updated)
-    data = _json({"version": 1, "config": config})
+    data = _json({"version": 1, "config": update(dict(value.get("config") or {}))})
     if stat is None:
         transaction.create(path, data)
     else:
         transaction.set_data(path, data, version=stat.version)
+
+
+def read_entity_config(data: bytes | None) -> dict[str, str]:
+    """The config map in an entity znode's data ({} for an empty znode, as a parent created on the way)."""
+    if not data:
+        return {}
+    return dict(json.loads(data).get("config") or {})
 
 
 def _initial_state(replicas: list[int], live: set[int]) -> PartitionState:
