@@ -49,6 +49,8 @@ FUTURE_TIMEOUT_S = 15
 SYNONYMS = "test_config_keys.py::test_broker_synonyms_set_the_topic_defaults"
 KAFKA_TOPIC_KEYS = "test_config_keys.py::test_kafka_41_topic_keys_are_accepted_validated_and_described"
 LISTENERS = "test_config_keys.py::test_serve_takes_listeners_and_log_dir_from_server_properties"
+QUOTA_WINDOWS = "test_quotas.py::test_a_throttled_produce_carries_kafkas_throttle_time_and_mutes_only_its_connection"
+MUTATION_WINDOWS = "test_quotas.py::test_controller_mutation_rate_refuses_strict_versions_and_throttles_older_ones"
 # The storage part of issue 11 gives these their effect; the lead names its tests here when merging.
 
 EFFECT_TESTS: dict[str, tuple[str, ...]] = {
@@ -94,6 +96,10 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "sasl.jaas.config": ("test_sasl.py::test_a_broker_alone_may_have_only_a_sasl_listener",),
     "sasl.server.max.receive.size": (
         "test_sasl.py::test_an_oversized_token_before_authentication_closes_the_connection",),
+    "quota.window.num": (QUOTA_WINDOWS,),
+    "quota.window.size.seconds": (QUOTA_WINDOWS,),
+    "controller.quota.window.num": (MUTATION_WINDOWS,),
+    "controller.quota.window.size.seconds": (MUTATION_WINDOWS,),
     "num.partitions": ("test_cli.py::test_partition_and_offset",),
     "auto.create.topics.enable": ("test_cli.py::test_unknown_topic_with_auto_create_disabled",),
     "delete.topic.enable": ("test_config_keys.py::test_delete_topic_enable_false_refuses_deletion",),

@@ -272,6 +272,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "a SASL inter-broker listener (listener.name.<l>.<mechanism>.sasl.jaas.config wins)."),
         _key("sasl.server.max.receive.size", INT, 524288, "Largest frame accepted before SASL authentication "
              "completes.", minimum=1),
+        # Client quotas (KIP-13, KIP-55, KIP-124, KIP-599): the windows usage is measured over.
+        _key("quota.window.num", INT, 11, "Windows a client's byte rate and request time are measured over.",
+             minimum=1),
+        _key("quota.window.size.seconds", INT, 1, "Length of each quota window.", minimum=1),
+        _key("controller.quota.window.num", INT, 11, "Windows of controller_mutation_rate's token bucket "
+             "(the burst is rate * num * size).", minimum=1),
+        _key("controller.quota.window.size.seconds", INT, 1, "Length of each controller quota window.", minimum=1),
         _key("controlled.shutdown.enable", BOOL, True, "On SIGTERM move leaderships away before stopping."),
         _key("auto.leader.rebalance.enable", BOOL, True, "Move leadership back to preferred replicas."),
         _key("leader.imbalance.check.interval.seconds", LONG, 300, "How often the controller checks leader "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import TYPE_CHECKING
 
 from ..cluster.broker_client import BrokerClients
@@ -22,6 +23,7 @@ from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
 from ..security.listeners import WILDCARD_HOSTS, ListenerEndpoint, ListenerSettings
+from ..security.quotas import ClientQuotas, WindowConfig
 from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
 from .context import RawResponse
@@ -76,6 +78,11 @@ class Broker:
         # (listener name, version, operations) -> an encoded Metadata response
         self.metadata_cache: dict[tuple[str, int, tuple[int, int]], RawResponse] = {}
         self.connections = Connections(config)
+        self.quotas = ClientQuotas(
+            self.metadata.client_quotas, lambda: int(time.monotonic() * 1000),
+            WindowConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000),
+            WindowConfig(config["controller.quota.window.num"], config["controller.quota.window.size.seconds"] * 1000),
+        )
         self.stopping = False
         self._servers: list[Listener] = []
 

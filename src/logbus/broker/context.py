@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
+    from ..security.quotas import MutationQuota
     from ..security.sasl_session import SaslSession
     from .broker import Broker
 
@@ -26,6 +27,7 @@ class RequestContext:
     principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
     listener_name: str = "PLAINTEXT"  # the listener the connection came in on
     sasl: SaslSession | None = None  # the connection's SASL state, on a SASL listener
+    mutation_quota: MutationQuota | None = None  # CreateTopics & co. record partitions here, under quotas
 
     def close_connection(self) -> None:
         if self.close is not None:

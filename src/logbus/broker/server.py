@@ -26,6 +26,10 @@ security protocol. On SSL and SASL_SSL listeners the event loop's TLS transport 
 connection (handshake bounded by HANDSHAKE_TIMEOUT_S; a failed one closes that connection
 only), a client certificate sets the connection's principal, and fetched bytes are never
 sendfile'd: they must pass through user-space encryption.
+
+While client quotas are configured, each request is metered (broker/throttling.py); a request
+that earns a throttle time is answered with it, and the connection is muted for that long: no
+more bytes read from it and no queued request processed (KIP-219).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
 from .apis.api_versions import unsupported_version_response
 from .context import DeferredResponse, RawResponse, RequestContext
+from .throttling import RequestMeter, response_size, throttled_response
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -325,6 +330,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._reading_paused = False
+        self._muted = False  # throttled by a quota (KIP-219): neither reading nor processing
+        self._unmuted = asyncio.Event()
+        self._unmuted.set()
+        self._unmute_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._last_active = 0.0
 
@@ -386,7 +395,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         wait_for_memory = connections.over_bound() and bool(self._frames or not self.splitter.pending)
         if wait_for_memory:
             connections.wait_for_room(self)
-        pause = too_much or wait_for_memory
+        pause = too_much or wait_for_memory or self._muted
         if pause != self._reading_paused:
             self._reading_paused = pause
             if pause:
@@ -419,6 +428,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._worker.cancel()
         if self._deferred_sender is not None and not self._deferred_sender.done():
             self._deferred_sender.cancel()
+        if self._unmute_timer is not None:
+            self._unmute_timer.cancel()
 
     def close(self) -> None:
         self._closed = True
@@ -428,8 +439,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------ request processing
 
+    def mute(self, throttle_ms: int) -> None:
+        """Stop reading and processing for `throttle_ms` (a quota's throttle; a longer one wins)."""
+        if self._closed or throttle_ms <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        if self._unmute_timer is not None:
+            if self._unmute_timer.when() >= loop.time() + throttle_ms / 1000:
+                return
+            self._unmute_timer.cancel()
+        self._muted = True
+        self._unmuted.clear()
+        self._unmute_timer = loop.call_later(throttle_ms / 1000, self._unmute)
+        self.update_reading()
+
+    def _unmute(self) -> None:
+        self._unmute_timer = None
+        self._muted = False
+        self._unmuted.set()
+        self.update_reading()
+
     async def _process(self) -> None:
         while self._frames and not self._closed:
+            if self._muted:
+                await self._unmuted.wait()
+                continue
             frame = self._frames[0]
             try:
                 chunks = await self._respond(frame)
@@ -552,16 +586,41 @@ class KafkaConnection(asyncio.BufferedProtocol):
         flexible = codec.is_flexible(api_key, api_version)
         header = parse_request_header(frame, flexible)
         request = codec.decode_request(api_key, api_version, frame, header.body_offset)
+        meter = RequestMeter(self.broker.quotas, self.principal.name, header.client_id or "", api_key, api_version,
+                             len(frame)) if self.broker.quotas.enabled() else None
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
             self.sendfile, self.close, self.principal, self.listener_name, self.sasl,
+            meter.mutation if meter is not None else None,
         )
-        response = await spec.handle(ctx, request)
+        if meter is not None and meter.times_handler(request):
+            response = await meter.timed(spec.handle(ctx, request))
+        else:
+            response = await spec.handle(ctx, request)
         if self.sasl is not None:
             self._follow_sasl()
         if isinstance(response, DeferredResponse):
-            return asyncio.ensure_future(self._encode_later(response, spec, api_version, correlation_id, flexible))
-        return self._encode(response, spec, api_version, correlation_id, flexible)
+            return asyncio.ensure_future(
+                self._encode_later(response, spec, api_version, correlation_id, flexible, request, meter))
+        return self._encode_metered(response, spec, api_version, correlation_id, flexible, request, meter)
+
+    def _encode_metered(self, response: Any, spec: ApiSpec, api_version: int, correlation_id: int, flexible: bool,
+                        request: Any, meter: RequestMeter | None) -> list[bytes | memoryview | FileRegion] | None:
+        """The encoded response, with the throttle time its quotas give (and the connection muted)."""
+        chunks = self._encode(response, spec, api_version, correlation_id, flexible)
+        if meter is None:
+            return chunks
+        throttle_ms, empty_fetch = meter.throttle_ms(request, response_size(chunks))
+        if throttle_ms <= 0:
+            return chunks
+        self.mute(throttle_ms)
+        if response is None or isinstance(response, RawResponse):
+            return chunks
+        for chunk in chunks:
+            if isinstance(chunk, FileRegion):
+                chunk.close()
+        return self._encode(throttled_response(response, throttle_ms, empty_fetch), spec, api_version,
+                            correlation_id, flexible)
 
     async def _legacy_sasl_token(self, frame: bytes) -> list[bytes | memoryview | FileRegion] | None:
         """After SaslHandshake v0 a frame is a bare token and so is the answer. A refusal cannot
@@ -583,8 +642,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.splitter.max_size = self.broker.socket_request_max_bytes
 
     async def _encode_later(self, deferred: DeferredResponse, spec: ApiSpec, api_version: int, correlation_id: int,
-                            flexible: bool) -> list[bytes | memoryview | FileRegion] | None:
-        return self._encode(await deferred.result, spec, api_version, correlation_id, flexible)
+                            flexible: bool, request: Any, meter: RequestMeter | None,
+                            ) -> list[bytes | memoryview | FileRegion] | None:
+        return self._encode_metered(await deferred.result, spec, api_version, correlation_id, flexible, request,
+                                    meter)
 
     @staticmethod
     def _encode(response: Any, spec: ApiSpec, api_version: int, correlation_id: int,

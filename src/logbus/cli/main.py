@@ -14,6 +14,7 @@ from . import (
     groups,
     pipeline,
     produce,
+    quotas,
     reassign,
     serve,
     topics,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect_leaders.add_parser(subparsers)
     transactions.add_parser(subparsers)
     users.add_parser(subparsers)
+    quotas.add_parser(subparsers)
     certs.add_parser(subparsers)
     return parser
 

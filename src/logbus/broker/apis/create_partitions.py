@@ -6,7 +6,8 @@ checks without growing. New partitions' logs open as the metadata store announce
 Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS (not more than now),
 INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (one topic named twice, or an internal topic),
 POLICY_VIOLATION (more than 10,000 new partitions in the request, as Kafka's controller bounds
-it, for every topic; or a topic that would take the broker past `max.partitions`).
+it, for every topic; or a topic that would take the broker past `max.partitions`);
+THROTTLING_QUOTA_EXCEEDED (v3+) while the client's controller_mutation_rate bucket is empty.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
+from ..throttling import record_mutation
 from ..topics import check_partition_budget, check_request_partitions, metadata_change, refuse_internal
 
 API_KEY = 37
@@ -76,6 +78,7 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     check_partition_budget(ctx.broker, wanted.count - current)
     if validate_only:
         return
+    record_mutation(ctx, wanted.count - current)
     with metadata_change(topic.name):
         await metadata.add_partitions(topic.name, wanted.count, assignments)
 

@@ -5,7 +5,8 @@
 INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (more replicas than
 brokers), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST (duplicate names).
 `validate_only` checks without creating. v5+ returns the topic's resulting configs, v7+ its
-id (all zeros when only validated).
+id (all zeros when only validated). Under a controller_mutation_rate quota, v6+ answers
+THROTTLING_QUOTA_EXCEEDED for a topic while the client's bucket is empty (KIP-599).
 
 Bounds, as Kafka's controller has them: a request asking for more than 10,000 partitions in all
 (explicit assignments count one each) gets POLICY_VIOLATION for every topic and creates nothing;
@@ -24,6 +25,7 @@ from ...config import ConfigError, describe_topic_configs, validate_topic_config
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
+from ..throttling import record_mutation
 from ..topics import (
     check_partition_budget,
     check_replication_factor,
@@ -74,6 +76,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
     check_partition_budget(broker, partitions)
     if validate_only:
         return partitions, replication, configs, NO_TOPIC_ID
+    record_mutation(ctx, partitions)
     with metadata_change(topic.name):
         assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
         created = await broker.metadata.create_topic(topic.name, partitions, replication, configs,

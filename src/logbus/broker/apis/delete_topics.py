@@ -5,7 +5,8 @@ store at once; the response waits until this broker has removed the partitions' 
 so the name can be reused right away. Errors per topic: UNKNOWN_TOPIC_OR_PARTITION,
 UNKNOWN_TOPIC_ID (v6), INVALID_REQUEST (name and id both, or one topic named twice),
 TOPIC_DELETION_DISABLED (`delete.topic.enable=false`), INVALID_REQUEST for an internal topic
-(`__consumer_offsets`: deleting it would lose every committed offset). Error messages from v5.
+(`__consumer_offsets`: deleting it would lose every committed offset), THROTTLING_QUOTA_EXCEEDED
+(v5+) while the client's controller_mutation_rate bucket is empty. Error messages from v5.
 
 The deletion is written to the metadata store first; only once that succeeded do the partitions
 close and their files go. A failed write (e.g. a full disk) answers KAFKA_STORAGE_ERROR and
@@ -24,6 +25,7 @@ from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ..context import RequestContext
+from ..throttling import record_mutation
 from ..topics import metadata_change, refuse_internal
 
 API_KEY = 20
@@ -77,6 +79,7 @@ async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
     if not broker.config["delete.topic.enable"]:
         raise KafkaApiError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
     refuse_internal(topic, "deletion")
+    record_mutation(ctx, len(topic.partitions))
     with metadata_change(topic.name):
         await broker.metadata.delete_topic(topic.name)
     await broker.replicas.wait_dropped(topic.name)
