@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from helpers import CREATE_TOPICS, QUIET, RawConnection, produce_body, raw_request, wait_until
+from helpers import CREATE_TOPICS, FETCH, QUIET, RawConnection, produce_body, raw_produce, raw_request, wait_until
 from kazoo.client import KazooClient
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.describe_client_quotas.v1 import request as describe
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
 from test_sasl import SASL_LISTENERS, add_user, confluent_config
 
 from logbus.protocol.records import build_batch
@@ -150,6 +151,26 @@ def test_a_consumer_limited_by_consumer_byte_rate_gets_its_quota_others_do_not(b
     print(f"consumers: free {free / MIB:.2f} MiB/s, limited {limited / MIB:.2f} MiB/s")
     assert_about_the_quota(limited)
     assert free > 5 * QUOTA
+
+
+def test_a_consumer_fetch_is_bounded_by_what_its_quota_window_holds(broker: BrokerProcess) -> None:
+    """consumer_byte_rate 50 KB/s over Kafka's 10 s: a fetch holds at most 500 KB (one 300 KB
+    batch of two), where the 600 KB asked for would be throttled and answered empty forever."""
+    topic = "q-bounded"
+    assert _create_topic(broker.bootstrap, 7, topic, 1)[0] == ErrorCode.none
+    with RawConnection(broker.bootstrap) as connection:
+        for _ in range(2):
+            batch = build_batch([(None, b"v" * 300_000)], int(time.time() * 1000))
+            assert raw_produce(connection, topic, batch)[0] == 0
+    assert alter_quotas(broker.bootstrap, {"client-id": RAW_CLIENT}, consumer_byte_rate=50_000)[0] == ErrorCode.none
+    partition = fetch_v12.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                         log_start_offset=-1, partition_max_bytes=10 * MIB)
+    answer = raw_request(broker.bootstrap, FETCH, 12, cluster_id=None, replica_id=-1, min_bytes=1,
+                         max_wait=datetime.timedelta(milliseconds=10), max_bytes=10 * MIB, isolation_level=0,
+                         session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                         topics=(fetch_v12.FetchTopic(topic=topic, partitions=(partition,)),))
+    assert answer.throttle_time == datetime.timedelta(0)
+    assert 300_000 < len(answer.responses[0].partitions[0].records) < 301_000
 
 
 # ---------------------------------------------------------------- throttle times, muting, mutations

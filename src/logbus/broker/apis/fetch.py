@@ -4,7 +4,8 @@ v13+ names topics by id. Fetch sessions (KIP-227) are declined: every response c
 session id 0, so clients keep sending full fetches, which Kafka allows. Each partition
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
-response's `max_bytes`, cut at whole batches, the first batch always whole (KIP-74). Records
+response's `max_bytes` (for a consumer under a consumer_byte_rate quota, at most what its quota
+window holds, as Kafka bounds it), cut at whole batches, the first batch always whole (KIP-74). Records
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
 that the server writes with `sendfile`, so the bytes never pass through Python. Records that
@@ -33,6 +34,7 @@ from kio.schema.errors import ErrorCode
 from ...cluster.partition import Partition
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
+from ...security.quotas import CONSUMER_BYTE_RATE
 from ...storage.log import OffsetOutOfRangeError
 from ...storage.segment import FileRegion, ReadSlice
 from ..context import RequestContext
@@ -96,7 +98,7 @@ def _read_all(
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
     """The answer per topic, the bytes in it, and each hosted partition with its max bytes."""
     module = response_module(API_KEY, ctx.api_version)
-    budget = request.max_bytes
+    budget = _quota_bounded_max_bytes(ctx, request)
     total = 0
     hosted: list[tuple[Partition, int]] = []
     topics = []
@@ -115,6 +117,16 @@ def _read_all(
                  topic_id=getattr(topic, "topic_id", None), partitions=tuple(answers))
         )
     return tuple(topics), total, hosted
+
+
+def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
+    """The request's max bytes, for a consumer under a consumer_byte_rate quota no more than its
+    quota window holds (Kafka's getMaxValueInQuotaWindow): a larger answer could never pass the
+    quota, and would be throttled and answered empty again and again."""
+    if replica_id(request) >= 0:
+        return request.max_bytes
+    bound = ctx.broker.quotas.max_value_in_window(CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id or "")
+    return request.max_bytes if bound is None else min(request.max_bytes, int(bound))
 
 
 def _read_partition(
