@@ -26,11 +26,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from helpers import CREATE_TOPICS, FETCH, QUIET, RawConnection, produce_body, raw_produce, raw_request, wait_until
 from kazoo.client import KazooClient
 from kio.schema.alter_client_quotas.v1 import request as alter
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.describe_client_quotas.v1 import request as describe
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.produce.v9.response import ProduceResponse
+from kio.serial import entity_reader
 from test_sasl import SASL_LISTENERS, add_user, confluent_config
 
+from logbus.protocol import codec
 from logbus.protocol.records import build_batch
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
@@ -208,10 +213,16 @@ def test_a_throttled_produce_carries_kafkas_throttle_time_and_mutes_only_its_con
     assert waited_on_other < 0.5
 
 
-def _produce_throttle_ms(frame: bytes) -> int:
-    from kio.schema.produce.v9.response import ProduceResponse
-    from kio.serial import entity_reader
+def test_request_percentage_throttles_by_handler_time_at_most_one_window(small_windows: BrokerProcess) -> None:
+    assert alter_quotas(small_windows.bootstrap, {"client-id": "busy"}, request_percentage=0.0001)[0] == ErrorCode.none
+    with RawConnection(small_windows.bootstrap) as connection:
+        connection.send_frame(connection.header(API_VERSIONS, 3, client_id=b"busy") + b"".join(
+            codec.encode(ApiVersionsRequest(client_software_name="t", client_software_version="1"))))
+        answer, _ = entity_reader(ApiVersionsResponse)(connection.read_frame(), 4)
+    assert answer.throttle_time == datetime.timedelta(seconds=2)  # capped at quota.window.size.seconds
 
+
+def _produce_throttle_ms(frame: bytes) -> int:
     response, _ = entity_reader(ProduceResponse)(frame, 5)  # a request's bytes count whatever its answer
     return round(response.throttle_time.total_seconds() * 1000)
 

@@ -41,6 +41,7 @@ CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 INTEGRAL_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})  # Kafka's LONG quota configs
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
 NANOS_TO_PERCENTAGE = 100.0 / 1e9  # request time is recorded as a percentage of one thread's second
+MAX_RESOLVED = 10_000  # (quota, user, client id) lookups remembered before starting afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +326,8 @@ class ClientQuotas:
             return None
         lookup = (key, user, client_id)
         if lookup not in self._resolved:
+            if len(self._resolved) >= MAX_RESOLVED:  # client ids are the clients' to invent
+                self._resolved = {}
             self._resolved[lookup] = resolve(self._seen, key, user, client_id)  # type: ignore[arg-type]
         return self._resolved[lookup]
 
