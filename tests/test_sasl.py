@@ -180,7 +180,7 @@ def test_kafka_python_and_aiokafka_get_sasl_authentication_failed(broker: Broker
                "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": user, "sasl_plain_password": "wrong"}
     caplog.set_level(logging.ERROR)
     with pytest.raises(kafka.errors.KafkaError):
-        kafka.KafkaProducer(max_block_ms=3000, **options)
+        kafka.KafkaProducer(bootstrap_timeout_ms=3000, **options)
 
     async def aiokafka_start() -> None:
         producer = AIOKafkaProducer(request_timeout_ms=3000, **options)
