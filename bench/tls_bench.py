@@ -62,7 +62,8 @@ def client_config(broker: BrokerProcess, listener: str, certs: str) -> dict[str,
 
 def new_topic(config: dict[str, Any]) -> str:
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    AdminClient(config).create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    admin = AdminClient(config)  # referenced until the result is in: a collected client fails its futures
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
     return name
 
 

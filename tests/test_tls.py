@@ -9,6 +9,7 @@ import asyncio
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from logbus.security.tls import ListenerTls, client_context, principal_mapper, r
 from logbus.testing import BrokerProcess, running_broker, running_cluster, running_zookeeper
 
 KCAT = shutil.which("kcat")
-METADATA = 3
+METADATA, API_VERSIONS = 3, 18
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +228,17 @@ def test_kcat_produces_and_consumes_over_tls(broker: BrokerProcess, certs: Path)
     done = subprocess.run([KCAT, *tls, "-C", "-t", "tls-kcat", "-o", "beginning", "-c", "20", "-e"],
                           capture_output=True, text=True, timeout=30)
     assert done.stdout == lines, done.stderr
+
+
+def test_pipelined_requests_are_all_answered_over_tls(broker: BrokerProcess, certs: Path) -> None:
+    """Every response leaves without waiting for the client to send more (a client that pipelines
+    its last requests and then only waits must get all answers)."""
+    with RawConnection(ssl_bootstrap(broker)) as connection:
+        context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        connection.sock = context.wrap_socket(connection.sock, server_hostname="127.0.0.1")
+        for _ in range(5):
+            connection.send_frame(connection.header(API_VERSIONS, 0))
+        assert [struct.unpack_from(">i", connection.read_frame())[0] for _ in range(5)] == [1, 2, 3, 4, 5]
 
 
 def test_a_client_certificate_names_the_principal_by_its_subject(broker: BrokerProcess, certs: Path) -> None:

@@ -348,11 +348,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._closed = True
             transport.abort()
             return
-        self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
         if self.tls is None:
+            self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
             self.sendfile = _uses_sendfile(self.broker.socket_sendfile, self.client_host)
             return
-        # TLS encrypts in user space: fetched bytes are copied through it, never sendfile'd
+        # TLS encrypts in user space: fetched bytes are copied through it, never sendfile'd, so
+        # there is no file region to wait for an empty buffer before, and the transport keeps its
+        # default write limits (uvloop's TLS transport with high=0 calls pause_writing after a
+        # write that left nothing buffered, and resume_writing only on the next event: a response
+        # would wait for the client's next request).
         try:
             self.principal = peer_principal(transport.get_extra_info("ssl_object"), self.tls.principal)
         except ValueError as exc:

@@ -13,6 +13,7 @@ connection while a client logs in. On a listener without SASL, or once authentic
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,8 @@ from kio.schema.errors import ErrorCode
 from ...protocol.codec import make, response_class
 from ...security.sasl_session import AFTER_AUTHENTICATION
 from ..context import RequestContext
+
+log = logging.getLogger(__name__)
 
 API_KEY = 36
 MIN_VERSION = 0
@@ -34,6 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     error_message=AFTER_AUTHENTICATION)
     result = await asyncio.to_thread(ctx.sasl.authenticate, request.auth_bytes)
     if result.error_code == ErrorCode.sasl_authentication_failed:
+        log.info("failed authentication from %s: %s", ctx.client_host, result.error_message)  # as Kafka logs it
         await asyncio.sleep(ctx.broker.config["connection.failed.authentication.delay.ms"] / 1000)
     return make(cls, error_code=result.error_code, error_message=result.error_message, auth_bytes=result.auth_bytes,
                 session_lifetime=timedelta(milliseconds=result.session_lifetime_ms))
