@@ -16,6 +16,7 @@ from logbus.security.quotas import (
     Rate,
     WindowConfig,
     apply_quota_changes,
+    decode_quota_config,
     quota_value_error,
     resolve,
     sanitize,
@@ -150,6 +151,15 @@ def test_changes_and_value_validation() -> None:
     assert quota_value_error(PRODUCER_BYTE_RATE, 0.0) == "Quota producer_byte_rate must be greater than 0"
     assert quota_value_error(PRODUCER_BYTE_RATE, 1.5) == "producer_byte_rate cannot be a fractional value."
     assert quota_value_error(REQUEST_PERCENTAGE, 1.5) is None
+    assert quota_value_error(PRODUCER_BYTE_RATE, 1e-7) == "Quota producer_byte_rate must be greater than 0"
+    assert quota_value_error(PRODUCER_BYTE_RATE, float("nan")) == "Quota producer_byte_rate must be greater than 0"
+    assert decode_quota_config({PRODUCER_BYTE_RATE: "0", CONSUMER_BYTE_RATE: "x", REQUEST_PERCENTAGE: "2.5"}) == \
+        {REQUEST_PERCENTAGE: 2.5}
+
+
+def test_a_throttle_time_fits_in_a_response() -> None:
+    quotas = ClientQuotas(lambda: {QuotaEntity(None, DEFAULT): {PRODUCER_BYTE_RATE: 1.0}}, Clock(), WINDOW)
+    assert quotas.record(PRODUCER_BYTE_RATE, "u", "c", 1e12) == 2**31 - 1
 
 
 def test_entity_paths_are_kafkas() -> None:

@@ -41,6 +41,7 @@ CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 INTEGRAL_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})  # Kafka's LONG quota configs
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
 NANOS_TO_PERCENTAGE = 100.0 / 1e9  # request time is recorded as a percentage of one thread's second
+MAX_THROTTLE_MS = 2**31 - 1  # responses carry it as an int32
 MAX_RESOLVED = 10_000  # (quota, user, client id) lookups remembered before starting afresh
 
 
@@ -118,11 +119,12 @@ def decode_quota_config(config: Mapping[str, str]) -> dict[str, float]:
     """The quota keys of an entity's config map (Kafka keeps SCRAM credentials in the same map)."""
     found = {}
     for key in QUOTA_KEYS:
-        if key in config:
-            try:
-                found[key] = float(config[key])
-            except ValueError:
-                continue
+        try:
+            value = float(config[key])
+        except (KeyError, ValueError, TypeError):
+            continue
+        if value > 0:  # what another writer left that no quota can be (0, negative, NaN) is ignored
+            found[key] = value
     return found
 
 
@@ -137,7 +139,7 @@ def quota_value_error(key: str, value: float) -> str | None:
     """Why Kafka refuses this quota value (INVALID_REQUEST), or None (ClientQuotaControlManager)."""
     if key not in QUOTA_KEYS:
         return f"Invalid configuration key {key}"
-    if not value > 0.0:
+    if not value > 0.0 or (key in INTEGRAL_KEYS and round(value) <= 0):
         return f"Quota {key} must be greater than 0"
     if key in INTEGRAL_KEYS:
         if value > 2**63 - 1:
@@ -249,7 +251,7 @@ def throttle_ms(rate: Rate, bound: float, now_ms: int) -> int:
     observed = rate.measure(now_ms)
     if observed <= bound:
         return 0
-    return round((observed - bound) / bound * rate.window_size_ms(now_ms))
+    return round(min(MAX_THROTTLE_MS, (observed - bound) / bound * rate.window_size_ms(now_ms)))
 
 
 class TokenBucket:
@@ -280,7 +282,7 @@ class TokenBucket:
     def throttle_ms(self, bound: float, now_ms: int) -> int:
         """ControllerMutationQuotaManager.throttleTimeMs: the time to refill a negative bucket to 0."""
         tokens = self.tokens(bound, now_ms)
-        return 0 if tokens >= 0 else round(-tokens / bound * 1000)
+        return 0 if tokens >= 0 else round(min(MAX_THROTTLE_MS, -tokens / bound * 1000))
 
 
 class QuotaExceeded(Exception):  # noqa: N818 - Kafka's name for it: ThrottlingQuotaExceededException
