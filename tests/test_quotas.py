@@ -337,8 +337,10 @@ def test_a_quota_altered_through_one_broker_applies_on_another(tmp_path: Path) -
         first, second = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
         assert alter_quotas(first, {"client-id": RAW_CLIENT}, producer_byte_rate=10_000)[0] == ErrorCode.none
         assert alter_quotas(first, {"user": "gus", "client-id": "app"}, request_percentage=50.0)[0] == ErrorCode.none
+        assert alter_quotas(first, {"user": "gus"}, consumer_byte_rate=1000)[0] == ErrorCode.none
         expected = {(("client-id", RAW_CLIENT),): {"producer_byte_rate": 10_000},
-                    (("user", "gus"), ("client-id", "app")): {"request_percentage": 50.0}}
+                    (("user", "gus"), ("client-id", "app")): {"request_percentage": 50.0},
+                    (("user", "gus"),): {"consumer_byte_rate": 1000}}
         wait_until(lambda: described(second) == expected, message="the quotas on broker 2")
         body = produce_body("anywhere", build_batch([(None, b"v" * 100_000)], int(time.time() * 1000)))
         with RawConnection(second) as connection:
@@ -355,11 +357,13 @@ def _assert_kafka_layout(connect: str) -> None:
     try:
         raw, _ = client.get(f"/config/clients/{RAW_CLIENT}")
         assert json.loads(raw) == {"version": 1, "config": {"producer_byte_rate": "10000"}}
+        raw, _ = client.get("/config/users/gus")
+        assert json.loads(raw) == {"version": 1, "config": {"consumer_byte_rate": "1000"}}
         raw, _ = client.get("/config/users/gus/clients/app")
         assert json.loads(raw) == {"version": 1, "config": {"request_percentage": "50.0"}}
         changes = [json.loads(client.get(f"/config/changes/{c}")[0])["entity_path"]
                    for c in client.get_children("/config/changes")]
-        assert {f"clients/{RAW_CLIENT}", "users/gus/clients/app"} <= set(changes)
+        assert {f"clients/{RAW_CLIENT}", "users/gus/clients/app", "users/gus"} <= set(changes)
     finally:
         client.stop()
         client.close()
