@@ -23,7 +23,18 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from helpers import CREATE_TOPICS, FETCH, QUIET, RawConnection, produce_body, raw_produce, raw_request, wait_until
+from helpers import (
+    CREATE_TOPICS,
+    FETCH,
+    QUIET,
+    RawConnection,
+    consume_partition,
+    produce_all,
+    produce_body,
+    raw_produce,
+    raw_request,
+    wait_until,
+)
 from kazoo.client import KazooClient
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -220,6 +231,19 @@ def test_request_percentage_throttles_by_handler_time_at_most_one_window(small_w
             codec.encode(ApiVersionsRequest(client_software_name="t", client_software_version="1"))))
         answer, _ = entity_reader(ApiVersionsResponse)(connection.read_frame(), 4)
     assert answer.throttle_time == datetime.timedelta(seconds=2)  # capped at quota.window.size.seconds
+
+
+def test_metered_handlers_still_wait_and_answer_as_before(small_windows: BrokerProcess) -> None:
+    """Under a request_percentage quota every handler runs step by step under a timer: acks=all
+    answers that wait for the ISR and fetches that long-poll still complete."""
+    bootstrap = small_windows.bootstrap
+    assert alter_quotas(bootstrap, {"user": None}, request_percentage=1e6)[0] == ErrorCode.none
+    try:
+        produce_all(bootstrap, "metered", [(None, b"%d" % i) for i in range(50)], acks="all")
+        values = [m.value() for m in consume_partition(bootstrap, "metered", 0, 50)]
+        assert values == [b"%d" % i for i in range(50)]
+    finally:
+        assert alter_quotas(bootstrap, {"user": None}, request_percentage=None)[0] == ErrorCode.none
 
 
 def _produce_throttle_ms(frame: bytes) -> int:

@@ -136,16 +136,19 @@ def encode_quota_value(key: str, value: float) -> str:
 
 
 def quota_value_error(key: str, value: float) -> str | None:
-    """Why Kafka refuses this quota value (INVALID_REQUEST), or None (ClientQuotaControlManager)."""
+    """Why Kafka refuses this quota value (INVALID_REQUEST), or None (ClientQuotaControlManager);
+    also a byte rate too small to be stored as Kafka stores it, a whole number of at least 1."""
     if key not in QUOTA_KEYS:
         return f"Invalid configuration key {key}"
-    if not value > 0.0 or (key in INTEGRAL_KEYS and round(value) <= 0):
+    if not value > 0.0:
         return f"Quota {key} must be greater than 0"
     if key in INTEGRAL_KEYS:
         if value > 2**63 - 1:
             return f"Proposed value for {key} is too large for a LONG."
         if abs(math.fmod(value, 1.0)) > 1e-6:
             return f"{key} cannot be a fractional value."
+        if round(value) <= 0:
+            return f"Quota {key} must be greater than 0"
     return None
 
 
