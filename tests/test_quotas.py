@@ -39,6 +39,8 @@ from kazoo.client import KazooClient
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.create_partitions.v3 import request as create_partitions_v3
+from kio.schema.delete_topics.v6 import request as delete_topics_v6
 from kio.schema.describe_client_quotas.v1 import request as describe
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
@@ -51,6 +53,7 @@ from logbus.protocol.records import build_batch
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, API_VERSIONS, PRODUCE = 48, 49, 18, 0
+CREATE_PARTITIONS, DELETE_TOPICS = 37, 20
 MIB = 1 << 20
 QUOTA = 1 * MIB  # bytes per second
 MEASURE_S = 10.0
@@ -273,6 +276,12 @@ def test_controller_mutation_rate_refuses_strict_versions_and_throttles_older_on
     assert wait_until(lambda: _create_topic(bootstrap, 5, "five-c", 1)[0] == ErrorCode.none, timeout=5)
     code, throttle_ms = _create_topic(bootstrap, 5, "five-d", 1)  # v5: never refused, throttled
     assert code == ErrorCode.none and throttle_ms > 0
+    grow = raw_request(bootstrap, CREATE_PARTITIONS, 3, timeout=datetime.timedelta(seconds=10), validate_only=False,
+                       topics=(create_partitions_v3.CreatePartitionsTopic(name="five-a", count=6, assignments=None),))
+    assert grow.results[0].error_code == ErrorCode.throttling_quota_exceeded
+    delete = raw_request(bootstrap, DELETE_TOPICS, 6, timeout=datetime.timedelta(seconds=10),
+                         topics=(delete_topics_v6.DeleteTopicState(name="five-a", topic_id=uuid.UUID(int=0)),))
+    assert delete.responses[0].error_code == ErrorCode.throttling_quota_exceeded
     assert alter_quotas(bootstrap, {"user": None}, controller_mutation_rate=None)[0] == ErrorCode.none
 
 
