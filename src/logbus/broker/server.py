@@ -74,6 +74,10 @@ log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 MAX_QUEUED_FRAMES = 64  # per connection: received, waiting to be processed, before reading pauses
 MAX_QUEUED_BYTES = 16 << 20  # per connection: the same in bytes (a frame in progress always completes)
+# A refused SASL client closes on reading the refusal; the broker closes a moment later if it has not.
+# Closing at once lets the close arrive with the response, and kafka-python 3 drops data read
+# together with EOF: its users would see "socket disconnected" instead of the error.
+CLOSE_AFTER_REFUSAL_S = 0.5
 
 
 class Connections:
@@ -537,7 +541,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._account(-(4 + len(frame)))
         self.update_reading()
         if self.sasl is not None and self.sasl.failed:  # answered; Kafka closes after a refusal
-            self.close()
+            asyncio.get_running_loop().call_later(CLOSE_AFTER_REFUSAL_S, self.close)
 
     async def _send(self, chunks: list[bytes | memoryview | FileRegion]) -> None:
         """Write one response in order; each file region once everything before it is out."""
