@@ -23,6 +23,8 @@ from kio.schema.errors import ErrorCode
 from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import require
 from ..context import RequestContext
 from ..topics import metadata_change, refuse_internal
 
@@ -74,6 +76,7 @@ def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) 
 
 async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
     broker = ctx.broker
+    require(ctx, AclOperation.DELETE, ResourceType.TOPIC, topic.name)
     if not broker.config["delete.topic.enable"]:
         raise KafkaApiError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
     refuse_internal(topic, "deletion")

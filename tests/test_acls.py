@@ -1,0 +1,299 @@
+"""ACL authorization against real brokers and real clients.
+
+Every connection is User:ANONYMOUS until TLS/SASL authenticates clients, so the tests grant and
+deny User:ANONYMOUS (and make it a super user to set ACLs up, then restart without that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kafka
+import kafka.admin as kp
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from helpers import QUIET, raw_request, wait_until
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v10 import request as metadata_v10
+
+from logbus.testing import BrokerProcess, running_broker, running_cluster, running_zookeeper
+
+AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}
+SUPER_ANONYMOUS = {**AUTHORIZER, "super.users": "User:ANONYMOUS"}
+ANONYMOUS = "User:ANONYMOUS"
+DESCRIBE_ACLS, CREATE_ACLS, METADATA = 29, 30, 3
+EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                              AclPermissionType.ANY)
+
+
+ANY_FILTER = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+              "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+
+
+def admin(broker: BrokerProcess | str) -> AdminClient:
+    bootstrap = broker if isinstance(broker, str) else broker.bootstrap
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+
+
+def anonymous(resource: ResourceType, name: str, operation: AclOperation,
+              pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+              permission: AclPermissionType = AclPermissionType.ALLOW) -> AclBinding:
+    return AclBinding(resource, name, pattern, ANONYMOUS, "*", operation, permission)
+
+
+def create_acls(bootstrap: str, bindings: list[AclBinding]) -> None:
+    client = admin(bootstrap)  # a client must outlive its futures
+    for future in client.create_acls(bindings).values():
+        future.result(15)
+
+
+def produce_error(bootstrap: str, topic: str, **config: object) -> int | None:
+    """The delivery error code of one record (None: delivered)."""
+    outcome: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10000, **QUIET, **config})
+    producer.produce(topic, b"v", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(15)
+    assert outcome, "no delivery report"
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def consume_error(bootstrap: str, topic: str, group: str) -> int | None:
+    """Join `group` and read `topic` from the start: None once a record arrives, else the error code."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         **QUIET})
+    consumer.subscribe([topic])
+    try:
+        def outcome() -> tuple[int | None] | None:
+            message = consumer.poll(0.5)
+            if message is None:
+                return None
+            return (message.error().code() if message.error() else None,)
+        return wait_until(outcome, timeout=20, message=f"a record or an error from {topic} in {group}")[0]
+    finally:
+        consumer.close()
+
+
+def test_acl_apis_are_security_disabled_without_an_authorizer() -> None:
+    with running_broker() as broker:
+        client = admin(broker)
+        future = client.create_acls([anonymous(ResourceType.TOPIC, "t", AclOperation.READ)])
+        with pytest.raises(KafkaException) as refused:
+            next(iter(future.values())).result(15)
+        assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+        described = raw_request(broker.bootstrap, DESCRIBE_ACLS, 3, **ANY_FILTER)  # librdkafka drops this error
+        assert described.error_code == ErrorCode.security_disabled
+        assert produce_error(broker.bootstrap, "open") is None  # and nothing else is authorized
+
+
+def test_confluent_admin_creates_describes_and_deletes_acls() -> None:
+    with running_broker(SUPER_ANONYMOUS) as broker:
+        client = admin(broker)
+        prefixed = AclBinding(ResourceType.TOPIC, "a.", ResourcePatternType.PREFIXED, "User:alice", "*",
+                              AclOperation.WRITE, AclPermissionType.ALLOW)
+        literal = AclBinding(ResourceType.GROUP, "g", ResourcePatternType.LITERAL, "User:alice", "10.0.0.1",
+                             AclOperation.READ, AclPermissionType.DENY)
+        cluster = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:*", "*",
+                             AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+        create_acls(broker.bootstrap, [prefixed, literal, cluster])
+        create_acls(broker.bootstrap, [prefixed])  # a repeat changes nothing
+        assert set(client.describe_acls(EVERYTHING).result(15)) == {prefixed, literal, cluster}
+        match_topic = AclBindingFilter(ResourceType.TOPIC, "a.x", ResourcePatternType.MATCH, None, None,
+                                       AclOperation.ANY, AclPermissionType.ANY)
+        assert client.describe_acls(match_topic).result(15) == [prefixed]
+        exact = AclBindingFilter(ResourceType.TOPIC, "a.x", ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+        assert client.describe_acls(exact).result(15) == []
+        by_group = AclBindingFilter(ResourceType.GROUP, None, ResourcePatternType.ANY, None, None,
+                                    AclOperation.ANY, AclPermissionType.ANY)
+        deleted = client.delete_acls([by_group])[by_group].result(15)
+        assert deleted == [literal]
+        assert set(client.describe_acls(EVERYTHING).result(15)) == {prefixed, cluster}
+        with open(os.path.join(broker.data_dir, "logbus-metadata.json"), encoding="utf-8") as handle:
+            state = json.load(handle)
+        assert {"resource_type": "Topic", "name": "a.", "pattern_type": "PREFIXED", "version": 1, "acls": [
+            {"principal": "User:alice", "permissionType": "Allow", "operation": "Write", "host": "*"}]} in state["acls"]
+
+
+def test_kafka_python_admin_creates_describes_and_deletes_acls() -> None:
+    with running_broker(SUPER_ANONYMOUS) as broker:
+        client = kp.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            resource = kp.ResourcePattern(kp.ResourceType.TOPIC, "orders", kp.ACLResourcePatternType.LITERAL)
+            acl = kp.ACL("User:bob", "*", kp.ACLOperation.READ, kp.ACLPermissionType.ALLOW, resource)
+            created = client.create_acls([acl])
+            assert created["succeeded"] == [acl] and not created["failed"]
+            any_filter = kp.ACLFilter(None, None, kp.ACLOperation.ANY, kp.ACLPermissionType.ANY,
+                                      kp.ResourcePatternFilter(kp.ResourceType.ANY, None,
+                                                               kp.ACLResourcePatternType.ANY))
+            described, error = client.describe_acls(any_filter)
+            assert error is kafka.errors.NoError and described == [acl]
+            deleted = client.delete_acls([any_filter])
+            assert [matched for _filter, matches, _error in deleted for matched in matches] == [acl]
+            assert client.describe_acls(any_filter)[0] == []
+        finally:
+            client.close()
+
+
+def test_bad_bindings_and_filters_are_invalid_request() -> None:
+    with running_broker(SUPER_ANONYMOUS) as broker:
+        creation = {"resource_type": 2, "resource_name": "t", "principal": ANONYMOUS, "host": "*",
+                    "operation": 3, "permission_type": 3}
+        bad = [{**creation, "resource_pattern_type": 2},  # MATCH is for filters only
+               {**creation, "resource_pattern_type": 3, "operation": 1},  # ANY
+               {**creation, "resource_pattern_type": 3, "principal": "nobody"},
+               {**creation, "resource_pattern_type": 3, "resource_type": 4, "resource_name": "other-cluster"}]
+        good = {**creation, "resource_pattern_type": 3}
+        from kio.schema.create_acls.v3 import request as create_v3
+        answer = raw_request(broker.bootstrap, CREATE_ACLS, 3, creations=tuple(
+            create_v3.AclCreation(**fields) for fields in [*bad, good]))
+        assert [r.error_code for r in answer.results] == [ErrorCode.invalid_request] * 4 + [ErrorCode.none]
+        described = raw_request(broker.bootstrap, DESCRIBE_ACLS, 3, **{**ANY_FILTER, "pattern_type_filter": 0})
+        assert described.error_code == ErrorCode.invalid_request
+        described = raw_request(broker.bootstrap, DESCRIBE_ACLS, 3, **ANY_FILTER)
+        assert [(r.resource_name, len(r.acls)) for r in described.resources] == [("t", 1)]
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Iterator[BrokerProcess]:
+    """A broker where User:ANONYMOUS may write and read topics `a.*` (prefixed), read group `g`,
+    describe the cluster, and is denied writing `a.denied`; set up as a super user, then
+    restarted without super users (so the ACLs must have survived the restart)."""
+    with running_broker(SUPER_ANONYMOUS) as broker:
+        client = admin(broker)
+        for future in client.create_topics([NewTopic(t, 1, 1) for t in ("a.x", "b.x", "a.denied")]).values():
+            future.result(15)
+        create_acls(broker.bootstrap, [
+            anonymous(ResourceType.TOPIC, "a.", AclOperation.WRITE, ResourcePatternType.PREFIXED),
+            anonymous(ResourceType.TOPIC, "a.", AclOperation.READ, ResourcePatternType.PREFIXED),
+            anonymous(ResourceType.TOPIC, "a.denied", AclOperation.WRITE, permission=AclPermissionType.DENY),
+            anonymous(ResourceType.GROUP, "g", AclOperation.READ),
+            anonymous(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE),
+        ])
+        assert produce_error(broker.bootstrap, "a.x") is None
+        broker.stop()
+        broker.config = dict(AUTHORIZER)
+        yield broker.restart()
+
+
+def test_acls_survive_a_restart(matrix: BrokerProcess) -> None:
+    client = admin(matrix)
+    found = client.describe_acls(EVERYTHING).result(15)
+    assert len(found) == 5 and {b.name for b in found} == {"a.", "a.denied", "g", "kafka-cluster"}
+
+
+def test_writes_are_allowed_on_prefixed_topics_only_and_deny_wins(matrix: BrokerProcess) -> None:
+    assert produce_error(matrix.bootstrap, "a.x") is None
+    assert produce_error(matrix.bootstrap, "b.x") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce_error(matrix.bootstrap, "a.denied") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_an_idempotent_producer_needs_write_on_some_topic(matrix: BrokerProcess) -> None:
+    """kafka-python is idempotent by default: InitProducerId passes on Write to `a.*` (KIP-679)."""
+    producer = kafka.KafkaProducer(bootstrap_servers=matrix.bootstrap, enable_idempotence=True)
+    try:
+        assert producer.send("a.x", b"idempotent").get(15).offset >= 0
+    finally:
+        producer.close()
+
+
+def test_reading_needs_read_on_the_group(matrix: BrokerProcess) -> None:
+    assert consume_error(matrix.bootstrap, "a.x", "g") is None
+    assert consume_error(matrix.bootstrap, "a.x", "h") == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert consume_error(matrix.bootstrap, "b.x", "g") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_creating_topics_and_acls_is_refused(matrix: BrokerProcess) -> None:
+    client = admin(matrix)
+    with pytest.raises(KafkaException) as refused:
+        client.create_topics([NewTopic("a.new", 1, 1)])["a.new"].result(15)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    future = client.create_acls([anonymous(ResourceType.TOPIC, "b.", AclOperation.ALL, ResourcePatternType.PREFIXED)])
+    with pytest.raises(KafkaException) as refused:
+        next(iter(future.values())).result(15)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # auto-creation through Metadata needs Create too
+    answer = metadata(matrix, ["a.auto"], allow_auto_topic_creation=True)
+    assert [t.error_code for t in answer.topics] == [ErrorCode.topic_authorization_failed]
+
+
+def test_metadata_hides_topics_the_principal_may_not_describe(matrix: BrokerProcess) -> None:
+    client = admin(matrix)
+    topics = client.list_topics(timeout=15).topics
+    assert {"a.x", "a.denied"} <= set(topics) and "b.x" not in topics
+    answer = metadata(matrix, ["b.x", "a.x"], include_topic_authorized_operations=True,
+                      include_cluster_authorized_operations=True)
+    by_name = {t.name: t for t in answer.topics}
+    assert by_name["b.x"].error_code == ErrorCode.topic_authorization_failed
+    read, write, describe = 3, 4, 8
+    assert by_name["a.x"].topic_authorized_operations == (1 << read) | (1 << write) | (1 << describe)
+    assert answer.cluster_authorized_operations == 1 << describe
+
+
+def test_super_users_may_do_everything() -> None:
+    with running_broker(SUPER_ANONYMOUS) as broker:
+        create_acls(broker.bootstrap, [anonymous(ResourceType.TOPIC, "*", AclOperation.ALL,
+                                                 permission=AclPermissionType.DENY)])
+        assert produce_error(broker.bootstrap, "anything") is None  # auto-created and written
+
+
+@pytest.mark.parametrize("allow", [True, False])
+def test_allow_everyone_if_no_acl_found_decides_for_resources_without_acls(allow: bool) -> None:
+    with running_broker({**AUTHORIZER, "allow.everyone.if.no.acl.found": str(allow).lower()}) as broker:
+        expected = None if allow else KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert produce_error(broker.bootstrap, "open") == expected
+
+
+def test_an_acl_created_through_one_broker_takes_effect_on_another() -> None:
+    """ZooKeeper: /kafka-acl znodes and the change notifications every broker watches. No ACL on
+    the cluster and allow.everyone.if.no.acl.found let the brokers replicate and the test set ACLs."""
+    config = {**AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
+    with running_zookeeper() as zookeeper, running_cluster(2, config, zookeeper=zookeeper) as cluster:
+        first, second = cluster.brokers[1], cluster.brokers[2]
+        client = admin(first)
+        client.create_topics([NewTopic("t", 1, 2)])["t"].result(15)
+        wait_until(lambda: _topic_error(second, "t") == ErrorCode.none, message="t on broker 2")
+        create_acls(first.bootstrap, [anonymous(ResourceType.TOPIC, "t", AclOperation.DESCRIBE,
+                                                permission=AclPermissionType.DENY)])
+        wait_until(lambda: _topic_error(second, "t") == ErrorCode.topic_authorization_failed,
+                   message="the DENY to reach broker 2")
+        second_client = admin(second)
+        assert len(second_client.describe_acls(EVERYTHING).result(15)) == 1
+        from kazoo.client import KazooClient
+
+        chroot = cluster.config["zookeeper.connect"]
+        client = KazooClient(hosts=chroot)
+        client.start(10)
+        try:
+            raw, _ = client.get("/kafka-acl/Topic/t")
+            assert json.loads(raw) == {"version": 1, "acls": [
+                {"principal": ANONYMOUS, "permissionType": "Deny", "operation": "Describe", "host": "*"}]}
+            assert client.get_children("/kafka-acl-changes")
+        finally:
+            client.stop()
+            client.close()
+
+
+def _topic_error(broker: BrokerProcess, topic: str) -> int:
+    return metadata(broker, [topic]).topics[0].error_code
+
+
+def metadata(broker: BrokerProcess, topics: list[str], **flags: bool) -> Any:
+    """A Metadata v10 answer for `topics` (no auto-creation, no operations unless `flags` say)."""
+    fields = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
+              "include_cluster_authorized_operations": False, **flags}
+    return raw_request(broker.bootstrap, METADATA, 10, topics=tuple(
+        metadata_v10.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=name) for name in topics), **fields)
