@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -297,3 +299,34 @@ def metadata(broker: BrokerProcess, topics: list[str], **flags: bool) -> Any:
               "include_cluster_authorized_operations": False, **flags}
     return raw_request(broker.bootstrap, METADATA, 10, topics=tuple(
         metadata_v10.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=name) for name in topics), **fields)
+
+
+def acls_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logbus", "acls", "--bootstrap-server", bootstrap, *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_logbus_acls_adds_lists_and_removes_as_kafka_acls() -> None:
+    with running_broker(SUPER_ANONYMOUS) as broker:
+        added = acls_cli(broker.bootstrap, "add", "--allow-principal", "User:alice", "--operation", "Read",
+                         "--operation", "write", "--topic", "a.", "--resource-pattern-type", "prefixed")
+        assert added.returncode == 0, added.stderr
+        assert added.stdout.count("Added") == 2
+        denied = acls_cli(broker.bootstrap, "add", "--deny-principal", "User:bob", "--deny-host", "10.0.0.1",
+                          "--group", "g")
+        assert denied.returncode == 0, denied.stderr
+        client = admin(broker)
+        assert {(b.name, b.operation, b.permission_type, b.host) for b in client.describe_acls(EVERYTHING).result(15)} \
+            == {("a.", AclOperation.READ, AclPermissionType.ALLOW, "*"),
+                ("a.", AclOperation.WRITE, AclPermissionType.ALLOW, "*"),
+                ("g", AclOperation.ALL, AclPermissionType.DENY, "10.0.0.1")}
+        matching = acls_cli(broker.bootstrap, "list", "--topic", "a.x", "--resource-pattern-type", "match")
+        assert "ResourcePattern(resourceType=TOPIC, name=a., patternType=PREFIXED)" in matching.stdout
+        assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in matching.stdout
+        assert "name=g" not in matching.stdout
+        removed = acls_cli(broker.bootstrap, "remove", "--group", "g")
+        assert removed.returncode == 0 and removed.stdout.count("Removed") == 1
+        assert "name=g" not in acls_cli(broker.bootstrap, "list").stdout
+        bad = acls_cli(broker.bootstrap, "add", "--allow-principal", "alice", "--topic", "t")
+        assert bad.returncode == 1 and "Could not parse principal" in bad.stderr
+        assert acls_cli(broker.bootstrap, "add", "--topic", "t").returncode == 2
