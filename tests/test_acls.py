@@ -272,21 +272,32 @@ def test_an_acl_created_through_one_broker_takes_effect_on_another() -> None:
                                                 permission=AclPermissionType.DENY)])
         wait_until(lambda: _topic_error(second, "t") == ErrorCode.topic_authorization_failed,
                    message="the DENY to reach broker 2")
+        create_acls(second.bootstrap, [anonymous(ResourceType.TOPIC, "p.", AclOperation.READ,
+                                                 ResourcePatternType.PREFIXED)])
         second_client = admin(second)
-        assert len(second_client.describe_acls(EVERYTHING).result(15)) == 1
+        assert len(second_client.describe_acls(EVERYTHING).result(15)) == 2
+        wait_until(lambda: len(client.describe_acls(EVERYTHING).result(15)) == 2, message="broker 1 to see both")
+        slash = client.create_acls([anonymous(ResourceType.GROUP, "a/b", AclOperation.READ)])
+        with pytest.raises(KafkaException) as refused:  # one znode per name: no '/' in it
+            next(iter(slash.values())).result(15)
+        assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
         from kazoo.client import KazooClient
 
-        chroot = cluster.config["zookeeper.connect"]
-        client = KazooClient(hosts=chroot)
-        client.start(10)
+        zk = KazooClient(hosts=cluster.config["zookeeper.connect"])
+        zk.start(10)
         try:
-            raw, _ = client.get("/kafka-acl/Topic/t")
+            raw, _ = zk.get("/kafka-acl/Topic/t")
             assert json.loads(raw) == {"version": 1, "acls": [
                 {"principal": ANONYMOUS, "permissionType": "Deny", "operation": "Describe", "host": "*"}]}
-            assert client.get_children("/kafka-acl-changes")
+            assert zk.get_children("/kafka-acl-changes")
+            raw, _ = zk.get("/kafka-acl-extended/prefixed/Topic/p.")
+            assert json.loads(raw)["acls"][0]["operation"] == "Read"
+            [change] = zk.get_children("/kafka-acl-extended-changes")
+            raw, _ = zk.get(f"/kafka-acl-extended-changes/{change}")
+            assert json.loads(raw) == {"version": 1, "resourceType": "TOPIC", "name": "p.", "patternType": "PREFIXED"}
         finally:
-            client.stop()
-            client.close()
+            zk.stop()
+            zk.close()
 
 
 def _topic_error(broker: BrokerProcess, topic: str) -> int:

@@ -191,6 +191,10 @@ class MetadataStore(ABC):
         """Add and remove ACL bindings (CreateAcls, DeleteAcls): written, then applied and announced.
         Adding one that exists or removing one that does not changes nothing."""
 
+    def check_acl_pattern(self, pattern: ResourcePattern) -> None:  # noqa: B027 - most stores keep any name
+        """Raise InvalidAclError for a pattern this store cannot keep (checked before any write)."""
+        return None
+
     def add_acl_listener(self, listener: AclListener) -> None:
         """Call `listener()` after every change of the ACLs. Always on the event loop."""
         self._acl_listeners.append(listener)

@@ -69,6 +69,7 @@ from ..security.acl import (
     RESOURCE_TYPE_NAMES,
     AccessControlEntry,
     AclBinding,
+    InvalidAclError,
     PatternType,
     ResourcePattern,
     apply_changes,
@@ -350,6 +351,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._apply_acls(table)
         self._view_changed()
 
+    def check_acl_pattern(self, pattern: ResourcePattern) -> None:
+        """The name is one znode: no `/`, not `.` or `..`, no NUL (Kafka's layout has no escaping)."""
+        if "/" in pattern.name or "\0" in pattern.name or pattern.name in (".", ".."):
+            raise InvalidAclError(f"Resource name {pattern.name!r} cannot be stored as a ZooKeeper node")
+
     @runs_to_completion
     async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
         """Write each changed resource's ACLs conditionally, announce them, and wait until this
@@ -374,6 +380,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 current = decode_entries(json.loads(raw))
             except NoNodeError:
                 current, stat = frozenset(), None
+            except ValueError:
+                raise MetadataWriteError(f"unreadable ACLs at {path}; not changed") from None
             new = apply_changes({pattern: current} if current else {}, added, removed).get(pattern, frozenset())
             if new == current:
                 return None

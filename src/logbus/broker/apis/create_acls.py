@@ -45,6 +45,7 @@ async def _create(ctx: RequestContext, creations: tuple[Any, ...]) -> list[tuple
                                     creation.principal, creation.host, creation.operation, creation.permission_type)
         try:
             validate_binding(binding)
+            ctx.broker.metadata.check_acl_pattern(binding.pattern)
         except InvalidAclError as exc:
             results.append((ErrorCode.invalid_request, str(exc)))
             continue
