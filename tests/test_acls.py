@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -212,13 +213,20 @@ def test_an_idempotent_producer_needs_write_on_some_topic(matrix: BrokerProcess)
         producer.close()
 
 
+def test_a_transactional_producer_needs_its_transactional_id(matrix: BrokerProcess) -> None:
+    producer = Producer({"bootstrap.servers": matrix.bootstrap, "transactional.id": "tx", **QUIET})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(15)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
 def test_reading_needs_read_on_the_group(matrix: BrokerProcess) -> None:
     assert consume_error(matrix.bootstrap, "a.x", "g") is None
     assert consume_error(matrix.bootstrap, "a.x", "h") == KafkaError.GROUP_AUTHORIZATION_FAILED
     assert consume_error(matrix.bootstrap, "b.x", "g") == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_creating_topics_and_acls_is_refused(matrix: BrokerProcess) -> None:
+def test_creating_deleting_and_describing_configs_need_their_acls(matrix: BrokerProcess) -> None:
     client = admin(matrix)
     with pytest.raises(KafkaException) as refused:
         client.create_topics([NewTopic("a.new", 1, 1)])["a.new"].result(15)
@@ -227,6 +235,15 @@ def test_creating_topics_and_acls_is_refused(matrix: BrokerProcess) -> None:
     with pytest.raises(KafkaException) as refused:
         next(iter(future.values())).result(15)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    deleted = client.delete_topics(["b.x", "missing"])
+    for future in deleted.values():  # Delete is decided before existence: a missing topic is not revealed
+        with pytest.raises(KafkaException) as refused:
+            future.result(15)
+        assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    configs = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "a.x")])
+    with pytest.raises(KafkaException) as refused:  # Read and Write do not imply DescribeConfigs
+        next(iter(configs.values())).result(15)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     # auto-creation through Metadata needs Create too
     answer = metadata(matrix, ["a.auto"], allow_auto_topic_creation=True)
     assert [t.error_code for t in answer.topics] == [ErrorCode.topic_authorization_failed]
