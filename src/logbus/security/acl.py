@@ -247,15 +247,21 @@ class Authorizer:
         identity = str(principal)
         if identity in self.super_users:
             return True
-        entries = self._applying(resource_type, name)
-        if not entries:
+        applying = self._applying(resource_type, name)
+        if not applying:
             return self.allow_if_no_acl
-        principals = (identity, WILDCARD_PRINCIPAL)
-        relevant = [e for e in entries if e.principal in principals and e.host in (host, WILDCARD_HOST)]
-        if any(e.permission is AclPermissionType.DENY and e.operation in (operation, Op.ALL) for e in relevant):
-            return False
         allowing = _IMPLIED_BY.get(operation, frozenset({operation, Op.ALL}))
-        return any(e.permission is AclPermissionType.ALLOW and e.operation in allowing for e in relevant)
+        allowed = False
+        for entries in applying:
+            for entry in entries:
+                if entry.principal not in (identity, WILDCARD_PRINCIPAL) or entry.host not in (host, WILDCARD_HOST):
+                    continue
+                if entry.permission is AclPermissionType.DENY:
+                    if entry.operation is operation or entry.operation is Op.ALL:
+                        return False
+                elif entry.operation in allowing:
+                    allowed = True
+        return allowed
 
     def authorized_operations(self, principal: KafkaPrincipal, host: str, resource_type: ResourceType,
                               name: str) -> int:
@@ -293,7 +299,8 @@ class Authorizer:
             return True
         return not of_type and self.allow_if_no_acl
 
-    def _applying(self, resource_type: ResourceType, name: str) -> list[AccessControlEntry]:
+    def _applying(self, resource_type: ResourceType, name: str) -> list[frozenset[AccessControlEntry]]:
+        """The ACL sets of every pattern that applies to the resource (none empty)."""
         table = self._acls()
         if table is not self._indexed:
             self._index = _build_index(table)
@@ -301,11 +308,11 @@ class Authorizer:
         index = self._index.get(resource_type)
         if index is None:
             return []
-        found = [*index.literal.get(name, ()), *index.literal.get(WILDCARD_RESOURCE, ())] if name != WILDCARD_RESOURCE \
-            else list(index.literal.get(name, ()))
-        for prefix, entries in index.prefixed:
-            if name.startswith(prefix):
-                found.extend(entries)
+        found = [entries for prefix, entries in index.prefixed if name.startswith(prefix)]
+        for literal in {name, WILDCARD_RESOURCE}:
+            entries = index.literal.get(literal)
+            if entries:
+                found.append(entries)
         return found
 
 
@@ -318,6 +325,8 @@ class _TypeIndex:
 def _build_index(table: AclTable) -> dict[ResourceType, _TypeIndex]:
     index: dict[ResourceType, _TypeIndex] = {}
     for pattern, entries in table.items():
+        if not entries:
+            continue
         by_type = index.setdefault(pattern.resource_type, _TypeIndex({}, []))
         if pattern.pattern_type is PatternType.PREFIXED:
             by_type.prefixed.append((pattern.name, entries))
