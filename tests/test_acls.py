@@ -6,6 +6,7 @@ deny User:ANONYMOUS (and make it a super user to set ACLs up, then restart witho
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -358,3 +359,36 @@ def test_logbus_acls_adds_lists_and_removes_as_kafka_acls() -> None:
         bad = acls_cli(broker.bootstrap, "add", "--allow-principal", "alice", "--topic", "t")
         assert bad.returncode == 1 and "Could not parse principal" in bad.stderr
         assert acls_cli(broker.bootstrap, "add", "--topic", "t").returncode == 2
+
+
+def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, on a real ZooKeeper: the store applies its own notifications and deletes the
+    expired ones (Kafka's 15 minutes, set to 0 here) when the next one arrives."""
+    from logbus.cluster import zookeeper as zk_store
+    from logbus.security import acl
+
+    def binding(name: str) -> acl.AclBinding:
+        return acl.AclBinding(acl.ResourcePattern(acl.ResourceType.TOPIC, name, acl.PatternType.LITERAL),
+                              acl.AccessControlEntry(ANONYMOUS, "*", acl.AclOperation.READ,
+                                                     acl.AclPermissionType.ALLOW))
+
+    async def scenario(connect: str) -> None:
+        store = zk_store.ZooKeeperMetadataStore(connect, 1, 6000)
+        await store.start()
+        try:
+            await store.alter_acls([binding("first")], [])
+            [first] = store.client.get_children(zk_store.LITERAL_ACL_CHANGES)
+            monkeypatch.setattr(zk_store, "ACL_CHANGE_EXPIRATION_MS", 0)
+            await store.alter_acls([binding("second")], [])
+            assert set(store.acls()) == {binding("first").pattern, binding("second").pattern}
+            deadline = asyncio.get_running_loop().time() + 10
+            while first in store.client.get_children(zk_store.LITERAL_ACL_CHANGES):
+                assert asyncio.get_running_loop().time() < deadline, "the expired notification stayed"
+                await asyncio.sleep(0.05)
+            await store.alter_acls([], [binding("first")])  # still applied after the purge
+            assert set(store.acls()) == {binding("second").pattern}
+        finally:
+            await store.close()
+
+    with running_zookeeper() as server:
+        asyncio.run(scenario(f"{server.connect_string}/acl-purge"))

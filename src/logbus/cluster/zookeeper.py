@@ -29,7 +29,8 @@ ACLs: a change is a conditional update of the resource's znode (on its version, 
 another broker changed it meanwhile), then a change notification. Every broker watches the
 notifications and re-reads the resources they name, one after another on kazoo's thread, so each
 broker's view of a resource only moves forward; the writer returns once its own view has taken
-its notification.
+its notification. Notifications older than 15 minutes are deleted by whichever broker sees them
+next, as Kafka's brokers do.
 
 A topic enters the view once its assignment and every partition's state exist: the broker
 that creates a topic writes both in one ZooKeeper transaction (Kafka's admin path wrote the
@@ -108,6 +109,7 @@ CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 LITERAL_ACLS, PREFIXED_ACLS = "/kafka-acl", "/kafka-acl-extended/prefixed"
 LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES = "/kafka-acl-changes", "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's: older notifications are deleted by any broker
 
 
 def acl_path(pattern: ResourcePattern) -> str:
@@ -326,9 +328,11 @@ class ZooKeeperMetadataStore(MetadataStore):
             return frozenset()
 
     def _on_acl_changes(self, root: str, children: list[str]) -> None:
-        """New change notifications: re-read the resources they name (kazoo thread, in order)."""
-        for child in sorted(children):
-            path = f"{root}/{child}"
+        """New change notifications: re-read the resources they name (kazoo thread, in order);
+        then delete those older than ACL_CHANGE_EXPIRATION_MS, as Kafka's brokers do."""
+        paths = [f"{root}/{child}" for child in sorted(children)]
+        self._post(self._forget_acl_changes, root, frozenset(paths))
+        for path in paths:
             if path in self._seen_acl_changes:
                 continue
             try:
@@ -341,6 +345,21 @@ class ZooKeeperMetadataStore(MetadataStore):
                 self._post(self._seen_acl_changes.add, path)
                 continue
             self._post(self._apply_resource_acls, pattern, self._read_acls(pattern), path)
+        self._purge_acl_changes(paths)
+
+    def _purge_acl_changes(self, paths: list[str]) -> None:
+        oldest_kept = time.time() * 1000 - ACL_CHANGE_EXPIRATION_MS
+        for path in paths:
+            try:
+                stat = self.client.exists(path)
+                if stat is not None and stat.ctime < oldest_kept:
+                    self.client.delete(path)
+            except (NoNodeError, *_UNREACHABLE):
+                continue  # another broker purged it first, or the next notification's callback will
+
+    def _forget_acl_changes(self, root: str, current: frozenset[str]) -> None:
+        """Keep only the notifications of `root` that still exist in the set of those taken."""
+        self._seen_acl_changes = {p for p in self._seen_acl_changes if not p.startswith(f"{root}/") or p in current}
 
     def _apply_resource_acls(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry],
                              notification: str) -> None:
