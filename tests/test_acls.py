@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import kafka
@@ -286,6 +287,8 @@ def test_an_acl_created_through_one_broker_takes_effect_on_another() -> None:
         client = admin(first)
         client.create_topics([NewTopic("t", 1, 2)])["t"].result(15)
         wait_until(lambda: _topic_error(second, "t") == ErrorCode.none, message="t on broker 2")
+        # acks=all waits for the follower's fetch: ClusterAction, allowed as the cluster has no ACL
+        assert produce_error(cluster.bootstrap, "t", acks="all") is None
         create_acls(first.bootstrap, [anonymous(ResourceType.TOPIC, "t", AclOperation.DESCRIBE,
                                                 permission=AclPermissionType.DENY)])
         wait_until(lambda: _topic_error(second, "t") == ErrorCode.topic_authorization_failed,
@@ -392,3 +395,21 @@ def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch:
 
     with running_zookeeper() as server:
         asyncio.run(scenario(f"{server.connect_string}/acl-purge"))
+
+
+def test_a_fetch_as_a_follower_needs_cluster_action(matrix: BrokerProcess) -> None:
+    """Read on `a.*` serves consumers; the same fetch sent as replica 7 is a follower's and needs
+    ClusterAction on the cluster, which User:ANONYMOUS lacks here."""
+    from kio.schema.fetch.v12 import request as fetch_v12
+
+    def fetch(replica_id: int) -> int:
+        partition = fetch_v12.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                             last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+        answer = raw_request(matrix.bootstrap, 1, 12, cluster_id=None, replica_id=replica_id,
+                             max_wait=timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                             session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+                             topics=(fetch_v12.FetchTopic(topic="a.x", partitions=(partition,)),))
+        return answer.responses[0].partitions[0].error_code
+
+    assert fetch(-1) == ErrorCode.none
+    assert fetch(7) == ErrorCode.topic_authorization_failed
