@@ -362,6 +362,24 @@ def test_logbus_acls_adds_lists_and_removes_as_kafka_acls() -> None:
         bad = acls_cli(broker.bootstrap, "add", "--allow-principal", "alice", "--topic", "t")
         assert bad.returncode == 1 and "Could not parse principal" in bad.stderr
         assert acls_cli(broker.bootstrap, "add", "--topic", "t").returncode == 2
+        consumer = acls_cli(broker.bootstrap, "add", "--allow-principal", "User:app", "--consumer", "--topic", "c",
+                            "--group", "cg")
+        producer = acls_cli(broker.bootstrap, "add", "--allow-principal", "User:app", "--producer", "--topic", "p",
+                            "--transactional-id", "tx", "--idempotent")
+        assert consumer.returncode == 0 and producer.returncode == 0, consumer.stderr + producer.stderr
+        app = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:app", None, AclOperation.ANY,
+                               AclPermissionType.ANY)
+        assert {(b.restype, b.name, b.operation) for b in client.describe_acls(app).result(15)} == {
+            (ResourceType.TOPIC, "c", AclOperation.READ), (ResourceType.TOPIC, "c", AclOperation.DESCRIBE),
+            (ResourceType.GROUP, "cg", AclOperation.READ),
+            (ResourceType.TOPIC, "p", AclOperation.WRITE), (ResourceType.TOPIC, "p", AclOperation.DESCRIBE),
+            (ResourceType.TOPIC, "p", AclOperation.CREATE),
+            (ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE),
+            (ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE),
+            (ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE)}
+        removed = acls_cli(broker.bootstrap, "remove", "--allow-principal", "User:app", "--consumer", "--topic", "c",
+                           "--group", "cg")
+        assert removed.returncode == 0 and removed.stdout.count("Removed") == 3
 
 
 def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,14 @@
     logbus acls list [--topic T | --group G | --cluster | --transactional-id ID] [--principal P]
         [--resource-pattern-type literal|prefixed|match|any]
     logbus acls remove --allow-principal User:alice --operation Write --topic orders
+    logbus acls add --allow-principal User:app --producer --topic orders [--transactional-id T] [--idempotent]
+    logbus acls add --allow-principal User:app --consumer --topic orders --group billing
 
 `add` creates one ACL for every combination of resource, principal, host and operation (hosts
-default to `*`, operations to All). `remove` deletes those same ACLs, or, given no principal,
+default to `*`, operations to All). As kafka-acls, `--producer` grants Write, Describe and
+Create on the topics (Write and Describe on the transactional ids; `--idempotent` adds
+IdempotentWrite on the cluster), `--consumer` Read and Describe on the topics and Read on the
+groups. `remove` deletes those same ACLs, or, given no principal,
 every ACL of the resources named. `list` shows the ACLs of the resources named, or all of them;
 pattern type `match` lists what applies to a resource (literal, wildcard and prefixed ACLs). The
 broker must have an authorizer (`authorizer.class.name`) and the caller Alter (add, remove) or
@@ -63,6 +68,10 @@ def _add_entry_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operation", action="append", default=[], type=_operation,
                         help=f"one of {', '.join(OPERATION_NAMES[op] for op in _OPERATIONS.values())} "
                              "(repeatable; default All)")
+    role = parser.add_mutually_exclusive_group()
+    role.add_argument("--producer", action="store_true", help="what a producer needs (see above)")
+    role.add_argument("--consumer", action="store_true", help="what a consumer needs (with --group)")
+    parser.add_argument("--idempotent", action="store_true", help="with --producer: IdempotentWrite on the cluster")
 
 
 def _operation(text: str) -> AclOperation:
@@ -87,17 +96,37 @@ def _pattern_type(args: argparse.Namespace, kafka: Any, default: str) -> Any:
     return getattr(kafka.admin.ResourcePatternType, (args.resource_pattern_type or default).upper())
 
 
-def _entries(args: argparse.Namespace, kafka: Any, permissions_required: bool) -> list[tuple[str, str, Any, Any]]:
-    """(principal, host, operation, permission) for every combination the options name."""
+def _principals(args: argparse.Namespace, kafka: Any, required: bool) -> list[tuple[str, str, Any]]:
+    """(principal, host, permission) for every principal and host the options name."""
     permission = kafka.admin.AclPermissionType
-    operations = [kafka.admin.AclOperation[op.name] for op in args.operation] or [kafka.admin.AclOperation.ALL]
-    entries = []
-    for principals, hosts, kind in ((args.allow_principal, args.allow_host, permission.ALLOW),
-                                    (args.deny_principal, args.deny_host, permission.DENY)):
-        entries += [(p, h, op, kind) for p, h, op in itertools.product(principals, hosts or ["*"], operations)]
-    if permissions_required and not entries:
+    found = [(p, h, kind) for principals, hosts, kind in (
+        (args.allow_principal, args.allow_host, permission.ALLOW),
+        (args.deny_principal, args.deny_host, permission.DENY),
+    ) for p, h in itertools.product(principals, hosts or ["*"])]
+    if required and not found:
         raise CliError("name a principal: --allow-principal or --deny-principal", 2)
-    return entries
+    return found
+
+
+def _grants(args: argparse.Namespace, kafka: Any) -> list[tuple[Any, str, Any]]:
+    """(resource type, name, operation) to grant or deny: the resources times the operations, or
+    what `--producer` / `--consumer` stand for."""
+    types, ops = kafka.admin.ResourceType, kafka.admin.AclOperation
+    if args.consumer:
+        if not args.topic or not args.group:
+            raise CliError("--consumer needs --topic and --group", 2)
+        return [(types.TOPIC, t, op) for t in args.topic for op in (ops.READ, ops.DESCRIBE)] + \
+            [(types.GROUP, g, ops.READ) for g in args.group]
+    if args.producer:
+        if not args.topic and not args.transactional_id:
+            raise CliError("--producer needs --topic or --transactional-id", 2)
+        grants = [(types.TOPIC, t, op) for t in args.topic for op in (ops.WRITE, ops.DESCRIBE, ops.CREATE)]
+        grants += [(types.TRANSACTIONAL_ID, t, op) for t in args.transactional_id for op in (ops.WRITE, ops.DESCRIBE)]
+        if args.idempotent:
+            grants.append((types.BROKER, CLUSTER_NAME, ops.IDEMPOTENT_WRITE))
+        return grants
+    operations = [ops[op.name] for op in args.operation] or [ops.ALL]
+    return [(rtype, name, op) for (rtype, name), op in itertools.product(_resources(args, kafka, True), operations)]
 
 
 def _add(args: argparse.Namespace) -> int:
@@ -105,9 +134,9 @@ def _add(args: argparse.Namespace) -> int:
     if (args.resource_pattern_type or "literal") not in ("literal", "prefixed"):
         raise CliError("add takes --resource-pattern-type literal or prefixed", 2)
     pattern = _pattern_type(args, kafka, "literal")
-    bindings = [kafka.admin.AclBinding(rtype, name, pattern, *entry)
-                for (rtype, name), entry in itertools.product(_resources(args, kafka, True),
-                                                               _entries(args, kafka, True))]
+    bindings = [kafka.admin.AclBinding(rtype, name, pattern, principal, host, op, permission)
+                for (rtype, name, op), (principal, host, permission) in itertools.product(
+                    _grants(args, kafka), _principals(args, kafka, True))]
     admin = _admin(args, kafka)
     for binding, future in admin.create_acls(bindings).items():
         _result(future, args, kafka, f"cannot add {_describe(binding)}")
@@ -118,10 +147,15 @@ def _add(args: argparse.Namespace) -> int:
 def _remove(args: argparse.Namespace) -> int:
     kafka = import_confluent_kafka()
     pattern = _pattern_type(args, kafka, "literal")
-    entries = _entries(args, kafka, False) or [(None, None, kafka.admin.AclOperation.ANY,
-                                                kafka.admin.AclPermissionType.ANY)]
-    filters = [kafka.admin.AclBindingFilter(rtype, name, pattern, *entry)
-               for (rtype, name), entry in itertools.product(_resources(args, kafka, True), entries)]
+    principals = _principals(args, kafka, False)
+    if principals:
+        filters = [kafka.admin.AclBindingFilter(rtype, name, pattern, principal, host, op, permission)
+                   for (rtype, name, op), (principal, host, permission) in itertools.product(
+                       _grants(args, kafka), principals)]
+    else:  # as kafka-acls: no principal removes every ACL of the resources
+        filters = [kafka.admin.AclBindingFilter(rtype, name, pattern, None, None, kafka.admin.AclOperation.ANY,
+                                                kafka.admin.AclPermissionType.ANY)
+                   for rtype, name in _resources(args, kafka, True)]
     admin = _admin(args, kafka)
     for future in admin.delete_acls(filters).values():
         for binding in _result(future, args, kafka, "cannot remove ACLs"):
