@@ -19,7 +19,7 @@ from typing import Any
 import kafka
 import kafka.admin as kp
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -431,3 +431,15 @@ def test_a_fetch_as_a_follower_needs_cluster_action(matrix: BrokerProcess) -> No
 
     assert fetch(-1) == ErrorCode.none
     assert fetch(7) == ErrorCode.topic_authorization_failed
+
+
+def test_authorized_operations_report_what_the_acls_allow(matrix: BrokerProcess) -> None:
+    assert consume_error(matrix.bootstrap, "a.x", "g") is None  # the group exists
+    client = admin(matrix)
+    group = client.describe_consumer_groups(["g"], include_authorized_operations=True)["g"].result(15)
+    assert set(group.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    cluster = client.describe_cluster(include_authorized_operations=True).result(15)
+    assert cluster.authorized_operations == [AclOperation.DESCRIBE]
+    topics = client.describe_topics(TopicCollection(["a.x"]), include_authorized_operations=True)
+    assert set(topics["a.x"].result(15).authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
