@@ -180,6 +180,12 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_cluster.py::test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss",),
     "offsets.topic.replication.factor": (
         "test_cluster.py::test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies",),
+    # ACLs (issue 14)
+    "authorizer.class.name": ("test_acls.py::test_acl_apis_are_security_disabled_without_an_authorizer",
+                              "test_acls.py::test_writes_are_allowed_on_prefixed_topics_only_and_deny_wins"),
+    "super.users": ("test_acls.py::test_super_users_may_do_everything",),
+    "allow.everyone.if.no.acl.found": (
+        "test_acls.py::test_allow_everyone_if_no_acl_found_decides_for_resources_without_acls",),
     # transactions (issue 13)
     "transactional.id.expiration.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),
     "transaction.remove.expired.transaction.cleanup.interval.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),

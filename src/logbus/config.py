@@ -225,6 +225,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("transaction.partition.verification.enable", BOOL, True, "Partition leaders check with the "
              "transaction coordinator before a transaction's first batch (KIP-890)."),
         _key("producer.id.expiration.ms", INT, 86400000, "Forget idle idempotent producers after this."),
+        # Authorization (issue 14): ACLs, on when an authorizer class is named.
+        _key("authorizer.class.name", STR, "", "Any non-empty value (e.g. kafka.security.authorizer.AclAuthorizer "
+             "or org.apache.kafka.metadata.authorizer.StandardAuthorizer) turns ACL authorization on; empty: off."),
+        _key("super.users", STR, None, "Principals that may do everything, separated by semicolons "
+             "(User:admin;User:broker)."),
+        _key("allow.everyone.if.no.acl.found", BOOL, False, "With an authorizer: allow a resource that has no "
+             "ACL at all to everyone (false: only super users)."),
         # The cluster (ZooKeeper mode): without zookeeper.connect the broker runs alone on its embedded store.
         _key("zookeeper.connect", STR, None, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble that "
              "coordinates the cluster; unset: one broker on its embedded metadata store."),

@@ -21,6 +21,7 @@ from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
 from ..storage.manager import LogManager
+from .authorization import make_authorizer
 from .context import RawResponse
 from .server import Connections, Listener
 
@@ -43,6 +44,7 @@ class Broker:
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
         self.socket_sendfile: str = config["socket.sendfile"]
         self.metadata = metadata or self._metadata_store(config, broker_id, self.data_dir)
+        self.authorizer = make_authorizer(config, self.metadata.acls)
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
@@ -62,7 +64,8 @@ class Broker:
         self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.txn_verifier = TxnVerifier(self.txn_coordinator, self.broker_clients,
                                         config["transaction.partition.verification.enable"])
-        self.metadata_cache: dict[tuple[int, tuple[int, int]], RawResponse] = {}  # (version, operations)
+        # (version, operations, principal and host when an authorizer filters the answer)
+        self.metadata_cache: dict[tuple[object, ...], RawResponse] = {}
         self.connections = Connections(config)
         self.stopping = False
         self._server: Listener | None = None
@@ -94,6 +97,7 @@ class Broker:
         await self.metadata.start()
         self.metadata.add_listener(self._forget_cached_metadata)
         self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
+        self.metadata.add_acl_listener(self.metadata_cache.clear)
         self.logs.open(self.broker_id, self.metadata.cluster_id)
         self._server = Listener.bind(self, self.host, self.port, backlog=1024)
         self.port = self._server.port

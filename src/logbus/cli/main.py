@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import cluster, consume, elect_leaders, groups, pipeline, produce, reassign, serve, topics, transactions
+from . import acls, cluster, consume, elect_leaders, groups, pipeline, produce, reassign, serve, topics, transactions
 from .common import CliError
 
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign.add_parser(subparsers)
     elect_leaders.add_parser(subparsers)
     transactions.add_parser(subparsers)
+    acls.add_parser(subparsers)
     return parser
 
 

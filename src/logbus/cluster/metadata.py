@@ -22,6 +22,18 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..security.acl import (
+    RESOURCE_TYPE_NAMES,
+    AccessControlEntry,
+    AclBinding,
+    AclTable,
+    PatternType,
+    ResourcePattern,
+    apply_changes,
+    decode_entries,
+    encode_entries,
+    resource_type_named,
+)
 from ..storage.files import replace_file
 
 T = TypeVar("T")
@@ -129,6 +141,7 @@ def assign_replicas(
 
 Listener = Callable[[str, TopicMetadata | None], None]
 BrokerListener = Callable[[list[BrokerInfo]], None]
+AclListener = Callable[[], None]
 PartitionKey = tuple[str, int]
 
 
@@ -142,6 +155,8 @@ class MetadataStore(ABC):
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
         self._broker_listeners: list[BrokerListener] = []
+        self._acl_listeners: list[AclListener] = []
+        self._acls: AclTable = {}
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener(topic, metadata or None when deleted)` after every topic change,
@@ -166,6 +181,29 @@ class MetadataStore(ABC):
         live = self.brokers()
         for listener in self._broker_listeners:
             listener(live)
+
+    def acls(self) -> AclTable:
+        """Every ACL, by resource pattern. The table is replaced on a change, never mutated."""
+        return self._acls
+
+    @abstractmethod
+    async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        """Add and remove ACL bindings (CreateAcls, DeleteAcls): written, then applied and announced.
+        Adding one that exists or removing one that does not changes nothing."""
+
+    def check_acl_pattern(self, pattern: ResourcePattern) -> None:  # noqa: B027 - most stores keep any name
+        """Raise InvalidAclError for a pattern this store cannot keep (checked before any write)."""
+        return None
+
+    def add_acl_listener(self, listener: AclListener) -> None:
+        """Call `listener()` after every change of the ACLs. Always on the event loop."""
+        self._acl_listeners.append(listener)
+
+    def _apply_acls(self, acls: AclTable) -> None:
+        if acls != self._acls:
+            self._acls = acls
+            for listener in self._acl_listeners:
+                listener()
 
     @abstractmethod
     async def start(self) -> None: ...
@@ -313,30 +351,40 @@ class EmbeddedMetadataStore(MetadataStore):
                 state = json.load(handle)
             self.cluster_id = state["cluster_id"]
             self._producer_id_limit = state.get("producer_id_limit", 0)
+            self._acls = decode_acl_table(state.get("acls", []))
             self._next_producer_id = self._producer_id_limit
             for raw in state["topics"]:
                 partitions = [PartitionState(**p) for p in raw.pop("partitions")]
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
         else:
             self.cluster_id = new_cluster_id()
-            self._write(self.path, self._state(self._topics, self._producer_id_limit))
+            self._write(self.path, self._state(self._topics, self._producer_id_limit, self._acls))
 
-    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int) -> dict[str, Any]:
+    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int, acls: AclTable) -> dict[str, Any]:
         return {
             "cluster_id": self.cluster_id,
             "producer_id_limit": producer_id_limit,
             "topics": [asdict(t) for t in topics.values()],
+            "acls": encode_acl_table(acls),
         }
 
-    async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None) -> None:
-        """Write `topics` (and the producer id limit) durably, then make them the current state."""
+    async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None,
+                      acls: AclTable | None = None) -> None:
+        """Write `topics` (the producer id limit, the ACLs) durably, then make them the current state."""
         limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
+        new_acls = self._acls if acls is None else acls
         try:
-            await asyncio.to_thread(self._write, self.path, self._state(topics, limit))
+            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, new_acls))
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
         self._topics = topics
         self._producer_id_limit = limit
+        self._apply_acls(new_acls)
+
+    @runs_to_completion
+    async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        async with self._lock:
+            await self._commit(self._topics, acls=apply_changes(self._acls, added, removed))
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker
@@ -472,3 +520,16 @@ class EmbeddedMetadataStore(MetadataStore):
         if metadata is None:
             raise UnknownTopicError(name)
         return metadata
+
+
+def encode_acl_table(acls: AclTable) -> list[dict[str, Any]]:
+    """The ACLs for the embedded state file: per resource pattern, Kafka's ZooKeeper JSON."""
+    return [{"resource_type": RESOURCE_TYPE_NAMES[p.resource_type], "name": p.name,
+             "pattern_type": p.pattern_type.name, **encode_entries(entries)}
+            for p, entries in sorted(acls.items(), key=lambda item: (item[0].resource_type, item[0].name,
+                                                                     item[0].pattern_type))]
+
+
+def decode_acl_table(raw: list[dict[str, Any]]) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+    return {ResourcePattern(resource_type_named(r["resource_type"]), r["name"], PatternType[r["pattern_type"]]):
+            decode_entries(r) for r in raw}
