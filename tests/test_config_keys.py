@@ -39,9 +39,11 @@ from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 
 from logbus.broker.broker import Broker
 from logbus.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
+from logbus.security.listeners import ListenerSettings
 from logbus.testing import BrokerProcess, running_broker
 
 TESTS = Path(__file__).resolve().parent
+LOOPBACK = ListenerSettings.plaintext("127.0.0.1", 0)
 FIND_COORDINATOR, JOIN_GROUP = 10, 11
 FUTURE_TIMEOUT_S = 15
 SYNONYMS = "test_config_keys.py::test_broker_synonyms_set_the_topic_defaults"
@@ -56,7 +58,30 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
                  "test_log_dirs.py::test_log_dirs_spread_partitions_and_survive_a_restart"),
     "log.dir": (LISTENERS,),
     "listeners": (LISTENERS,),
-    "advertised.listeners": ("test_config_keys.py::test_metadata_advertises_host_and_port",),
+    "advertised.listeners": ("test_config_keys.py::test_metadata_advertises_host_and_port",
+                             "test_listeners.py::test_a_broker_serves_clients_on_each_listener_and_answers_its_addresses"),
+    "listener.security.protocol.map": (
+        "test_listeners.py::test_a_broker_serves_clients_on_each_listener_and_answers_its_addresses",
+        "test_listeners.py::test_serve_refuses_a_bad_listener_config_with_exit_code_2"),
+    "inter.broker.listener.name": ("test_listeners.py::test_a_cluster_replicates_over_its_inter_broker_listener",),
+    "ssl.keystore.type": ("test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused",),
+    "ssl.keystore.location": ("test_tls.py::test_confluent_kafka_produces_and_consumes_over_tls",),
+    "ssl.keystore.certificate.chain": (
+        "test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused",),
+    "ssl.keystore.key": ("test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused",),
+    "ssl.key.password": ("test_tls.py::test_an_encrypted_key_needs_its_password",),
+    "ssl.truststore.type": ("test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
+    "ssl.truststore.location": ("test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",),
+    "ssl.client.auth": ("test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",
+                        "test_tls.py::test_listener_prefixed_ssl_keys_win_and_bad_tls_configs_are_refused"),
+    "ssl.enabled.protocols": ("test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",),
+    "ssl.cipher.suites": ("test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
+    "ssl.principal.mapping.rules": (
+        "test_tls.py::test_mutual_tls_required_refuses_clients_without_a_trusted_certificate",),
+    "ssl.endpoint.identification.algorithm": (
+        "test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
+    "security.inter.broker.protocol": (
+        "test_listeners.py::test_the_inter_broker_listener_is_named_or_follows_the_inter_broker_protocol",),
     "num.partitions": ("test_cli.py::test_partition_and_offset",),
     "auto.create.topics.enable": ("test_cli.py::test_unknown_topic_with_auto_create_disabled",),
     "delete.topic.enable": ("test_config_keys.py::test_delete_topic_enable_false_refuses_deletion",),
@@ -286,7 +311,8 @@ def start_serve(tmp_path: Path, properties: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "logbus", "serve", "--config", str(config)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
-    line = process.stdout.readline() if process.stdout else ""
+    lines = iter(process.stdout.readline, "") if process.stdout else iter(())
+    line = next((line for line in lines if "listening on" in line), "")  # after a line per listener
     assert "listening on" in line, line
     process.listening = line.strip()  # type: ignore[attr-defined]
     return process
@@ -335,9 +361,9 @@ def test_metadata_advertises_the_bound_port_when_the_advertised_one_is_0() -> No
 
 
 def test_logbus_io_threads_sizes_the_blocking_io_pool(tmp_path: Path) -> None:
-    broker = Broker(BrokerConfig({"logbus.io.threads": "3"}), 0, "127.0.0.1", 0, str(tmp_path))
+    broker = Broker(BrokerConfig({"logbus.io.threads": "3"}), 0, LOOPBACK, str(tmp_path))
     assert broker.logs._pool._max_workers == 3
-    broker = Broker(BrokerConfig({"num.io.threads": "5"}), 0, "127.0.0.1", 0, str(tmp_path))
+    broker = Broker(BrokerConfig({"num.io.threads": "5"}), 0, LOOPBACK, str(tmp_path))
     assert broker.logs._pool._max_workers == 8  # Kafka's request threads: not this pool
 
 
@@ -562,7 +588,7 @@ def upkeep_jobs(data_dir: Path, config: dict[str, str]) -> dict[str, int]:
     """The background jobs a broker started in this process runs: job name -> interval in ms."""
 
     async def started() -> dict[str, int]:
-        broker = Broker(BrokerConfig(config), 0, "127.0.0.1", 0, str(data_dir))
+        broker = Broker(BrokerConfig(config), 0, LOOPBACK, str(data_dir))
         await broker.start()
         try:
             frames = [task.get_coro().cr_frame.f_locals for task in broker.logs._tasks]

@@ -29,6 +29,7 @@ from logbus.coordinator import GroupConfig, GroupCoordinator, OffsetsTopic
 from logbus.coordinator.group import ClassicGroup, GroupState, JoinResult
 from logbus.coordinator.membership import JoinRequest
 from logbus.coordinator.offsets import OffsetCommit
+from logbus.security.listeners import ListenerEndpoint
 from logbus.storage.manager import LogManager
 
 SESSION_MS = 10_000
@@ -142,7 +143,7 @@ async def hosted_partitions(data_dir: Path, config: BrokerConfig
     await metadata.start()
     logs = LogManager(str(data_dir), 2)
     logs.open(0, metadata.cluster_id)
-    await metadata.register_broker(BrokerInfo(0, "127.0.0.1", 9092))
+    await metadata.register_broker(BrokerInfo(0, (ListenerEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),)))
     replicas = ReplicaManager(0, config, metadata, logs)
     replicas.start()
     try:

@@ -31,6 +31,7 @@ from logbus.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from logbus.security.listeners import ListenerEndpoint
 
 
 class FlakyDisk:
@@ -50,7 +51,7 @@ class FlakyDisk:
 async def open_store(data_dir: str, disk: FlakyDisk) -> tuple[EmbeddedMetadataStore, list]:
     store = EmbeddedMetadataStore(data_dir, 0, writer=disk)
     await store.start()
-    await store.register_broker(BrokerInfo(0, "127.0.0.1", 9092))
+    await store.register_broker(BrokerInfo(0, (ListenerEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),)))
     announced: list[tuple[str, TopicMetadata | None]] = []
     store.add_listener(lambda name, metadata: announced.append((name, metadata)))
     return store, announced

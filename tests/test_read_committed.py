@@ -38,6 +38,7 @@ from logbus.cluster.partition import NotLeaderError, Partition
 from logbus.config import BrokerConfig, log_config
 from logbus.protocol import codec
 from logbus.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_batches
+from logbus.security.listeners import ListenerSettings
 from logbus.storage.log import PartitionLog, now_ms
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
@@ -319,9 +320,9 @@ class InProcessBroker:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.broker = Broker(BrokerConfig({}), 0, "127.0.0.1", 0, str(data_dir))
-        host, port = self.call(self.broker.start)
-        self.bootstrap = f"{host}:{port}"
+        self.broker = Broker(BrokerConfig({}), 0, ListenerSettings.plaintext("127.0.0.1", 0), str(data_dir))
+        (listener,) = self.call(self.broker.start)
+        self.bootstrap = f"{listener.host}:{listener.port}"
 
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
         """Run `function(*args)` on the broker's loop (awaited when it is a coroutine function)."""

@@ -35,6 +35,7 @@ from logbus.config import BrokerConfig
 from logbus.errors import KafkaApiError
 from logbus.protocol.codec import make, request_class
 from logbus.protocol.records import read_end_txn_marker, read_header
+from logbus.security.listeners import ListenerSettings
 from logbus.storage.log import PartitionLog
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
@@ -114,8 +115,8 @@ def test_markers_are_refused_by_followers_below_min_isr_and_for_fenced_epochs(tm
 @contextlib.asynccontextmanager
 async def broker_in_process(data_dir: Path, broker_id: int = 0, **config: str) -> AsyncIterator[Broker]:
     """A whole broker in this process and event loop (the embedded store unless `zookeeper.connect`)."""
-    broker = Broker(BrokerConfig({"group.initial.rebalance.delay.ms": "0", **config}), broker_id, "127.0.0.1", 0,
-                    str(data_dir))
+    broker = Broker(BrokerConfig({"group.initial.rebalance.delay.ms": "0", **config}), broker_id,
+                    ListenerSettings.plaintext("127.0.0.1", 0), str(data_dir))
     await broker.start()
     try:
         yield broker
@@ -275,7 +276,7 @@ def test_a_broker_client_pipelines_requests_and_reconnects_after_the_peer_closes
     async def scenario() -> None:
         async with broker_in_process(tmp_path) as broker:
             await broker.metadata.create_topic("t", 3, 1, {})
-            client = BrokerClient(("127.0.0.1", broker.port), "logbus-test", 10.0)
+            client = BrokerClient(("127.0.0.1", broker.listeners[0].port), "logbus-test", 10.0)
             metadata = make(request_class(METADATA, 12), topics=None, allow_auto_topic_creation=False,
                             include_topic_authorized_operations=False)
             versions = [client.request(API_VERSIONS, 3, api_versions_request()) for _ in range(20)]

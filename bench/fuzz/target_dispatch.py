@@ -23,6 +23,7 @@ from logbus.broker.broker import Broker
 from logbus.broker.server import KafkaConnection
 from logbus.config import BrokerConfig
 from logbus.protocol.frames import MalformedRequestError, peek_api
+from logbus.security.listeners import ListenerSettings
 
 SEEDS = [sample_frame(api_key, version, width) for api_key, version in served_versions() for width in (0, 1)]
 HANDLER_TIMEOUT_S = 0.2
@@ -40,10 +41,10 @@ def _connection() -> tuple[asyncio.AbstractEventLoop, KafkaConnection]:
             # ACLs on, the fuzzer a super user: CreateAcls/DeleteAcls/DescribeAcls parse what it sends
             "authorizer.class.name": "logbus", "super.users": "User:ANONYMOUS",
         })
-        broker = Broker(config, 0, "127.0.0.1", 0, data_dir)
-        loop.run_until_complete(broker.start())
+        broker = Broker(config, 0, ListenerSettings.plaintext("127.0.0.1", 0), data_dir)
+        (listener,) = loop.run_until_complete(broker.start())
         atexit.register(_stop, loop, broker, data_dir)
-        connection = KafkaConnection(broker)
+        connection = KafkaConnection(broker, listener)
         connection.client_host = "127.0.0.1"
         _state.update(loop=loop, connection=connection)
     return _state["loop"], _state["connection"]

@@ -148,9 +148,33 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("broker.id", INT, 0, "This broker's integer id."),
         _key("log.dirs", STR, None, "Directory holding the partition logs (one directory)."),
         _key("log.dir", STR, None, "Data directory when log.dirs is unset (with neither: ./data)."),
-        _key("listeners", STR, None, "host:port to listen on, e.g. PLAINTEXT://127.0.0.1:9092."),
-        _key("advertised.listeners", STR, None, "host:port given to clients in Metadata (port 0 or none: the "
-             "bound port)."),
+        _key("listeners", STR, None, "NAME://host:port,... to listen on, e.g. PLAINTEXT://127.0.0.1:9092 "
+             "(port 0: any free port)."),
+        _key("advertised.listeners", STR, None, "NAME://host:port,... given to clients in Metadata, per listener "
+             "(empty host or port 0: the bound one)."),
+        _key("listener.security.protocol.map", STR,
+             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+             "Listener name to security protocol."),
+        _key("inter.broker.listener.name", STR, None, "The listener brokers use to reach each other."),
+        _key("security.inter.broker.protocol", STR, "PLAINTEXT",
+             "Inter-broker listener when inter.broker.listener.name is unset: the one named after this protocol."),
+        _key("ssl.keystore.type", STR, "JKS", "Format of the key store; PEM is the one logbus reads."),
+        _key("ssl.keystore.location", STR, None, "PEM file holding the broker's private key and certificate chain."),
+        _key("ssl.keystore.certificate.chain", ConfigType.PASSWORD, None, "The certificate chain as inline PEM."),
+        _key("ssl.keystore.key", ConfigType.PASSWORD, None, "The private key as inline PEM."),
+        _key("ssl.key.password", ConfigType.PASSWORD, None, "Password of an encrypted private key."),
+        _key("ssl.truststore.type", STR, "JKS", "Format of the trust store; PEM is the one logbus reads."),
+        _key("ssl.truststore.location", STR, None, "PEM bundle of the CAs trusted for client and broker certificates."),
+        _key("ssl.client.auth", STR, "none", "Client certificates: none, requested or required.",
+             choices=("none", "requested", "required")),
+        _key("ssl.enabled.protocols", ConfigType.LIST, "TLSv1.2,TLSv1.3", "TLS versions allowed.",
+             choices=("TLSv1.2", "TLSv1.3")),
+        _key("ssl.cipher.suites", ConfigType.LIST, None, "Cipher suites (OpenSSL names) for TLS 1.2; unset: "
+             "OpenSSL's defaults."),
+        _key("ssl.principal.mapping.rules", STR, "DEFAULT", "Rules mapping a client certificate's DN to a "
+             "principal name."),
+        _key("ssl.endpoint.identification.algorithm", STR, "https", "https: a broker checks the host name of "
+             "the broker it connects to against its certificate; empty: no check."),
         _key("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
         _key("default.replication.factor", INT, 1, "Replication factor of auto-created topics."),
         _key("auto.create.topics.enable", BOOL, True, "Create unknown topics on Metadata."),
@@ -419,7 +443,16 @@ class BrokerConfig:
         return name in self._overrides
 
     def unknown_keys(self) -> list[str]:
-        return sorted(name for name in self._overrides if name not in BROKER_KEYS)
+        return sorted(name for name in self._overrides if name not in BROKER_KEYS and not _listener_key(name))
+
+    def text(self, name: str) -> str | None:
+        """The text a key was set to, also a key not declared (e.g. listener.name.<name>.ssl.*)."""
+        return self._overrides.get(name)
+
+    @staticmethod
+    def parse(name: str, text: str) -> object:
+        """`text` as a value of the declared key `name` (ConfigError when it is not one)."""
+        return BROKER_KEYS[name].parse(text)
 
     def describe(self, name: str) -> ConfigValue:
         key = BROKER_KEYS[name]
@@ -451,6 +484,12 @@ class BrokerConfig:
         return ConfigValue(
             topic_key.key.name, value, text, described.source, topic_key.key.type, synonyms
         )
+
+
+def _listener_key(name: str) -> bool:
+    """Kafka's per-listener prefix: `listener.name.<listener>.<key>` sets `<key>` for one listener."""
+    parts = name.split(".", 3)
+    return len(parts) == 4 and parts[:2] == ["listener", "name"] and parts[3] in BROKER_KEYS
 
 
 def _text(value: object) -> str:

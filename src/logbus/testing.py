@@ -65,7 +65,13 @@ def _die_with_parent() -> None:
 
 
 class BrokerProcess:
-    """A `logbus serve` subprocess; restartable on the same data dir and port."""
+    """A `logbus serve` subprocess; restartable on the same data dir and port.
+
+    Without `listeners` in `config` it listens on one PLAINTEXT port (`--host/--port`). With
+    them, it binds what they say (port 0: a free one) and `ports` gives every listener's port
+    by name (e.g. `ports["SSL"]`); a restart binds the same ports again. `port` is the first
+    listener's.
+    """
 
     def __init__(self, data_dir: str, config: dict[str, str] | None = None, broker_id: int = 0,
                  port: int = 0) -> None:
@@ -73,6 +79,7 @@ class BrokerProcess:
         self.config = dict(config or {})
         self.broker_id = broker_id
         self.port = port
+        self.ports: dict[str, int] = {}
         self.process: subprocess.Popen | None = None
         self.log_path = os.path.join(os.path.dirname(data_dir.rstrip("/")) or ".", "broker.log")
         self.started_in_s = 0.0
@@ -84,17 +91,30 @@ class BrokerProcess:
     def command(self) -> list[str]:
         """`logbus serve` on `data_dir`, or on the config's `log.dirs` when it names them."""
         data_dir = [] if "log.dirs" in self.config else ["--data-dir", self.data_dir]
-        args = [
-            sys.executable, "-m", "logbus", "serve", *data_dir,
-            "--host", "127.0.0.1", "--port", str(self.port), "--broker-id", str(self.broker_id),
-        ]
+        listen = [] if self._named_listeners else ["--host", "127.0.0.1", "--port", str(self.port)]
+        args = [sys.executable, "-m", "logbus", "serve", *data_dir, *listen, "--broker-id", str(self.broker_id)]
         for key, value in self.config.items():
+            if key == "listeners":
+                value = self._listeners_on_known_ports()
             args += ["--set", f"{key}={value}"]
         return args
 
+    @property
+    def _named_listeners(self) -> bool:
+        return bool(self.config.get("listeners"))
+
+    def _listeners_on_known_ports(self) -> str:
+        """`listeners` with port 0 replaced by the port each got on the first start."""
+        from .config import BrokerConfig
+        from .security.listeners import parse_endpoints, parse_protocol_map
+
+        protocols = parse_protocol_map(str(BrokerConfig(self.config)["listener.security.protocol.map"]))
+        endpoints = parse_endpoints("listeners", self.config["listeners"], protocols)
+        return ",".join(str(e.at(e.host, e.port or self.ports.get(e.name, 0))) for e in endpoints)
+
     def start(self) -> BrokerProcess:
         """Start and wait until it listens; a port is chosen on the first start (retried if taken)."""
-        if self.port:
+        if self.port or self._named_listeners:
             return self._start()
         attempts_left = 3
         while True:
@@ -115,13 +135,15 @@ class BrokerProcess:
             preexec_fn=_die_with_parent,
         )
         log.close()
-        line = self._await_ready(began + READY_TIMEOUT_S)
+        lines = self._await_ready(began + READY_TIMEOUT_S)
         self.started_in_s = time.monotonic() - began
-        self.port = int(line.rsplit(":", 1)[1])
+        self.port = int(lines[-1].rsplit(":", 1)[1])
+        self.ports = dict(_listener_port(line) for line in lines[:-1] if " listener " in line)
         threading.Thread(target=self._drain, daemon=True).start()
         return self
 
-    def _await_ready(self, deadline: float) -> str:
+    def _await_ready(self, deadline: float) -> list[str]:
+        """The broker's lines up to `... listening on host:port`, which it prints last."""
         assert self.process is not None and self.process.stdout is not None
         selector = selectors.DefaultSelector()
         selector.register(self.process.stdout, selectors.EVENT_READ)
@@ -132,9 +154,10 @@ class BrokerProcess:
                 if not chunk:
                     break
                 buffered += chunk
-                for line in buffered.decode(errors="replace").splitlines():
-                    if " listening on " in line:
-                        return line.strip()
+                lines = [line.strip() for line in buffered.decode(errors="replace").splitlines()]
+                ready = next((i for i, line in enumerate(lines) if " listening on " in line), None)
+                if ready is not None:
+                    return lines[:ready + 1]
         self.kill()
         raise RuntimeError(f"broker did not start; see {self.log_path}:\n{self.read_log()[-3000:]}")
 
@@ -174,6 +197,12 @@ class BrokerProcess:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+
+def _listener_port(line: str) -> tuple[str, int]:
+    """`logbus broker 0 listener SSL on 127.0.0.1:9093` -> ("SSL", 9093)."""
+    words = line.split()
+    return words[words.index("listener") + 1], int(line.rsplit(":", 1)[1])
 
 
 @contextmanager

@@ -20,6 +20,8 @@ from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
+from ..security.listeners import WILDCARD_HOSTS, ListenerEndpoint, ListenerSettings
+from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
 from .authorization import make_authorizer
 from .context import RawResponse
@@ -32,13 +34,17 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, broker_id: int, host: str, port: int, log_dirs: str | list[str],
+    def __init__(self, config: BrokerConfig, broker_id: int, listeners: ListenerSettings, log_dirs: str | list[str],
                  metadata: MetadataStore | None = None) -> None:
-        """`log_dirs`: absolute paths, one (a str) or several; the first holds the embedded metadata."""
+        """`listeners`: what to bind and advertise (`listener_settings`, or `ListenerSettings.plaintext`);
+        `log_dirs`: absolute paths, one (a str) or several; the first holds the embedded metadata."""
         self.config = config
         self.broker_id = broker_id
-        self.host = host
-        self.port = port
+        self.listener_settings = listeners
+        self.listeners: tuple[ListenerEndpoint, ...] = ()  # as bound, once started
+        self.tls = {e.name: ListenerTls.build(config, e.name) for e in listeners.listeners if e.tls}
+        inter_broker_tls = client_context(config, listeners.inter_broker_listener) \
+            if any(e.tls for e in listeners.listeners if e.name == listeners.inter_broker_listener) else None
         self.log_dirs = [log_dirs] if isinstance(log_dirs, str) else list(log_dirs)
         self.data_dir = self.log_dirs[0]
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
@@ -47,8 +53,9 @@ class Broker:
         self.authorizer = make_authorizer(config, self.metadata.acls)
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
-        self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs)
-        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S)
+        inter_broker = listeners.inter_broker_listener
+        self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker, inter_broker_tls)
+        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S, inter_broker, inter_broker_tls)
         self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, self.broker_clients,
                                            MARKER_TIMEOUT_S)
         clock = LoopClock()
@@ -64,11 +71,11 @@ class Broker:
         self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.txn_verifier = TxnVerifier(self.txn_coordinator, self.broker_clients,
                                         config["transaction.partition.verification.enable"])
-        # (version, operations, principal and host when an authorizer filters the answer)
+        # (listener name, version, operations, principal and host when an authorizer filters the answer)
         self.metadata_cache: dict[tuple[object, ...], RawResponse] = {}
         self.connections = Connections(config)
         self.stopping = False
-        self._server: Listener | None = None
+        self._servers: list[Listener] = []
 
     @staticmethod
     def _metadata_store(config: BrokerConfig, broker_id: int, data_dir: str) -> MetadataStore:
@@ -91,18 +98,18 @@ class Broker:
 
         return Controller(metadata, config)
 
-    async def start(self) -> tuple[str, int]:
-        """Load everything and listen; returns the address actually bound."""
+    async def start(self) -> tuple[ListenerEndpoint, ...]:
+        """Load everything and listen; returns the listeners as bound (port 0 replaced)."""
         self.logs.lock()
         await self.metadata.start()
         self.metadata.add_listener(self._forget_cached_metadata)
         self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
         self.metadata.add_acl_listener(self.metadata_cache.clear)
         self.logs.open(self.broker_id, self.metadata.cluster_id)
-        self._server = Listener.bind(self, self.host, self.port, backlog=1024)
-        self.port = self._server.port
-        await self.metadata.register_broker(
-            BrokerInfo(self.broker_id, *self._advertised_address(), self.config["broker.rack"]))
+        self._bind_listeners()
+        local_host = socket.getfqdn() if any(e.host in WILDCARD_HOSTS for e in self.listeners) else ""
+        advertised = self.listener_settings.advertise(self.listeners, local_host)
+        await self.metadata.register_broker(BrokerInfo(self.broker_id, advertised, self.config["broker.rack"]))
         self.replicas.start()
         self.broker_clients.start()
         if self.controller is not None:
@@ -116,20 +123,24 @@ class Broker:
         )
         self.group_coordinator.start()
         self.txn_coordinator.start()
-        self._server.start_serving()
-        return self.host, self.port
+        for server in self._servers:
+            server.start_serving()
+        return self.listeners
 
-    def _advertised_address(self) -> tuple[str, int]:
-        """The host and port that Metadata gives clients: the first of `advertised.listeners`
-        (e.g. PLAINTEXT://broker1.example:19092), where an empty host or port 0 means the bound one."""
-        host, port = "", 0
-        advertised = self.config["advertised.listeners"]
-        if advertised:
-            host, _, port_text = str(advertised).split(",")[0].split("://")[-1].rpartition(":")
-            port = int(port_text) if port_text.isdigit() else 0
-        if not host:
-            host = socket.getfqdn() if self.host in ("", "0.0.0.0", "::") else self.host
-        return host, port or self.port
+    def _bind_listeners(self) -> None:
+        """Bind every listener (none serves before all are bound); on a failure, none stays bound."""
+        try:
+            for endpoint in self.listener_settings.listeners:
+                self._servers.append(Listener.bind(self, endpoint, 1024, self.tls.get(endpoint.name)))
+        except OSError:
+            self._close_listeners()
+            raise
+        self.listeners = tuple(server.endpoint for server in self._servers)
+
+    def _close_listeners(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
 
     async def _controlled_shutdown(self) -> None:
         """Kafka's controlled shutdown: leaderships move to other ISR members before this broker
@@ -147,8 +158,7 @@ class Broker:
     async def stop(self) -> None:
         await self._controlled_shutdown()
         self.stopping = True
-        if self._server is not None:
-            self._server.close()
+        self._close_listeners()
         self.connections.close_all()
         self.group_coordinator.stop()
         self.txn_coordinator.stop()

@@ -23,6 +23,7 @@ class RequestContext:
     sendfile: bool = False  # large fetched ranges may leave by sendfile on this connection
     close: Callable[[], None] | None = None  # closes this request's connection
     principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
+    listener_name: str = "PLAINTEXT"  # the listener the connection came in on
 
     def close_connection(self) -> None:
         if self.close is not None:

@@ -16,6 +16,12 @@ on loopback. sendfile spares the broker two copies, but a reader on the same hos
 the bytes out of the socket anyway, and copying them out of page-cache pages costs it about
 twice the CPU of copying freshly written ones: a loopback consumer of 1 KB records reads
 ~1.45 GB/s with sendfile and ~2.0 GB/s without (docs/architecture.md, where the time goes).
+
+There is one `Listener` per configured listener; each connection knows its listener's name and
+security protocol. On SSL and SASL_SSL listeners the event loop's TLS transport wraps the
+connection (handshake bounded by HANDSHAKE_TIMEOUT_S; a failed one closes that connection
+only), a client certificate sets the connection's principal, and fetched bytes are never
+sendfile'd: they must pass through user-space encryption.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ from ..protocol.frames import (
     peek_api,
     response_header,
 )
+from ..security.listeners import ListenerEndpoint
 from ..security.principal import ANONYMOUS
+from ..security.tls import HANDSHAKE_TIMEOUT_S, ListenerTls, peer_principal
 from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
 from .apis.api_versions import unsupported_version_response
@@ -167,10 +175,14 @@ class Listener:
     ACCEPTS_PER_WAKEUP = 128  # then other callbacks get a turn
     RETRY_WITHOUT_SPARE_S = 0.1
 
-    def __init__(self, broker: Broker, sockets: list[socket.socket]) -> None:
+    def __init__(self, broker: Broker, endpoint: ListenerEndpoint, sockets: list[socket.socket],
+                 tls: ListenerTls | None = None) -> None:
+        """`endpoint`: the listener as configured; `self.endpoint` holds the port actually bound.
+        `tls`: for SSL and SASL_SSL listeners, every connection is TLS from its first byte."""
         self.broker = broker
         self.sockets = sockets
-        self.port: int = sockets[0].getsockname()[1]
+        self.endpoint = endpoint.at(endpoint.host, sockets[0].getsockname()[1])
+        self.tls = tls
         self._loop = asyncio.get_running_loop()
         self._spare: int | None = None
         self._serving = False
@@ -178,13 +190,13 @@ class Listener:
         self._reopen_spare()
 
     @classmethod
-    def bind(cls, broker: Broker, host: str, port: int, backlog: int) -> Listener:
-        """Listen on every address `host` resolves to (all interfaces for "" or None), as
+    def bind(cls, broker: Broker, endpoint: ListenerEndpoint, backlog: int, tls: ListenerTls | None = None) -> Listener:
+        """Listen on every address the endpoint's host resolves to (all interfaces for ""), as
         `loop.create_server` does; with port 0, all on the port the first one got."""
         sockets: list[socket.socket] = []
         try:
             for family, kind, proto, _name, address in socket.getaddrinfo(
-                    host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+                    endpoint.host or None, endpoint.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
                 sock = socket.socket(family, kind, proto)
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -199,7 +211,7 @@ class Listener:
             for sock in sockets:
                 sock.close()
             raise
-        return cls(broker, sockets)
+        return cls(broker, endpoint, sockets, tls)
 
     def start_serving(self) -> None:
         self._serving = True
@@ -270,15 +282,26 @@ class Listener:
             client.setblocking(False)
             if client.family in (socket.AF_INET, socket.AF_INET6):
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await self._loop.connect_accepted_socket(lambda: KafkaConnection(self.broker), client)
-        except OSError as exc:
-            log.warning("cannot serve a new connection: %s", exc)
+            if self.tls is None:
+                await self._loop.connect_accepted_socket(lambda: KafkaConnection(self.broker, self.endpoint), client)
+                return
+            await self._loop.connect_accepted_socket(
+                lambda: KafkaConnection(self.broker, self.endpoint, self.tls), client,
+                ssl=self.tls.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+        except OSError as exc:  # also ssl.SSLError and TimeoutError: a failed or slow handshake
+            # (not TLS, a certificate refused, silence) ends that connection only
+            log.info("closing a new %s connection: %s", self.endpoint.name, exc)
             client.close()
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: ListenerEndpoint, tls: ListenerTls | None = None) -> None:
+        """`listener`: the listener this connection came in on; Metadata answers its addresses.
+        `tls`: set on TLS listeners, whose client certificate (if any) names the principal."""
         self.broker = broker
+        self.listener_name = listener.name
+        self.security_protocol = listener.security_protocol
+        self.tls = tls
         self.apis = registry()
         self.splitter = FrameSplitter(broker.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
@@ -307,8 +330,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._closed = True
             transport.abort()
             return
-        self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
-        self.sendfile = _uses_sendfile(self.broker.socket_sendfile, self.client_host)
+        if self.tls is None:
+            self.transport.set_write_buffer_limits(high=0)  # resume_writing: the buffer is empty
+            self.sendfile = _uses_sendfile(self.broker.socket_sendfile, self.client_host)
+            return
+        # TLS encrypts in user space: fetched bytes are copied through it, never sendfile'd, so
+        # there is no file region to wait for an empty buffer before, and the transport keeps its
+        # default write limits (uvloop's TLS transport with high=0 calls pause_writing after a
+        # write that left nothing buffered, and resume_writing only on the next event: a response
+        # would wait for the client's next request).
+        try:
+            self.principal = peer_principal(transport.get_extra_info("ssl_object"), self.tls.principal)
+        except ValueError as exc:
+            log.warning("closing TLS connection from %s: %s", self.client_host, exc)
+            self.close()
+            return
+        if self.principal is not ANONYMOUS:
+            log.info("TLS connection from %s on %s authenticated as %s", self.client_host, self.listener_name,
+                     self.principal)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.splitter.writable(sizehint)
@@ -504,7 +543,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request = codec.decode_request(api_key, api_version, frame, header.body_offset)
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
-            self.sendfile, self.close, self.principal,
+            self.sendfile, self.close, self.principal, self.listener_name,
         )
         response = await spec.handle(ctx, request)
         if isinstance(response, DeferredResponse):

@@ -6,7 +6,20 @@ import argparse
 import os
 import sys
 
-from . import acls, cluster, consume, elect_leaders, groups, pipeline, produce, reassign, serve, topics, transactions
+from . import (
+    acls,
+    certs,
+    cluster,
+    consume,
+    elect_leaders,
+    groups,
+    pipeline,
+    produce,
+    reassign,
+    serve,
+    topics,
+    transactions,
+)
 from .common import CliError
 
 
@@ -24,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect_leaders.add_parser(subparsers)
     transactions.add_parser(subparsers)
     acls.add_parser(subparsers)
+    certs.add_parser(subparsers)
     return parser
 
 

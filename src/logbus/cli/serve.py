@@ -13,6 +13,7 @@ import signal
 import sys
 
 from ..config import BrokerConfig, ConfigError, load_properties
+from ..security.listeners import ListenerEndpoint, ListenerSettings, listener_settings
 
 DEFAULT_PORT = 9092
 
@@ -20,8 +21,10 @@ DEFAULT_PORT = 9092
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="run a broker")
     parser.add_argument("--data-dir", help="the one directory for partition logs (default: log.dirs, log.dir, ./data)")
-    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help=f"port to listen on (default {DEFAULT_PORT})")
+    parser.add_argument("--host", help="with --port: one PLAINTEXT listener in place of `listeners` "
+                        "(default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help=f"with --host: one PLAINTEXT listener in place of `listeners` "
+                        f"(default {DEFAULT_PORT})")
     parser.add_argument("--broker-id", type=int, help="this broker's id (default broker.id, 0)")
     parser.add_argument("--config", help="a Kafka-style server.properties file")
     parser.add_argument(
@@ -41,14 +44,6 @@ def build_config(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
-def _listener(values: dict[str, str]) -> tuple[str | None, int | None]:
-    listeners = values.get("listeners")
-    if not listeners:
-        return None, None
-    host, _, port = listeners.split(",")[0].split("://")[-1].rpartition(":")
-    return host or None, int(port)
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -56,14 +51,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         values = build_config(args)
         config = BrokerConfig(values)
+        listeners = listener_settings(config, _shorthand(args), ("127.0.0.1", DEFAULT_PORT))
     except (ConfigError, OSError) as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
     for unknown in config.unknown_keys():
         logging.getLogger("logbus").warning("unknown config key %s is ignored", unknown)
-    listen_host, listen_port = _listener(values)
-    host = args.host or listen_host or "127.0.0.1"
-    port = args.port if args.port is not None else DEFAULT_PORT if listen_port is None else listen_port
     broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
     log_dirs = [os.path.abspath(path) for path in _log_dirs(args.data_dir, values)]
     if len(set(log_dirs)) != len(log_dirs):
@@ -77,7 +70,14 @@ def run(args: argparse.Namespace) -> int:
         runner = uvloop.run
     except ImportError:  # uvloop is not built for every platform
         runner = asyncio.run
-    return runner(_serve(config, broker_id, host, port, log_dirs))
+    return runner(_serve(config, broker_id, listeners, log_dirs))
+
+
+def _shorthand(args: argparse.Namespace) -> tuple[str, int] | None:
+    """`--host`/`--port`: one PLAINTEXT listener in place of `listeners` (None when neither is given)."""
+    if args.host is None and args.port is None:
+        return None
+    return args.host or "127.0.0.1", DEFAULT_PORT if args.port is None else args.port
 
 
 def _log_dirs(data_dir: str | None, values: dict[str, str]) -> list[str]:
@@ -122,18 +122,22 @@ def keep_freed_memory_for_reuse() -> None:
     mallopt(_M_TRIM_THRESHOLD, 64 << 20)
 
 
-async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, log_dirs: list[str]) -> int:
+async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettings, log_dirs: list[str]) -> int:
     from ..broker.broker import Broker
     from ..cluster.metadata import BrokerIdInUseError
     from ..storage.manager import DataDirRefusedError
 
-    broker = Broker(config, broker_id, host, port, log_dirs)
+    try:
+        broker = Broker(config, broker_id, listeners, log_dirs)
+    except ConfigError as exc:  # e.g. an SSL listener whose key or truststore cannot be loaded
+        print(f"logbus: {exc}", file=sys.stderr)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        bound_host, bound_port = await broker.start()
+        bound = await broker.start()
     except (DataDirRefusedError, BrokerIdInUseError) as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         await broker.metadata.close()
@@ -143,10 +147,21 @@ async def _serve(config: BrokerConfig, broker_id: int, host: str, port: int, log
         await broker.metadata.close()
         return 1
     except OSError as exc:
-        where = exc.filename or f"{host}:{port}"
+        where = exc.filename or ",".join(str(e) for e in listeners.listeners)
         print(f"logbus: cannot start: {where}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(f"logbus broker {broker_id} listening on {bound_host}:{bound_port}", flush=True)
+    print(_ready_lines(broker_id, bound), flush=True)
     await stop.wait()
     await broker.stop()
     return 0
+
+
+def _ready_lines(broker_id: int, bound: tuple[ListenerEndpoint, ...]) -> str:
+    """A line per listener, then `listening on host:port` of the first, which tools wait for (it
+    comes last, so that every listener line has been printed by the time it is seen)."""
+    lines = [f"logbus broker {broker_id} listener {e.name} on {_address(e)}" for e in bound]
+    return "\n".join([*lines, f"logbus broker {broker_id} listening on {_address(bound[0])}"])
+
+
+def _address(endpoint: ListenerEndpoint) -> str:
+    return f"{endpoint.host}:{endpoint.port}"

@@ -14,6 +14,7 @@ flight on it with an OSError (ConnectionError, or TimeoutError); the next reques
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from functools import cache
 from typing import Any
@@ -102,8 +103,10 @@ class BrokerClient:
     """A client of one other broker: `request` sends a kio request and returns its response."""
 
     def __init__(self, address: tuple[str, int], client_id: str, timeout: float,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: connect with TLS (the peer's listener is an SSL one)."""
         self.address = address
+        self.tls = tls
         self.client_id = client_id
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
@@ -147,7 +150,7 @@ class BrokerClient:
         async with self._connecting:
             self._refuse_if_closed()
             if self._connection is None or self._connection.failed:
-                reader, writer = await asyncio.open_connection(*self.address)
+                reader, writer = await asyncio.open_connection(*self.address, ssl=self.tls)
                 if self._closed:  # while connecting
                     writer.close()
                 self._refuse_if_closed()
@@ -175,9 +178,14 @@ class BrokerClients:
     that sends inter-broker requests (markers, KIP-890 verification), so each peer gets one
     connection from this broker."""
 
-    def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float) -> None:
+    def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float,
+                 listener_name: str = "PLAINTEXT", tls: ssl.SSLContext | None = None) -> None:
+        """`listener_name`: the listener of other brokers to connect to (inter.broker.listener.name),
+        with TLS context `tls` when it is an SSL listener."""
         self.broker_id = broker_id
         self.metadata = metadata
+        self.listener_name = listener_name
+        self.tls = tls
         self.timeout = timeout
         self._clients: dict[int, BrokerClient] = {}
 
@@ -190,17 +198,20 @@ class BrokerClients:
         self._clients.clear()
 
     def get(self, broker_id: int) -> BrokerClient | None:
-        """The client of a live broker (a new one when its address changed); None when not live."""
+        """The client of a live broker (a new one when its address changed); None when it is not
+        live or has no endpoint on the inter-broker listener."""
         info = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
-        if info is None:
+        endpoint = None if info is None else info.endpoint(self.listener_name)
+        if endpoint is None:
             return None
+        address = (endpoint.host, endpoint.port)
         client = self._clients.get(broker_id)
-        if client is not None and client.address != (info.host, info.port):
+        if client is not None and client.address != address:
             client.close()
             client = None
         if client is None:
             client = self._clients[broker_id] = BrokerClient(
-                (info.host, info.port), f"logbus-broker-{self.broker_id}", self.timeout)
+                address, f"logbus-broker-{self.broker_id}", self.timeout, tls=self.tls if endpoint.tls else None)
         return client
 
     def _brokers_changed(self, live: list[BrokerInfo]) -> None:

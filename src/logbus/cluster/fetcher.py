@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from kio.static.constants import EntityType
 from ..protocol import bounds
 from ..protocol.codec import ChunkSink, make
 from ..protocol.records import BatchHeader, validate_batches, whole_batches_length
+from ..security.listeners import ListenerEndpoint
 from ..storage.log import FollowerAppendError
 from .partition import Partition
 
@@ -66,10 +68,13 @@ class FetcherConfig:
 class ReplicaFetcher:
     """Fetches the partitions this broker follows from one leader."""
 
-    def __init__(self, config: FetcherConfig, leader_id: int, address: tuple[str, int], name: str) -> None:
+    def __init__(self, config: FetcherConfig, leader_id: int, address: ListenerEndpoint, name: str,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: the context to connect with when `address` is an SSL listener."""
         self.config = config
         self.leader_id = leader_id
         self.address = address
+        self.tls = tls
         self.name = name
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._wakeup = asyncio.Event()
@@ -138,7 +143,7 @@ class ReplicaFetcher:
                     continue
                 if not self._failing:
                     log.warning("%s: fetch from broker %d at %s:%d failed: %s (retrying every %d ms)", self.name,
-                                self.leader_id, *self.address, exc, self.config.backoff_ms)
+                                self.leader_id, self.address.host, self.address.port, exc, self.config.backoff_ms)
                     self._failing = True
                 self._close()
                 await asyncio.sleep(self.config.backoff_ms / 1000)
@@ -146,7 +151,8 @@ class ReplicaFetcher:
     async def _fetch(self, partitions: list[Partition]) -> Any:
         if self._writer is None:
             async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
-                self._reader, self._writer = await asyncio.open_connection(*self.address)
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.address.host, self.address.port, ssl=self.tls if self.address.tls else None)
         self._correlation += 1
         sink = ChunkSink()
         _WRITE_HEADER(sink, _REQUEST.RequestHeader(
@@ -266,10 +272,11 @@ class FetcherManager:
     change."""
 
     def __init__(self, config: FetcherConfig, fetchers_per_broker: int,
-                 address_of: Any) -> None:
+                 address_of: Any, tls: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.per_broker = fetchers_per_broker
-        self.address_of = address_of  # broker id -> (host, port) | None
+        self.address_of = address_of  # broker id -> its inter-broker ListenerEndpoint | None
+        self.tls = tls
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[tuple[str, int], tuple[int, int]] = {}
         self._waiting: dict[tuple[str, int], Partition] = {}
@@ -288,7 +295,7 @@ class FetcherManager:
             fetcher.reconnect()
         if fetcher is None:
             fetcher = self.fetchers[slot] = ReplicaFetcher(
-                self.config, partition.state.leader, address, f"fetcher-{slot[0]}-{slot[1]}")
+                self.config, partition.state.leader, address, f"fetcher-{slot[0]}-{slot[1]}", self.tls)
         fetcher.add(partition)
         self._where[key] = slot
 

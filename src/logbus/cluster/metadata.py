@@ -34,6 +34,7 @@ from ..security.acl import (
     encode_entries,
     resource_type_named,
 )
+from ..security.listeners import ListenerEndpoint
 from ..storage.files import replace_file
 
 T = TypeVar("T")
@@ -77,10 +78,15 @@ class ReassignmentError(Exception):
 
 @dataclass(slots=True)
 class BrokerInfo:
+    """A live broker as registered: an advertised endpoint per listener, and its rack."""
+
     broker_id: int
-    host: str
-    port: int
+    endpoints: tuple[ListenerEndpoint, ...]
     rack: str | None = None
+
+    def endpoint(self, listener_name: str) -> ListenerEndpoint | None:
+        """Where to reach this broker through `listener_name`; None when it has no such listener."""
+        return next((e for e in self.endpoints if e.name == listener_name), None)
 
 
 NO_LEADER = -1

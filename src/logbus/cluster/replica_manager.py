@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..config import BrokerConfig, LogConfig, log_config
+from ..security.listeners import ListenerEndpoint
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
 from .fetcher import FetcherConfig, FetcherManager
@@ -31,8 +33,12 @@ MarkerListener = Callable[[Partition, int, bool], None]
 
 class ReplicaManager:
     def __init__(self, broker_id: int, config: BrokerConfig, metadata: MetadataStore,
-                 logs: LogManager) -> None:
+                 logs: LogManager, inter_broker_listener: str = "PLAINTEXT",
+                 inter_broker_tls: ssl.SSLContext | None = None) -> None:
+        """`inter_broker_listener`: the listener whose endpoint followers fetch from, over TLS
+        with `inter_broker_tls` when it is an SSL listener."""
         self.broker_id = broker_id
+        self.inter_broker_listener = inter_broker_listener
         self.config = config
         self.metadata = metadata
         self.logs = logs
@@ -46,7 +52,7 @@ class ReplicaManager:
             broker_id, config["replica.fetch.max.bytes"], config["replica.fetch.response.max.bytes"],
             config["replica.fetch.wait.max.ms"], config["replica.fetch.min.bytes"], config["replica.fetch.backoff.ms"],
             config["replica.socket.timeout.ms"],
-        ), config["num.replica.fetchers"], self._address_of)
+        ), config["num.replica.fetchers"], self._address_of, inter_broker_tls)
         self._isr_check: asyncio.TimerHandle | None = None
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
@@ -93,9 +99,9 @@ class ReplicaManager:
             self._isr_check.cancel()
         await self.fetchers.stop()
 
-    def _address_of(self, broker_id: int) -> tuple[str, int] | None:
+    def _address_of(self, broker_id: int) -> ListenerEndpoint | None:
         found = next((b for b in self.metadata.brokers() if b.broker_id == broker_id), None)
-        return None if found is None else (found.host, found.port)
+        return None if found is None else found.endpoint(self.inter_broker_listener)
 
     def _schedule_isr_check(self) -> None:
         """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2."""

@@ -78,6 +78,7 @@ from ..security.acl import (
     encode_entries,
     resource_type_named,
 )
+from ..security.listeners import DEFAULT_PROTOCOL_MAP, ListenerEndpoint, parse_endpoints, parse_protocol_map
 from .assignment import assign_replicas
 from .metadata import (
     NO_LEADER,
@@ -173,10 +174,14 @@ def encode_assignment(topic_id: str, partitions: list[PartitionState]) -> bytes:
 
 
 def encode_broker(broker: BrokerInfo) -> bytes:
+    """Kafka's broker registration: every advertised endpoint with its listener's protocol, and
+    host/port of the PLAINTEXT one (null and -1 without one), which pre-listener tools read."""
+    plaintext = next((e for e in broker.endpoints if e.security_protocol == "PLAINTEXT"), None)
     value: dict[str, Any] = {
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{broker.host}:{broker.port}"], "jmx_port": -1, "features": {},
-        "host": broker.host, "timestamp": str(int(time.time() * 1000)), "port": broker.port, "version": 5,
+        "listener_security_protocol_map": {e.name: e.security_protocol for e in broker.endpoints},
+        "endpoints": [str(e) for e in broker.endpoints], "jmx_port": -1, "features": {},
+        "host": plaintext.host if plaintext else None, "timestamp": str(int(time.time() * 1000)),
+        "port": plaintext.port if plaintext else -1, "version": 5,
     }
     if broker.rack:
         value["rack"] = broker.rack
@@ -184,12 +189,16 @@ def encode_broker(broker: BrokerInfo) -> bytes:
 
 
 def decode_broker(broker_id: int, raw: bytes) -> BrokerInfo:
+    """A registration (ValueError/KeyError/TypeError when it is not one); without `endpoints`,
+    host/port as a PLAINTEXT listener, as registrations from before listeners were."""
     value = json.loads(raw)
-    host, port = value.get("host"), value.get("port", -1)
-    if not host and value.get("endpoints"):
-        host, _, port_text = value["endpoints"][0].split("://", 1)[1].rpartition(":")
-        port = int(port_text)
-    return BrokerInfo(broker_id, host, int(port), value.get("rack"))
+    protocols = value.get("listener_security_protocol_map") or {}
+    if value.get("endpoints"):
+        endpoints = parse_endpoints("endpoints", ",".join(value["endpoints"]),
+                                    protocols or parse_protocol_map(DEFAULT_PROTOCOL_MAP))
+    else:
+        endpoints = (ListenerEndpoint("PLAINTEXT", "PLAINTEXT", value["host"], int(value["port"])),)
+    return BrokerInfo(broker_id, endpoints, value.get("rack"))
 
 
 class ZooKeeperMetadataStore(MetadataStore):
@@ -268,7 +277,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             try:
                 raw, _ = self.client.get(f"/brokers/ids/{child}")
                 brokers[int(child)] = decode_broker(int(child), raw)
-            except (NoNodeError, ValueError, KeyError):
+            except (NoNodeError, ValueError, KeyError, TypeError):  # ConfigError is a ValueError
                 continue
         self._post(self._apply_brokers, brokers)
 

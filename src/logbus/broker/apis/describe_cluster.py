@@ -4,7 +4,8 @@ Cluster id, controller and the registered brokers. v1 `endpoint_type`: 1 (broker
 broker cannot describe controllers (UNSUPPORTED_ENDPOINT_TYPE), as in Kafka. v2
 `include_fenced_brokers`: no broker here is ever fenced. `include_cluster_authorized_operations`
 reports the principal's cluster operations (every one without an authorizer; 0 to a principal
-that may not Describe the cluster, as Kafka).
+that may not Describe the cluster, as Kafka). Each broker is given by its endpoint on the
+listener the request came in on (brokers without it are left out).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         error = ErrorCode.unsupported_endpoint_type
         message = f"Endpoint type {endpoint_type} is not served by a broker"
     else:
+        endpoints = [(b, b.endpoint(ctx.listener_name)) for b in sorted(metadata.brokers(), key=lambda b: b.broker_id)]
         brokers = tuple(
-            make(module.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack,
-                 is_fenced=False)
-            for b in sorted(metadata.brokers(), key=lambda b: b.broker_id)
+            make(module.DescribeClusterBroker, broker_id=b.broker_id, host=endpoint.host, port=endpoint.port,
+                 rack=b.rack, is_fenced=False)
+            for b, endpoint in endpoints if endpoint is not None
         )
     return make(
         response_class(API_KEY, ctx.api_version), error_code=error, error_message=message,

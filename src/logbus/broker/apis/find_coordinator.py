@@ -3,7 +3,8 @@
 Key type 0 (group) is answered with the leader of the group's `__consumer_offsets`
 partition, key type 1 (transaction) with the leader of the transactional id's
 `__transaction_state` partition; the topic is created on first use, as Kafka does
-(COORDINATOR_NOT_AVAILABLE while it cannot be, e.g. on a full disk). v4+ batches several keys
+(COORDINATOR_NOT_AVAILABLE while it cannot be, e.g. on a full disk, or while the leader has no
+endpoint on the listener the request came in on). v4+ batches several keys
 (`coordinator_keys`) and answers each in a `Coordinator` entry. Other key types: INVALID_REQUEST.
 With an authorizer a key needs Describe on its group (GROUP_AUTHORIZATION_FAILED) or
 transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
@@ -59,10 +60,11 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         return _error(exc.code, str(exc))
     leader = coordinator.store.leader_of(coordinator.partition_for(key))
     node = next((b for b in ctx.broker.metadata.brokers() if b.broker_id == leader), None)
-    if node is None:
+    endpoint = None if node is None else node.endpoint(ctx.listener_name)
+    if endpoint is None:  # not live, or not on the client's listener
         return _error(ErrorCode.coordinator_not_available, "The coordinator is not available")
-    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
-            "host": node.host, "port": node.port}
+    return {"error_code": ErrorCode.none, "error_message": None, "node_id": leader,
+            "host": endpoint.host, "port": endpoint.port}
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -9,6 +9,11 @@ all-topics request are cached until metadata changes (encoding is the slow part)
 With an authorizer (as Kafka's KafkaApis): listing all topics lists only those the principal
 may Describe; a named topic it may not Describe is TOPIC_AUTHORIZATION_FAILED; auto-creating one
 needs Create on the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
+
+Each broker is given by its endpoint on the listener the request came in on; brokers without
+that listener are left out, and a partition whose live leader lacks it answers
+LISTENER_NOT_FOUND with no leader, as Kafka does.
+
 `include_topic_authorized_operations` (v8+) and `include_cluster_authorized_operations` (v8–v10)
 report the principal's operations (without an authorizer: every operation the resource type
 supports); INT32_MIN when not requested. Cached all-topics answers are per principal and host
@@ -44,7 +49,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster=bool(getattr(request, "include_cluster_authorized_operations", False)),
     )
     if request.topics is None or (version == 0 and not request.topics):
-        key: tuple[object, ...] = (version, operations)
+        key: tuple[object, ...] = (ctx.listener_name, version, operations)
         if broker.authorizer is not None:
             key = (*key, ctx.principal, ctx.client_host)
         cached = broker.metadata_cache.get(key)
@@ -102,14 +107,15 @@ class _Operations(NamedTuple):
 def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]], operations: _Operations) -> Any:
     broker = ctx.broker
     module = response_module(API_KEY, ctx.api_version)
+    endpoints = {b.broker_id: (b.endpoint(ctx.listener_name), b.rack) for b in broker.metadata.brokers()}
     brokers = tuple(
-        make(module.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
-             rack=b.rack)
-        for b in broker.metadata.brokers()
+        make(module.MetadataResponseBroker, node_id=broker_id, host=endpoint.host, port=endpoint.port, rack=rack)
+        for broker_id, (endpoint, rack) in endpoints.items() if endpoint is not None
     )
+    reachable = {broker_id for broker_id, (endpoint, _) in endpoints.items() if endpoint is not None}
     topics = tuple(
         _topic(module, broker, name, error,
-               authorized_operations(ctx, ResourceType.TOPIC, name or "", operations.topic))
+               authorized_operations(ctx, ResourceType.TOPIC, name or "", operations.topic), set(endpoints), reachable)
         for name, error in wanted)
     return make(
         response_class(API_KEY, ctx.api_version), brokers=brokers,
@@ -120,19 +126,20 @@ def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]], oper
     )
 
 
-def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operations: int) -> Any:
+def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operations: int, live: set[int],
+           reachable: set[int]) -> Any:
+    """`live`: the registered brokers; `reachable`: those with an endpoint on the client's listener."""
     metadata = broker.metadata.topic(name) if name is not None and error is ErrorCode.none else None
     if metadata is None:
         return make(
             module.MetadataResponseTopic, error_code=error, name=name, topic_id=_ZERO_UUID,
             is_internal=False, partitions=(), topic_authorized_operations=operations,
         )
-    live = {b.broker_id for b in broker.metadata.brokers()}
     partitions = tuple(
         make(
             module.MetadataResponsePartition, partition_index=index,
-            error_code=ErrorCode.none if state.leader in live else ErrorCode.leader_not_available,
-            leader_id=state.leader if state.leader in live else -1, leader_epoch=state.leader_epoch,
+            error_code=_leader_error(state.leader, live, reachable),
+            leader_id=state.leader if state.leader in reachable else -1, leader_epoch=state.leader_epoch,
             replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
             offline_replicas=tuple(b for b in state.replicas if b not in live),
         )
@@ -143,3 +150,9 @@ def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operati
         topic_id=metadata.uuid, is_internal=metadata.internal, partitions=partitions,
         topic_authorized_operations=operations,
     )
+
+
+def _leader_error(leader: int, live: set[int], reachable: set[int]) -> ErrorCode:
+    if leader in reachable:
+        return ErrorCode.none
+    return ErrorCode.listener_not_found if leader in live else ErrorCode.leader_not_available
