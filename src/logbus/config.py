@@ -283,6 +283,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.io.threads", INT, 8, "Kafka's request handler threads (accepted; no effect: requests are "
              "handled on the event loop).", minimum=1),
         _key("logbus.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
+        # Metrics (issue 15): a Prometheus endpoint, off unless metrics.port is set.
+        _key("metrics.port", INT, None, "Port of the Prometheus endpoint /metrics (0: any free port); unset: "
+             "no endpoint and nothing counted.", minimum=0, maximum=65535),
+        _key("metrics.host", STR, "127.0.0.1", "Address the metrics endpoint binds (0.0.0.0: every interface)."),
         # Broker defaults of topic keys that Kafka 4.1 has (synonyms of the topic keys below).
         _key("log.roll.jitter.ms", LONG, None, "Overrides log.roll.jitter.hours."),
         _key("log.roll.jitter.hours", INT, 0, "Max random jitter subtracted from a segment's roll time.", minimum=0),

@@ -25,6 +25,7 @@ from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
 from .authorization import make_authorizer
 from .context import RawResponse
+from .metrics import BrokerMetrics
 from .server import Connections, Listener
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Broker:
         self.connections = Connections(config)
         self.stopping = False
         self._servers: list[Listener] = []
+        self.metrics = BrokerMetrics.of(self)  # None without metrics.port
 
     @staticmethod
     def _metadata_store(config: BrokerConfig, broker_id: int, data_dir: str) -> MetadataStore:
@@ -123,6 +125,8 @@ class Broker:
         )
         self.group_coordinator.start()
         self.txn_coordinator.start()
+        if self.metrics is not None:
+            await self.metrics.server.start()
         for server in self._servers:
             server.start_serving()
         return self.listeners
@@ -158,6 +162,8 @@ class Broker:
     async def stop(self) -> None:
         await self._controlled_shutdown()
         self.stopping = True
+        if self.metrics is not None:
+            self.metrics.server.close()
         self._close_listeners()
         self.connections.close_all()
         self.group_coordinator.stop()

@@ -32,6 +32,7 @@ import ipaddress
 import logging
 import os
 import socket
+import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -545,14 +546,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
             self.sendfile, self.close, self.principal, self.listener_name,
         )
+        started = time.perf_counter()
         response = await spec.handle(ctx, request)
         if isinstance(response, DeferredResponse):
-            return asyncio.ensure_future(self._encode_later(response, spec, api_version, correlation_id, flexible))
-        return self._encode(response, spec, api_version, correlation_id, flexible)
+            return asyncio.ensure_future(self._encode_later(response, spec, api_version, correlation_id, flexible,
+                                                            request, started))
+        chunks = self._encode(response, spec, api_version, correlation_id, flexible)
+        self._timed(spec, request, started)
+        return chunks
 
     async def _encode_later(self, deferred: DeferredResponse, spec: ApiSpec, api_version: int, correlation_id: int,
-                            flexible: bool) -> list[bytes | memoryview | FileRegion] | None:
-        return self._encode(await deferred.result, spec, api_version, correlation_id, flexible)
+                            flexible: bool, request: Any,
+                            started: float) -> list[bytes | memoryview | FileRegion] | None:
+        chunks = self._encode(await deferred.result, spec, api_version, correlation_id, flexible)
+        self._timed(spec, request, started)
+        return chunks
+
+    def _timed(self, spec: ApiSpec, request: Any, started: float) -> None:
+        """Count an answered request in the request metrics, when they are on."""
+        if self.broker.metrics is not None:
+            self.broker.metrics.request_times.record(spec.metric_names(request), (time.perf_counter() - started) * 1000)
 
     @staticmethod
     def _encode(response: Any, spec: ApiSpec, api_version: int, correlation_id: int,

@@ -11,9 +11,13 @@ import os
 import resource
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from ..config import BrokerConfig, ConfigError, load_properties
 from ..security.listeners import ListenerEndpoint, ListenerSettings, listener_settings
+
+if TYPE_CHECKING:
+    from ..metrics.http import MetricsServer
 
 DEFAULT_PORT = 9092
 
@@ -150,16 +154,19 @@ async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettin
         where = exc.filename or ",".join(str(e) for e in listeners.listeners)
         print(f"logbus: cannot start: {where}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(_ready_lines(broker_id, bound), flush=True)
+    print(_ready_lines(broker_id, bound, broker.metrics.server if broker.metrics else None), flush=True)
     await stop.wait()
     await broker.stop()
     return 0
 
 
-def _ready_lines(broker_id: int, bound: tuple[ListenerEndpoint, ...]) -> str:
-    """A line per listener, then `listening on host:port` of the first, which tools wait for (it
-    comes last, so that every listener line has been printed by the time it is seen)."""
+def _ready_lines(broker_id: int, bound: tuple[ListenerEndpoint, ...], metrics: MetricsServer | None) -> str:
+    """A line per listener and one for the metrics endpoint, then `listening on host:port` of the
+    first listener, which tools wait for (it comes last, so that every other line has been printed
+    by the time it is seen)."""
     lines = [f"logbus broker {broker_id} listener {e.name} on {_address(e)}" for e in bound]
+    if metrics is not None:
+        lines.append(f"logbus broker {broker_id} metrics on http://{metrics.host}:{metrics.port}/metrics")
     return "\n".join([*lines, f"logbus broker {broker_id} listening on {_address(bound[0])}"])
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
+from ...metrics.counters import TopicTraffic
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
 from ...security.acl import AclOperation, ResourceType
@@ -66,6 +67,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         _close_regions(topics)
         await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, read_committed)
     topics = await _read_cold(ctx, topics)
+    if ctx.broker.metrics is not None and replica_id(request) < 0:
+        _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
     return make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
         responses=topics, node_endpoints=(),
@@ -73,6 +76,22 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 _NOTHING_REFUSED: frozenset[str] = frozenset()
+_FOLLOWER_FETCH = ("FetchFollower", "Fetch")
+_CONSUMER_FETCH = ("FetchConsumer", "Fetch")
+
+
+def metric_names(request: Any) -> tuple[str, ...]:
+    """As Kafka's request metrics: a fetch counts as Fetch and as FetchFollower or FetchConsumer."""
+    return _FOLLOWER_FETCH if replica_id(request) >= 0 else _CONSUMER_FETCH
+
+
+def _count_bytes_out(traffic: TopicTraffic, wanted: list, topics: tuple) -> None:
+    """BytesOut as Kafka counts it: the record bytes of each topic in a consumer's answer."""
+    for (_, name, _), topic in zip(wanted, topics, strict=True):
+        size = sum(answer.records.size if isinstance(answer.records, FileRegion) else len(answer.records or b"")
+                   for answer in topic.partitions)
+        if size and name is not None:
+            traffic.fetched(name, size)
 
 
 def _refused_topics(ctx: RequestContext, request: Any, wanted: list) -> set[str]:

@@ -164,6 +164,8 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         if record_errors:
             return _rejected_records(module, data.index, record_errors)
         info = _append(partition, records, [header], request.acks)
+        if broker.metrics is not None and not info.duplicate:
+            broker.metrics.traffic.produced(partition.topic, header.record_count, header.size)
         await broker.replicas.flush_if_due(partition)
     except KafkaApiError as exc:
         return _partition_response(module, data.index, exc.code, -1, -1, -1, exc.message)
