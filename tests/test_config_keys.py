@@ -159,6 +159,11 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "log.cleaner.enable": ("test_config_keys.py::test_log_cleaner_enable_false_starts_no_cleaner",),
     "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
+    "metrics.port": (
+        "test_metrics.py::test_the_endpoint_is_off_without_metrics_port_and_binds_metrics_host_with_it",
+        "test_metrics.py::test_produced_records_and_bytes_move_the_counters_by_exactly_what_was_produced",
+    ),
+    "metrics.host": ("test_metrics.py::test_the_endpoint_is_off_without_metrics_port_and_binds_metrics_host_with_it",),
     # topic keys
     "cleanup.policy": ("test_compaction.py::test_compact_delete_also_applies_retention",),
     "retention.ms": ("test_compaction.py::test_compact_delete_also_applies_retention",),
