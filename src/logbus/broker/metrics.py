@@ -10,10 +10,10 @@ from prometheus_client import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from ..metrics.collectors import (
-    CommittedOffset,
     ConnectionCollector,
     ConsumerLagCollector,
     ControllerCollector,
+    GroupOffset,
     HostedPartition,
     ReplicaCollector,
     RequestCollector,
@@ -69,11 +69,11 @@ def _offline_partitions(metadata: MetadataStore) -> int:
     return sum(state.leader not in live for topic in metadata.topics().values() for state in topic.partitions)
 
 
-def _committed(coordinator: GroupCoordinator) -> Iterator[CommittedOffset]:
+def _committed(coordinator: GroupCoordinator) -> Iterator[GroupOffset]:
     """The committed offsets of the groups this broker coordinates (loaded from partitions it leads)."""
     for group in coordinator.groups.values():
         for (topic, index), committed in group.offsets.items():
-            yield CommittedOffset(group.group_id, topic, index, committed.value.offset)
+            yield GroupOffset(group.group_id, topic, index, committed.value.offset)
 
 
 def _high_watermark(replicas: ReplicaManager, topic: str, index: int) -> int | None:

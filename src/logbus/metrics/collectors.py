@@ -136,7 +136,7 @@ class ConnectionCollector(Collector):
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedOffset:
+class GroupOffset:
     group: str
     topic: str
     partition: int
@@ -148,7 +148,7 @@ class ConsumerLagCollector(Collector):
     and kafka-consumer-groups call the log end offset) minus committed offset, for the groups this
     broker coordinates and the partitions it hosts."""
 
-    def __init__(self, committed: Callable[[], Iterable[CommittedOffset]],
+    def __init__(self, committed: Callable[[], Iterable[GroupOffset]],
                  end_offset: Callable[[str, int], int | None]) -> None:
         self.committed = committed
         self.end_offset = end_offset

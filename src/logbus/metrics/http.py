@@ -78,6 +78,8 @@ class MetricsServer:
             await asyncio.wait_for(writer.wait_closed(), REQUEST_TIMEOUT_S)
         except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as exc:
             log.debug("metrics: dropping a connection: %r", exc)
+        except Exception:  # a collector failed: the scrape fails, the broker goes on
+            log.exception("metrics: collecting failed")
         finally:
             writer.transport.abort()  # a no-op once closed; drops what a slow reader left unsent
 
