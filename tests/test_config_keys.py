@@ -82,6 +82,18 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_tls.py::test_cipher_suites_truststore_type_and_host_name_checks_are_configurable",),
     "security.inter.broker.protocol": (
         "test_listeners.py::test_the_inter_broker_listener_is_named_or_follows_the_inter_broker_protocol",),
+    "sasl.enabled.mechanisms": ("test_sasl.py::test_a_disabled_mechanism_is_refused_with_the_list_then_closed",
+                                "test_sasl.py::test_the_default_mechanisms_are_scram_only"),
+    "connection.failed.authentication.delay.ms": (
+        "test_sasl.py::test_password_guessing_is_slowed_and_others_keep_being_served",
+        "test_sasl.py::test_legacy_v0_wrong_password_closes_after_the_delay"),
+    "connections.max.reauth.ms": ("test_sasl.py::test_session_lifetime_is_announced_and_an_expired_session_is_closed",),
+    "sasl.mechanism.inter.broker.protocol": (
+        "test_sasl.py::test_a_cluster_replicates_over_a_sasl_inter_broker_listener",
+        "test_sasl.py::test_serve_refuses_a_sasl_inter_broker_listener_without_a_usable_login"),
+    "sasl.jaas.config": ("test_sasl.py::test_a_broker_alone_may_have_only_a_sasl_listener",),
+    "sasl.server.max.receive.size": (
+        "test_sasl.py::test_an_oversized_token_before_authentication_closes_the_connection",),
     "num.partitions": ("test_cli.py::test_partition_and_offset",),
     "auto.create.topics.enable": ("test_cli.py::test_unknown_topic_with_auto_create_disabled",),
     "delete.topic.enable": ("test_config_keys.py::test_delete_topic_enable_false_refuses_deletion",),

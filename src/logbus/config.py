@@ -264,6 +264,21 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("zookeeper.connection.timeout.ms", INT, None, "How long to wait for the first ZooKeeper connection; "
              "default: the session timeout.", minimum=1),
         _key("broker.rack", STR, None, "Rack of this broker; replicas spread over racks when every broker has one."),
+        # SASL (on SASL_PLAINTEXT and SASL_SSL listeners). Default mechanisms: SCRAM only, not Kafka's
+        # GSSAPI (no Kerberos here) and not PLAIN, which sends the password itself: opt in, over SASL_SSL.
+        _key("sasl.enabled.mechanisms", ConfigType.LIST, "SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms "
+             "clients may use: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.", choices=("PLAIN", "SCRAM-SHA-256",
+                                                                                "SCRAM-SHA-512")),
+        _key("connection.failed.authentication.delay.ms", INT, 100, "A failed authentication is answered this "
+             "much later, then the connection closes (slows password guessing).", minimum=0),
+        _key("connections.max.reauth.ms", LONG, 0, "SASL session lifetime: clients re-authenticate within it or "
+             "are disconnected (KIP-368); 0: sessions do not expire.", minimum=0),
+        _key("sasl.mechanism.inter.broker.protocol", STR, "GSSAPI", "SASL mechanism brokers log in with on a "
+             "SASL inter-broker listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI is not offered)."),
+        _key("sasl.jaas.config", ConfigType.PASSWORD, None, "JAAS login line with the broker's own user, for "
+             "a SASL inter-broker listener (listener.name.<l>.<mechanism>.sasl.jaas.config wins)."),
+        _key("sasl.server.max.receive.size", INT, 524288, "Largest frame accepted before SASL authentication "
+             "completes.", minimum=1),
         _key("controlled.shutdown.enable", BOOL, True, "On SIGTERM move leaderships away before stopping."),
         _key("auto.leader.rebalance.enable", BOOL, True, "Move leadership back to preferred replicas."),
         _key("leader.imbalance.check.interval.seconds", LONG, 300, "How often the controller checks leader "
@@ -493,7 +508,9 @@ class BrokerConfig:
 def _listener_key(name: str) -> bool:
     """Kafka's per-listener prefix: `listener.name.<listener>.<key>` sets `<key>` for one listener."""
     parts = name.split(".", 3)
-    return len(parts) == 4 and parts[:2] == ["listener", "name"] and parts[3] in BROKER_KEYS
+    if len(parts) != 4 or parts[:2] != ["listener", "name"]:
+        return False
+    return parts[3] in BROKER_KEYS or parts[3].partition(".")[2] == "sasl.jaas.config"  # <mechanism>.sasl.jaas.config
 
 
 def _text(value: object) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
+from ..cluster.sasl_login import SaslLogin
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
@@ -55,8 +56,11 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         inter_broker = listeners.inter_broker_listener
-        self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker, inter_broker_tls)
-        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S, inter_broker, inter_broker_tls)
+        inter_broker_sasl = SaslLogin.for_inter_broker_listener(config, listeners)
+        self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker, inter_broker_tls,
+                                       inter_broker_sasl)
+        self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S, inter_broker, inter_broker_tls,
+                                            inter_broker_sasl)
         self.txn_markers = TxnMarkerWriter(broker_id, self.metadata, self.replicas, self.broker_clients,
                                            MARKER_TIMEOUT_S)
         clock = LoopClock()

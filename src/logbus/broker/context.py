@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
+    from ..security.sasl_session import SaslSession
     from .broker import Broker
 
 
@@ -24,6 +25,7 @@ class RequestContext:
     close: Callable[[], None] | None = None  # closes this request's connection
     principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
     listener_name: str = "PLAINTEXT"  # the listener the connection came in on
+    sasl: SaslSession | None = None  # the connection's SASL state, on a SASL listener
 
     def close_connection(self) -> None:
         if self.close is not None:

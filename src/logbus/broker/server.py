@@ -11,6 +11,10 @@ once everything before a region has left the transport's buffer (the write buffe
 socket with `sendfile` (uvloop has no `loop.sendfile`; readiness is polled on a `dup` of the
 socket, as libuv allows one handle per descriptor).
 
+On a SASL listener each connection holds a `SaslSession` (security/sasl_session.py) that every
+frame is checked against before dispatch: until the client has authenticated, only what Kafka
+allows at that step is served, and anything else closes the connection.
+
 Which connections get file regions is `socket.sendfile`; by default only readers that are not
 on loopback. sendfile spares the broker two copies, but a reader on the same host must copy
 the bytes out of the socket anyway, and copying them out of page-cache pages costs it about
@@ -49,6 +53,8 @@ from ..protocol.frames import (
 )
 from ..security.listeners import ListenerEndpoint
 from ..security.principal import ANONYMOUS
+from ..security.sasl import AuthenticationFailed
+from ..security.sasl_session import SASL_PROTOCOLS, SaslSession
 from ..security.tls import HANDSHAKE_TIMEOUT_S, ListenerTls, peer_principal
 from ..storage.segment import FileRegion
 from .apis import ApiSpec, registry
@@ -64,6 +70,10 @@ log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 MAX_QUEUED_FRAMES = 64  # per connection: received, waiting to be processed, before reading pauses
 MAX_QUEUED_BYTES = 16 << 20  # per connection: the same in bytes (a frame in progress always completes)
+# A refused SASL client closes on reading the refusal; the broker closes a moment later if it has not.
+# Closing at once lets the close arrive with the response, and kafka-python 3 drops data read
+# together with EOF: its users would see "socket disconnected" instead of the error.
+CLOSE_AFTER_REFUSAL_S = 0.5
 
 
 class Connections:
@@ -308,6 +318,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.client_host = "?"
         self.principal = ANONYMOUS  # until TLS or SASL authenticates the client
+        self.sasl = _sasl_session(broker) if self.security_protocol in SASL_PROTOCOLS else None
+        if self.sasl is not None:  # sasl.server.max.receive.size bounds frames until authenticated
+            self.splitter.max_size = min(self.splitter.max_size, broker.config["sasl.server.max.receive.size"])
         self.sendfile = False
         self._frames: deque[bytes] = deque()
         self._deferred: deque[tuple[bytes, asyncio.Future]] = deque()  # answered later, in this order
@@ -494,6 +507,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._last_active = asyncio.get_running_loop().time()
         self._account(-(4 + len(frame)))
         self.update_reading()
+        if self.sasl is not None and self.sasl.failed:  # answered; Kafka closes after a refusal
+            asyncio.get_running_loop().call_later(CLOSE_AFTER_REFUSAL_S, self.close)
 
     async def _send(self, chunks: list[bytes | memoryview | FileRegion]) -> None:
         """Write one response in order; each file region once everything before it is out."""
@@ -530,7 +545,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             os.close(socket_fd)
 
     async def _respond(self, frame: bytes) -> list[bytes | memoryview | FileRegion] | None:
+        if self.sasl is not None and self.sasl.expects_raw_token:
+            return await self._legacy_sasl_token(frame)
         api_key, api_version, correlation_id = peek_api(frame)
+        if self.sasl is not None and not self.sasl.admits(api_key):
+            raise MalformedRequestError(f"API key {api_key} is not allowed in SASL state {self.sasl.stage.value}")
         spec = self.apis.get(api_key)
         if spec is None:
             raise MalformedRequestError(f"unknown API key {api_key}")
@@ -544,16 +563,37 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request = codec.decode_request(api_key, api_version, frame, header.body_offset)
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, self.client_host,
-            self.sendfile, self.close, self.principal, self.listener_name,
+            self.sendfile, self.close, self.principal, self.listener_name, self.sasl,
         )
         started = time.perf_counter()
         response = await spec.handle(ctx, request)
+        if self.sasl is not None:
+            self._follow_sasl()
         if isinstance(response, DeferredResponse):
             return asyncio.ensure_future(self._encode_later(response, spec, api_version, correlation_id, flexible,
                                                             request, started))
         chunks = self._encode(response, spec, api_version, correlation_id, flexible)
         self._timed(spec, request, started)
         return chunks
+
+    async def _legacy_sasl_token(self, frame: bytes) -> list[bytes | memoryview | FileRegion] | None:
+        """After SaslHandshake v0 a frame is a bare token and so is the answer. A refusal cannot
+        be told in this flow: the connection closes after connection.failed.authentication.delay.ms."""
+        try:
+            answer = await asyncio.to_thread(self.sasl.exchange, bytes(frame))  # PBKDF2 off the loop
+        except AuthenticationFailed as refused:
+            log.info("closing connection from %s: %s", self.client_host, refused)
+            await asyncio.sleep(self.broker.config["connection.failed.authentication.delay.ms"] / 1000)
+            self.close()
+            return None
+        self._follow_sasl()
+        return frame_chunks([answer])
+
+    def _follow_sasl(self) -> None:
+        """Take the principal SASL authenticated, and the full frame size once it has."""
+        self.principal = self.sasl.principal
+        if self.sasl.authenticated:
+            self.splitter.max_size = self.broker.socket_request_max_bytes
 
     async def _encode_later(self, deferred: DeferredResponse, spec: ApiSpec, api_version: int, correlation_id: int,
                             flexible: bool, request: Any,
@@ -576,6 +616,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             [response_header(correlation_id, _flexible_response(spec, api_version, flexible)),
              *_body(response)]
         )
+
+
+def _sasl_session(broker: Broker) -> SaslSession:
+    """A new connection's SASL state, checking passwords against the store's SCRAM credentials."""
+    def lookup(user: str, mechanism: str) -> Any:
+        return broker.metadata.scram_credentials().get(user, {}).get(mechanism)
+
+    config = broker.config
+    return SaslSession(config["sasl.enabled.mechanisms"], lookup, config["connections.max.reauth.ms"])
 
 
 def _uses_sendfile(policy: str, host: str) -> bool:

@@ -19,6 +19,7 @@ from . import (
     serve,
     topics,
     transactions,
+    users,
 )
 from .common import CliError
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect_leaders.add_parser(subparsers)
     transactions.add_parser(subparsers)
     acls.add_parser(subparsers)
+    users.add_parser(subparsers)
     certs.add_parser(subparsers)
     return parser
 

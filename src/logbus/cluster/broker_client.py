@@ -17,13 +17,16 @@ import asyncio
 import ssl
 import struct
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.serial import entity_reader
 
 from ..protocol import bounds
 from ..protocol.codec import encode, request_class, response_class
 from .metadata import BrokerInfo, MetadataStore
+
+if TYPE_CHECKING:
+    from .sasl_login import SaslLogin
 
 MAX_RESPONSE_BYTES = 100 << 20  # Kafka's socket.request.max.bytes default: no peer answer is larger
 _SIZE = struct.Struct(">i")
@@ -103,10 +106,12 @@ class BrokerClient:
     """A client of one other broker: `request` sends a kio request and returns its response."""
 
     def __init__(self, address: tuple[str, int], client_id: str, timeout: float,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, tls: ssl.SSLContext | None = None) -> None:
-        """`tls`: connect with TLS (the peer's listener is an SSL one)."""
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, tls: ssl.SSLContext | None = None,
+                 sasl: SaslLogin | None = None) -> None:
+        """`tls`: connect with TLS (the peer's listener is an SSL one); `sasl`: log in first (a SASL one)."""
         self.address = address
         self.tls = tls
+        self.sasl = sasl
         self.client_id = client_id
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
@@ -151,6 +156,12 @@ class BrokerClient:
             self._refuse_if_closed()
             if self._connection is None or self._connection.failed:
                 reader, writer = await asyncio.open_connection(*self.address, ssl=self.tls)
+                if self.sasl is not None:
+                    try:
+                        await self.sasl.authenticate(reader, writer, self.client_id)
+                    except BaseException:
+                        writer.close()
+                        raise
                 if self._closed:  # while connecting
                     writer.close()
                 self._refuse_if_closed()
@@ -179,13 +190,15 @@ class BrokerClients:
     connection from this broker."""
 
     def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float,
-                 listener_name: str = "PLAINTEXT", tls: ssl.SSLContext | None = None) -> None:
+                 listener_name: str = "PLAINTEXT", tls: ssl.SSLContext | None = None,
+                 sasl: SaslLogin | None = None) -> None:
         """`listener_name`: the listener of other brokers to connect to (inter.broker.listener.name),
-        with TLS context `tls` when it is an SSL listener."""
+        with TLS context `tls` when it is an SSL listener, logging in with `sasl` on a SASL one."""
         self.broker_id = broker_id
         self.metadata = metadata
         self.listener_name = listener_name
         self.tls = tls
+        self.sasl = sasl
         self.timeout = timeout
         self._clients: dict[int, BrokerClient] = {}
 
@@ -211,7 +224,8 @@ class BrokerClients:
             client = None
         if client is None:
             client = self._clients[broker_id] = BrokerClient(
-                address, f"logbus-broker-{self.broker_id}", self.timeout, tls=self.tls if endpoint.tls else None)
+                address, f"logbus-broker-{self.broker_id}", self.timeout, tls=self.tls if endpoint.tls else None,
+                sasl=self.sasl)
         return client
 
     def _brokers_changed(self, live: list[BrokerInfo]) -> None:

@@ -24,7 +24,7 @@ import logging
 import ssl
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
@@ -37,6 +37,9 @@ from ..protocol.records import BatchHeader, validate_batches, whole_batches_leng
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import FollowerAppendError
 from .partition import Partition
+
+if TYPE_CHECKING:
+    from .sasl_login import SaslLogin
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +72,14 @@ class ReplicaFetcher:
     """Fetches the partitions this broker follows from one leader."""
 
     def __init__(self, config: FetcherConfig, leader_id: int, address: ListenerEndpoint, name: str,
-                 tls: ssl.SSLContext | None = None) -> None:
-        """`tls`: the context to connect with when `address` is an SSL listener."""
+                 tls: ssl.SSLContext | None = None, sasl: SaslLogin | None = None) -> None:
+        """`tls`: the context to connect with when `address` is an SSL listener; `sasl`: the login
+        on a SASL listener."""
         self.config = config
         self.leader_id = leader_id
         self.address = address
         self.tls = tls
+        self.sasl = sasl
         self.name = name
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._wakeup = asyncio.Event()
@@ -153,6 +158,9 @@ class ReplicaFetcher:
             async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
                 self._reader, self._writer = await asyncio.open_connection(
                     self.address.host, self.address.port, ssl=self.tls if self.address.tls else None)
+                if self.sasl is not None:
+                    await self.sasl.authenticate(self._reader, self._writer,
+                                                 f"logbus-replica-fetcher-{self.config.broker_id}")
         self._correlation += 1
         sink = ChunkSink()
         _WRITE_HEADER(sink, _REQUEST.RequestHeader(
@@ -272,11 +280,12 @@ class FetcherManager:
     change."""
 
     def __init__(self, config: FetcherConfig, fetchers_per_broker: int,
-                 address_of: Any, tls: ssl.SSLContext | None = None) -> None:
+                 address_of: Any, tls: ssl.SSLContext | None = None, sasl: SaslLogin | None = None) -> None:
         self.config = config
         self.per_broker = fetchers_per_broker
         self.address_of = address_of  # broker id -> its inter-broker ListenerEndpoint | None
         self.tls = tls
+        self.sasl = sasl
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[tuple[str, int], tuple[int, int]] = {}
         self._waiting: dict[tuple[str, int], Partition] = {}
@@ -295,7 +304,8 @@ class FetcherManager:
             fetcher.reconnect()
         if fetcher is None:
             fetcher = self.fetchers[slot] = ReplicaFetcher(
-                self.config, partition.state.leader, address, f"fetcher-{slot[0]}-{slot[1]}", self.tls)
+                self.config, partition.state.leader, address, f"fetcher-{slot[0]}-{slot[1]}", self.tls,
+                self.sasl)
         fetcher.add(partition)
         self._where[key] = slot
 

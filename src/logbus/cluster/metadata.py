@@ -29,12 +29,21 @@ from ..security.acl import (
     AclTable,
     PatternType,
     ResourcePattern,
-    apply_changes,
     decode_entries,
     encode_entries,
     resource_type_named,
 )
+from ..security.acl import (
+    apply_changes as apply_acl_changes,
+)
 from ..security.listeners import ListenerEndpoint
+from ..security.scram import (
+    CredentialChanges,
+    UserCredentials,
+    decode_user_config,
+    encode_user_config,
+)
+from ..security.scram import apply_changes as apply_credential_changes
 from ..storage.files import replace_file
 
 T = TypeVar("T")
@@ -273,6 +282,16 @@ class MetadataStore(ABC):
         Per partition: None (accepted) or a Kafka error code (INVALID_REPLICA_ASSIGNMENT,
         NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION)."""
 
+    @abstractmethod
+    def scram_credentials(self) -> UserCredentials:
+        """Every user's SCRAM credentials (user -> mechanism -> credential), as this broker sees
+        them now; changes made on any broker show here (a ZooKeeper store: through its watch)."""
+
+    @abstractmethod
+    async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
+        """Set (a credential) or delete (None) SCRAM credentials, all of `changes` or none: written
+        first, visible here once written. Raises MetadataWriteError when the write fails."""
+
     def partition_state(self, name: str, index: int) -> PartitionState | None:
         topic = self.topics().get(name)
         if topic is None or not 0 <= index < len(topic.partitions):
@@ -346,6 +365,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._next_producer_id = 0
         self._producer_id_limit = 0
+        self._users: UserCredentials = {}
         self.cluster_id = ""
         self._lock = asyncio.Lock()
         self._write = writer
@@ -359,38 +379,52 @@ class EmbeddedMetadataStore(MetadataStore):
             self._producer_id_limit = state.get("producer_id_limit", 0)
             self._acls = decode_acl_table(state.get("acls", []))
             self._next_producer_id = self._producer_id_limit
+            self._users = {user: decode_user_config(config) for user, config in state.get("users", {}).items()}
             for raw in state["topics"]:
                 partitions = [PartitionState(**p) for p in raw.pop("partitions")]
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
         else:
             self.cluster_id = new_cluster_id()
-            self._write(self.path, self._state(self._topics, self._producer_id_limit, self._acls))
+            self._write(self.path, self._state(self._topics, self._producer_id_limit, self._acls, self._users))
 
-    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int, acls: AclTable) -> dict[str, Any]:
+    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int, acls: AclTable,
+               users: UserCredentials) -> dict[str, Any]:
         return {
             "cluster_id": self.cluster_id,
             "producer_id_limit": producer_id_limit,
             "topics": [asdict(t) for t in topics.values()],
             "acls": encode_acl_table(acls),
+            "users": {user: encode_user_config(by_mechanism) for user, by_mechanism in sorted(users.items())},
         }
 
     async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None,
-                      acls: AclTable | None = None) -> None:
-        """Write `topics` (the producer id limit, the ACLs) durably, then make them the current state."""
+                      acls: AclTable | None = None, users: UserCredentials | None = None) -> None:
+        """Write `topics` (the producer id limit, the ACLs, the users) durably, then make them the
+        current state."""
         limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
         new_acls = self._acls if acls is None else acls
+        new_users = self._users if users is None else users
         try:
-            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, new_acls))
+            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, new_acls, new_users))
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
         self._topics = topics
         self._producer_id_limit = limit
         self._apply_acls(new_acls)
+        self._users = new_users
 
     @runs_to_completion
     async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
         async with self._lock:
-            await self._commit(self._topics, acls=apply_changes(self._acls, added, removed))
+            await self._commit(self._topics, acls=apply_acl_changes(self._acls, added, removed))
+
+    def scram_credentials(self) -> UserCredentials:
+        return self._users
+
+    @runs_to_completion
+    async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
+        async with self._lock:
+            await self._commit(self._topics, users=apply_credential_changes(self._users, changes))
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker

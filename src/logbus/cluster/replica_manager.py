@@ -15,7 +15,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import BrokerConfig, LogConfig, log_config
 from ..security.listeners import ListenerEndpoint
@@ -24,6 +24,9 @@ from ..storage.manager import LogManager
 from .fetcher import FetcherConfig, FetcherManager
 from .metadata import MetadataStore, PartitionState, StalePartitionStateError, TopicMetadata
 from .partition import Partition
+
+if TYPE_CHECKING:
+    from .sasl_login import SaslLogin
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +37,10 @@ MarkerListener = Callable[[Partition, int, bool], None]
 class ReplicaManager:
     def __init__(self, broker_id: int, config: BrokerConfig, metadata: MetadataStore,
                  logs: LogManager, inter_broker_listener: str = "PLAINTEXT",
-                 inter_broker_tls: ssl.SSLContext | None = None) -> None:
+                 inter_broker_tls: ssl.SSLContext | None = None, inter_broker_sasl: SaslLogin | None = None) -> None:
         """`inter_broker_listener`: the listener whose endpoint followers fetch from, over TLS
-        with `inter_broker_tls` when it is an SSL listener."""
+        with `inter_broker_tls` when it is an SSL listener, logging in with `inter_broker_sasl`
+        when it is a SASL one."""
         self.broker_id = broker_id
         self.inter_broker_listener = inter_broker_listener
         self.config = config
@@ -52,7 +56,7 @@ class ReplicaManager:
             broker_id, config["replica.fetch.max.bytes"], config["replica.fetch.response.max.bytes"],
             config["replica.fetch.wait.max.ms"], config["replica.fetch.min.bytes"], config["replica.fetch.backoff.ms"],
             config["replica.socket.timeout.ms"],
-        ), config["num.replica.fetchers"], self._address_of, inter_broker_tls)
+        ), config["num.replica.fetchers"], self._address_of, inter_broker_tls, inter_broker_sasl)
         self._isr_check: asyncio.TimerHandle | None = None
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:

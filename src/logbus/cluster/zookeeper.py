@@ -8,7 +8,8 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
                                                    "adding_replicas":{},"removing_replicas":{}}
 - `/brokers/topics/<t>/partitions/<p>/state`      {"controller_epoch","leader","version":1,"leader_epoch","isr"}
 - `/config/topics/<t>`                            {"version":1,"config":{...}}
-- `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>"}
+- `/config/users/<user>`                          {"version":1,"config":{"SCRAM-SHA-256":"salt=...,..."}}
+- `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>" or "users/<user>"}
 - `/admin/delete_topics/<t>`                      a deletion the controller carries out
 - `/admin/preferred_replica_election`             {"version":1,"partitions":[{"topic","partition"}]}
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
@@ -73,12 +74,21 @@ from ..security.acl import (
     InvalidAclError,
     PatternType,
     ResourcePattern,
-    apply_changes,
     decode_entries,
     encode_entries,
     resource_type_named,
 )
+from ..security.acl import (
+    apply_changes as apply_acl_changes,
+)
 from ..security.listeners import DEFAULT_PROTOCOL_MAP, ListenerEndpoint, parse_endpoints, parse_protocol_map
+from ..security.scram import (
+    CredentialChanges,
+    UserCredentials,
+    decode_user_config,
+    encode_user_config,
+)
+from ..security.scram import apply_changes as apply_credential_changes
 from .assignment import assign_replicas
 from .metadata import (
     NO_LEADER,
@@ -105,6 +115,7 @@ CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking 
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
+USERS = "/config/users"
 
 
 LITERAL_ACLS, PREFIXED_ACLS = "/kafka-acl", "/kafka-acl-extended/prefixed"
@@ -220,6 +231,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._shutting_down: frozenset[int] = frozenset()
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
+        self._users: UserCredentials = {}
+        self._watched_users: set[str] = set()
         self._changed = asyncio.Event()
         self._registration: BrokerInfo | None = None
         self._next_producer_id = 0
@@ -245,7 +258,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _prepare_layout(self) -> str:
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/changes",
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, "/config/changes",
                      "/admin/delete_topics", CONTROLLED_SHUTDOWN, LITERAL_ACLS, PREFIXED_ACLS,
                      LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES):
             self.client.ensure_path(path)
@@ -264,6 +277,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             initial = self.client.get_children(root)
             self._seen_acl_changes.update(f"{root}/{child}" for child in initial)  # the full read covers them
             ChildrenWatch(self.client, root, lambda children, r=root: self._on_acl_changes(r, children))
+        ChildrenWatch(self.client, USERS, self._on_user_names)
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         """Run `callback(*args)` on the event loop (from a kazoo thread)."""
@@ -298,6 +312,46 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def shutting_down_brokers(self) -> frozenset[int]:
         return self._shutting_down
+
+    def _on_user_names(self, children: list[str]) -> None:
+        """Each user znode gets a data watch: a credential altered on any broker (or by
+        `logbus users`, which also writes Kafka's /config/changes notification) reaches every
+        broker's view within a watch round trip."""
+        for name in children:
+            if name not in self._watched_users:
+                self._watched_users.add(name)
+                DataWatch(self.client, f"{USERS}/{name}", lambda data, *_a, n=name: self._on_user(n, data))
+        for name in self._watched_users - set(children):
+            self._watched_users.discard(name)
+            self._post(self._apply_user, name, {})
+
+    def _on_user(self, name: str, data: bytes | None) -> bool:
+        if name not in self._watched_users:
+            return False
+        try:
+            credentials = read_user_credentials(data)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("user %s: unreadable credentials in ZooKeeper: %s", name, exc)
+            return True
+        self._post(self._apply_user, name, credentials)
+        return True
+
+    def _apply_user(self, name: str, credentials: dict[str, Any]) -> None:
+        users = {user: found for user, found in self._users.items() if user != name}
+        if credentials:
+            users[name] = credentials
+        self._users = users
+        self._view_changed()
+
+    def scram_credentials(self) -> UserCredentials:
+        return self._users
+
+    @runs_to_completion
+    async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
+        await self._write_in_thread(write_scram_credentials, self.client, changes)
+        expected = {user: apply_credential_changes(self._users, changes).get(user, {}) for user in changes}
+        if not await self.wait_for(lambda: all(self._users.get(u, {}) == c for u, c in expected.items())):
+            raise MetadataWriteError(f"credentials written but not seen within {CHANGE_TIMEOUT_S} s")
 
     def _on_controller(self, data: bytes | None, _stat: object, *_event: object) -> None:
         controller = -1
@@ -410,7 +464,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 current, stat = frozenset(), None
             except ValueError:
                 raise MetadataWriteError(f"unreadable ACLs at {path}; not changed") from None
-            new = apply_changes({pattern: current} if current else {}, added, removed).get(pattern, frozenset())
+            new = apply_acl_changes({pattern: current} if current else {}, added, removed).get(pattern, frozenset())
             if new == current:
                 return None
             try:
@@ -914,6 +968,52 @@ class ZooKeeperMetadataStore(MetadataStore):
         if metadata is None:
             raise UnknownTopicError(name)
         return metadata
+
+
+def read_user_credentials(data: bytes | None) -> dict[str, Any]:
+    """The SCRAM credentials in a /config/users/<user> znode's data ({} for none)."""
+    if not data:
+        return {}
+    return decode_user_config(json.loads(data).get("config") or {})
+
+
+def write_scram_credentials(client: KazooClient, changes: CredentialChanges) -> None:
+    """Apply `changes` to the users' znodes in one transaction, with one /config/changes
+    notification per user as Kafka writes them; a user znode changed meanwhile (its other config
+    keys, e.g. quotas, are kept) makes it read again and retry. Blocking: a worker thread's call."""
+    client.ensure_path(USERS)
+    client.ensure_path("/config/changes")
+    while True:
+        transaction = client.transaction()
+        for user, by_mechanism in changes.items():
+            _add_user_write(client, transaction, user, by_mechanism)
+        for user in changes:
+            transaction.create("/config/changes/config_change_",
+                               _json({"version": 2, "entity_path": f"users/{user}"}), sequence=True)
+        results = transaction.commit()
+        if not any(isinstance(result, Exception) for result in results):
+            return
+        if not any(isinstance(result, (BadVersionError, NodeExistsError, NoNodeError)) for result in results):
+            raise MetadataWriteError(f"ZooKeeper refused the credential change: {results!r}")
+
+
+def _add_user_write(client: KazooClient, transaction: Any, user: str, by_mechanism: dict[str, Any]) -> None:
+    """Add the write of one user's znode (read now, written if unchanged) to `transaction`."""
+    path = f"{USERS}/{user}"
+    try:
+        raw, stat = client.get(path)
+    except NoNodeError:
+        raw, stat = b"", None
+    value = json.loads(raw) if raw else {"version": 1, "config": {}}
+    config = dict(value.get("config") or {})
+    current = decode_user_config(config)
+    updated = apply_credential_changes({user: current}, {user: by_mechanism}).get(user, {})
+    config = {k: v for k, v in config.items() if k not in current} | encode_user_config(updated)
+    data = _json({"version": 1, "config": config})
+    if stat is None:
+        transaction.create(path, data)
+    else:
+        transaction.set_data(path, data, version=stat.version)
 
 
 def _initial_state(replicas: list[int], live: set[int]) -> PartitionState:

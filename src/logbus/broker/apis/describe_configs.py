@@ -5,8 +5,10 @@ override, STATIC_BROKER_CONFIG when a broker synonym such as `log.retention.hour
 DEFAULT_CONFIG otherwise). Brokers (named by id, or "" for the cluster default): every broker
 config, read-only (they are static here). v1+ synonyms on request (the override first, then
 the broker keys in the order Kafka consults them, unset ones left out); v3+ config types and,
-on request, documentation. `configuration_keys` null means all. Errors per resource:
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (another broker's id, unsupported resource type).
+on request, documentation. PASSWORD keys (TLS key passwords, `sasl.jaas.config`) are
+marked sensitive and their values withheld, as Kafka withholds them. `configuration_keys` null
+means all. Errors per resource: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (another broker's
+id, unsupported resource type).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import BROKER_KEYS, TOPIC_KEYS, ConfigValue, describe_topic_configs
+from ...config import BROKER_KEYS, TOPIC_KEYS, ConfigType, ConfigValue, describe_topic_configs
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
@@ -60,11 +62,12 @@ def _describe(ctx: RequestContext, resource: Any) -> list[tuple[ConfigValue, boo
 
 
 def _entry(module: Any, value: ConfigValue, read_only: bool, synonyms: bool, documentation: bool) -> Any:
+    sensitive = value.type == ConfigType.PASSWORD  # as Kafka: named, never shown (a key, a JAAS password)
     return make(
-        module.DescribeConfigsResourceResult, name=value.name, value=value.text, read_only=read_only,
-        config_source=int(value.source), is_sensitive=False,
+        module.DescribeConfigsResourceResult, name=value.name, value=None if sensitive else value.text,
+        read_only=read_only, config_source=int(value.source), is_sensitive=sensitive,
         synonyms=tuple(
-            make(module.DescribeConfigsSynonym, name=name, value=text, source=int(source))
+            make(module.DescribeConfigsSynonym, name=name, value=None if sensitive else text, source=int(source))
             for name, text, source in value.synonyms
             if text is not None
         ) if synonyms else (),
