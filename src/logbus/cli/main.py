@@ -10,9 +10,13 @@ from . import (
     acls,
     certs,
     cluster,
+    configs,
     consume,
+    dump_log,
     elect_leaders,
     groups,
+    log_dirs,
+    perf,
     pipeline,
     produce,
     reassign,
@@ -40,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     acls.add_parser(subparsers)
     users.add_parser(subparsers)
     certs.add_parser(subparsers)
+    dump_log.add_parser(subparsers)
+    configs.add_parser(subparsers)
+    log_dirs.add_parser(subparsers)
+    perf.add_producer_parser(subparsers)
+    perf.add_consumer_parser(subparsers)
     return parser
 
 
