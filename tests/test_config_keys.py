@@ -228,6 +228,12 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "super.users": ("test_acls.py::test_super_users_may_do_everything",),
     "allow.everyone.if.no.acl.found": (
         "test_acls.py::test_allow_everyone_if_no_acl_found_decides_for_resources_without_acls",),
+    # the broker's log lines (issue 15)
+    "log.format": ("test_operator_tools.py::test_json_log_lines_and_per_component_levels",),
+    "log.level": ("test_operator_tools.py::test_json_log_lines_and_per_component_levels",
+                  "test_operator_tools.py::test_each_component_level_key_sets_its_loggers"),
+    **{f"log.level.{component}": ("test_operator_tools.py::test_each_component_level_key_sets_its_loggers",)
+       for component in ("broker", "cluster", "coordinator", "protocol", "security", "storage")},
     # transactions (issue 13)
     "transactional.id.expiration.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),
     "transaction.remove.expired.transaction.cleanup.interval.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from .logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, check_level, component_key
+
 LONG_MAX = 9223372036854775807
 GIB = 1 << 30
 MIB = 1 << 20
@@ -302,6 +304,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("metrics.port", INT, None, "Port of the Prometheus endpoint /metrics (0: any free port); unset: "
              "no endpoint and nothing counted.", minimum=0, maximum=65535),
         _key("metrics.host", STR, "127.0.0.1", "Address the metrics endpoint binds (0.0.0.0: every interface)."),
+        # The broker's own log lines (logbus keys, named as log4j's loggers are): format and levels.
+        _key("log.format", STR, "text", "text, or json: one object per line.", choices=LOG_FORMATS),
+        _key(LEVEL_KEY, STR, "info", "Level of every logger (Kafka's names: trace, debug, info, warn, error, "
+             "fatal, off).", check=check_level),
+        *(_key(component_key(c), STR, None, f"Level of the logbus.{c} loggers; unset: log.level.",
+               check=check_level) for c in COMPONENTS),
         # Broker defaults of topic keys that Kafka 4.1 has (synonyms of the topic keys below).
         _key("log.roll.jitter.ms", LONG, None, "Overrides log.roll.jitter.hours."),
         _key("log.roll.jitter.hours", INT, 0, "Max random jitter subtracted from a segment's roll time.", minimum=0),

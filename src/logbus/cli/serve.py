@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..config import BrokerConfig, ConfigError, load_properties
+from ..logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, component_key, configure_logging
 from ..security.listeners import ListenerEndpoint, ListenerSettings, listener_settings
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="override one config key (repeatable)",
     )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="text or json log lines (default log.format, text)")
     parser.set_defaults(run=run)
 
 
@@ -48,10 +50,13 @@ def build_config(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
+def log_levels(config: BrokerConfig) -> dict[str, str]:
+    """The `log.level` keys that have a value."""
+    keys = [LEVEL_KEY, *(component_key(component) for component in COMPONENTS)]
+    return {key: str(config[key]) for key in keys if config[key] is not None}
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         values = build_config(args)
         config = BrokerConfig(values)
@@ -59,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_format or str(config["log.format"]), log_levels(config))
     for unknown in config.unknown_keys():
         logging.getLogger("logbus").warning("unknown config key %s is ignored", unknown)
     broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
