@@ -31,6 +31,8 @@ from helpers import QUIET, RawConnection, wait_until
 from logbus.cli.serve import log_levels as serve_log_levels
 from logbus.config import BrokerConfig, ConfigError
 from logbus.logging_config import COMPONENTS, configure_logging
+from logbus.protocol.records import TRANSACTIONAL_BIT, build_batch, read_header
+from logbus.storage.producer_state import ProducerStateManager
 from logbus.testing import BrokerProcess, running_broker
 
 CLI_TIMEOUT_S = 60
@@ -262,6 +264,17 @@ def test_verify_index_finds_a_planted_index_mismatch(broker: BrokerProcess, tmp_
     stderr = failed_cleanly(logbus("dump-log", str(time_index), "--verify-index"))
     assert f"Found timestamp mismatch in :{time_index}\n  Index timestamp: {timestamp + 5}, " \
            f"log timestamp: {timestamp}\n" in stderr
+
+
+def test_dump_log_prints_a_producer_state_snapshot_in_kafkas_words(tmp_path: Path) -> None:
+    state = ProducerStateManager(str(tmp_path))
+    batch = build_batch([(b"k", b"v")] * 3, 1000, base_offset=10, producer_id=7, producer_epoch=2,
+                        base_sequence=5, attributes=TRANSACTIONAL_BIT)
+    state.update(read_header(batch))
+    state.write_snapshot(13)
+    assert succeeded(logbus("dump-log", str(tmp_path / "00000000000000000013.snapshot"))).splitlines()[1] == (
+        "producerId: 7 producerEpoch: 2 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong[10] "
+        "lastTimestamp: 1000 firstSequence: 5 lastSequence: 7 lastOffset: 12 offsetDelta: 2 timestamp: 1000")
 
 
 # ---------------------------------------------------------------- configs and log-dirs

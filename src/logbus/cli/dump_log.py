@@ -79,10 +79,10 @@ class Problems:
     lines: list[str] = field(default_factory=list)
     failed: bool = False
 
-    def report(self, title: str, details: list[str], fatal: bool = True) -> None:
+    def report(self, title: str, details: list[str], fatal: bool = True, indent: str = "  ") -> None:
         if details:
             self.lines.append(title)
-            self.lines.extend(f"  {detail}" for detail in details)
+            self.lines.extend(f"{indent}{detail}" for detail in details)
             self.failed = self.failed or fatal
 
 
@@ -390,7 +390,7 @@ def _verify_time_index(path: str, problems: Problems) -> None:
     absolute = os.path.abspath(path)
     problems.report(f"Found timestamp mismatch in :{absolute}", mismatched)
     problems.report(f"Found out of order timestamp in :{absolute}", out_of_order)
-    problems.report("The following indexed offsets are not found in the log.", not_found)
+    problems.report("The following indexed offsets are not found in the log.", not_found, indent="")
 
 
 def _batch_holding(fd: int, size: int, offset_index: list[tuple[int, int]], offset: int) -> Batch | None:
