@@ -27,6 +27,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, RawConnection, wait_until
+from test_tls import tls_config
 
 from logbus.cli.serve import log_levels as serve_log_levels
 from logbus.config import BrokerConfig, ConfigError
@@ -232,6 +233,9 @@ def test_dump_log_reports_a_truncated_or_corrupt_segment(broker: BrokerProcess, 
     failed_cleanly(result)
     assert "isvalid: false" in result.stdout.splitlines()[2] and "CRC mismatch" in result.stderr
 
+    too_big = failed_cleanly(logbus("dump-log", str(path), "--max-message-size", "100"))
+    assert f"a batch of {third} bytes at position 0, more than --max-message-size 100" in too_big
+
     garbage = tmp_path / "00000000000000000100.log"
     garbage.write_bytes(struct.pack(">qi", 100, 2**31 - 1) + b"\x02" * 100)
     assert "out of bounds" in failed_cleanly(logbus("dump-log", str(garbage)))
@@ -430,3 +434,17 @@ def test_each_component_level_key_sets_its_loggers(component: str, restored_logg
     assert logging.getLogger("logbus").isEnabledFor(logging.WARNING)
     with pytest.raises(ConfigError, match="not a log level"):
         BrokerConfig({f"log.level.{component}": "loud"})
+
+
+def test_a_failed_tls_handshake_is_one_json_line(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "logbus", "certs", "--out", str(tmp_path)], check=True,
+                   capture_output=True, timeout=60)
+    with running_broker(tls_config(tmp_path, **{"log.format": "json"})) as broker:
+        with RawConnection(f"127.0.0.1:{broker.ports['SSL']}") as garbage:
+            garbage.sock.sendall(b"\x00\x00\x00\x10 not a TLS record at all")
+            assert garbage.closed_by_broker()
+        wait_until(lambda: "closing a new SSL connection" in broker.read_log(), message="the handshake's line")
+        lines = [json.loads(line) for line in broker.read_log().splitlines()]
+    failures = [line for line in lines if "closing" in line["message"]]
+    assert len(failures) == 1 and "exception" not in failures[0], failures
+    assert all("Traceback" not in line["message"] for line in lines)

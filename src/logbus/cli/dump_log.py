@@ -5,11 +5,12 @@ open their files for writing (and cut torn entries), so this module reads the by
 decodes them with the same entry parsers (`offset_entries`, `time_entries`,
 `aborted_txn_entries`) and the batch code of `protocol/records.py`.
 
-Output lines match Kafka's. A `.log` file is read one batch at a time (at most one batch, no
-larger than the file, in memory); a compressed batch is decompressed into at most
-`--max-message-size` bytes. Where Kafka's tool stops with an exception, this one says what is
-wrong on stderr and goes on; the exit code is 1 when a file is damaged, an index disagrees with
-its log, or a file cannot be read (Kafka's tool exits 0 after printing mismatches).
+Output lines match Kafka's. A `.log` file is read one batch at a time: a batch larger than
+`--max-message-size` on disk ends the read (reported), and a compressed batch is decompressed
+into at most that many bytes, so memory stays bounded whatever the file holds. Where Kafka's
+tool stops with an exception, this one says what is wrong on stderr and goes on; the exit code
+is 1 when a file is damaged, an index disagrees with its log, or a file cannot be read (Kafka's
+tool exits 0 after printing mismatches).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..protocol.records import (
     records_of_body,
 )
 from ..storage.index import aborted_txn_entries, offset_entries, time_entries
-from .common import EXIT_FAILURE
+from .common import EXIT_FAILURE, positive_int
 
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
@@ -65,8 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
              "mismatches go to stderr",
     )
     parser.add_argument(
-        "--max-message-size", type=int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
-        help=f"the most one batch may decompress to (default {DEFAULT_MAX_MESSAGE_SIZE})",
+        "--max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
+        help=f"the most one batch may take, on disk and decompressed (default {DEFAULT_MAX_MESSAGE_SIZE})",
     )
     parser.set_defaults(run=run)
 
@@ -163,33 +164,63 @@ class SegmentEnd:
     reason: str | None
 
 
-def read_batches(fd: int, size: int, start: int = 0) -> Iterator[Batch | SegmentEnd]:
-    """The batches of a segment file from `start`, then a `SegmentEnd`.
+class SegmentFile:
+    """A `.log` file opened read-only, read one batch at a time.
 
     A header that cannot be a batch (magic, a length below the header's or past the file's end)
-    ends the readable segment, as it ends the broker's reads and recovery.
+    ends the readable segment, as it ends the broker's reads and recovery; so does a batch larger
+    than `max_batch_bytes`, which bounds what one read allocates.
     """
-    position = start
-    while position < size:
-        if position + HEADER_SIZE > size:
-            yield SegmentEnd(position, f"a partial batch header of {size - position} bytes at position {position}")
-            return
-        header = dataclasses.replace(read_header(os.pread(fd, HEADER_SIZE, position)), position=position)
-        if header.magic != 2:
-            yield SegmentEnd(position, f"magic {header.magic} at position {position} (only magic 2 is read)")
-            return
-        if header.batch_length < MIN_BATCH_LENGTH or position + header.size > size:
-            yield SegmentEnd(position, f"batch length {header.batch_length} at position {position} out of bounds")
-            return
-        yield Batch(header, os.pread(fd, header.size, position))
-        position += header.size
-    yield SegmentEnd(position, None)
 
+    def __init__(self, path: str, max_batch_bytes: int) -> None:
+        self.path = path
+        self.max_batch_bytes = max_batch_bytes
+        self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by __exit__
+        self.size = os.fstat(self._file.fileno()).st_size
 
-def batch_at(fd: int, size: int, position: int) -> Batch | None:
-    """The batch starting at file `position`, if one does."""
-    item = next(read_batches(fd, size, position))
-    return item if isinstance(item, Batch) else None
+    def __enter__(self) -> SegmentFile:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._file.close()
+
+    def batches(self, start: int = 0) -> Iterator[Batch | SegmentEnd]:
+        """The batches from file position `start`, then a `SegmentEnd`."""
+        fd, size, position = self._file.fileno(), self.size, start
+        while position < size:
+            if position + HEADER_SIZE > size:
+                yield SegmentEnd(position, f"a partial batch header of {size - position} bytes at position {position}")
+                return
+            header = dataclasses.replace(read_header(os.pread(fd, HEADER_SIZE, position)), position=position)
+            if header.magic != 2:
+                yield SegmentEnd(position, f"magic {header.magic} at position {position} (only magic 2 is read)")
+                return
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > size:
+                yield SegmentEnd(position, f"batch length {header.batch_length} at position {position} out of bounds")
+                return
+            if header.size > self.max_batch_bytes:
+                yield SegmentEnd(position, f"a batch of {header.size} bytes at position {position}, more than "
+                                           f"--max-message-size {self.max_batch_bytes}")
+                return
+            yield Batch(header, os.pread(fd, header.size, position))
+            position += header.size
+        yield SegmentEnd(position, None)
+
+    def batch_at(self, position: int) -> Batch | None:
+        """The batch starting at file `position`, if one does."""
+        item = next(self.batches(position))
+        return item if isinstance(item, Batch) else None
+
+    def batch_holding(self, offset_index: list[tuple[int, int]], offset: int) -> Batch | None:
+        """The first batch whose last offset is >= `offset`, scanning from the index entry before it."""
+        i = bisect.bisect_right(offset_index, (offset, self.size)) - 1
+        start = offset_index[i][1] if i >= 0 and offset_index[i][1] < self.size else 0
+        for item in self.batches(start):
+            if isinstance(item, SegmentEnd):
+                return None
+            if item.header.last_offset >= offset:
+                return item
+        return None
 
 
 # ---------------------------------------------------------------- .log
@@ -202,12 +233,12 @@ def _dump_log(path: str, args: argparse.Namespace, problems: Problems) -> None:
     damaged: list[str] = []
     gaps: list[str] = []
     previous_offset = -1
-    with open(path, "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        for item in read_batches(handle.fileno(), size):
+    with SegmentFile(path, args.max_message_size) as segment_file:
+        for item in segment_file.batches():
             if isinstance(item, SegmentEnd):
                 if item.reason is not None:
-                    print(f"Found {size - item.valid_bytes} invalid bytes at the end of {os.path.basename(path)}")
+                    invalid = segment_file.size - item.valid_bytes
+                    print(f"Found {invalid} invalid bytes at the end of {os.path.basename(path)}")
                     damaged.append(item.reason)
                 break
             print(format_batch(item))
@@ -220,7 +251,7 @@ def _dump_log(path: str, args: argparse.Namespace, problems: Problems) -> None:
     if args.verify_index:
         for suffix, verify in ((".index", _verify_offset_index), (".timeindex", _verify_time_index)):
             if os.path.exists(_sibling(path, suffix)):
-                verify(_sibling(path, suffix), problems)
+                verify(_sibling(path, suffix), problems, args.max_message_size)
 
 
 def format_batch(batch: Batch) -> str:
@@ -308,7 +339,7 @@ def _bool(value: bool) -> str:
 
 def _dump_offset_index(path: str, args: argparse.Namespace, problems: Problems) -> None:
     if args.verify_index:
-        _verify_offset_index(path, problems)
+        _verify_offset_index(path, problems, args.max_message_size)
         return
     entries = _offset_index_entries(path, problems)
     if not entries:
@@ -319,7 +350,7 @@ def _dump_offset_index(path: str, args: argparse.Namespace, problems: Problems) 
 
 def _dump_time_index(path: str, args: argparse.Namespace, problems: Problems) -> None:
     if args.verify_index:
-        _verify_time_index(path, problems)
+        _verify_time_index(path, problems, args.max_message_size)
         return
     for timestamp, offset in _time_index_entries(path, problems):
         print(f"timestamp: {timestamp} offset: {offset}")
@@ -352,21 +383,20 @@ def _report_torn(path: str, size: int, entry_size: int, problems: Problems) -> N
         problems.report(f"Damaged index {path}", [f"{size % entry_size} bytes of a partial last entry"])
 
 
-def _verify_offset_index(path: str, problems: Problems) -> None:
+def _verify_offset_index(path: str, problems: Problems, max_batch_bytes: int) -> None:
     """Each entry must name the last offset of the batch at its position (Kafka's dumpIndex check)."""
     entries = _offset_index_entries(path, problems)
     mismatches = []
-    with open(_sibling(path, ".log"), "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    with SegmentFile(_sibling(path, ".log"), max_batch_bytes) as segment_file:
         for offset, position in entries:
-            batch = batch_at(handle.fileno(), size, position)
+            batch = segment_file.batch_at(position)
             found = batch.header.last_offset if batch is not None else -1
             if found != offset:
                 mismatches.append(f"Index offset: {offset}, log offset: {found}")
     problems.report(f"Mismatches in :{os.path.abspath(path)}", mismatches)
 
 
-def _verify_time_index(path: str, problems: Problems) -> None:
+def _verify_time_index(path: str, problems: Problems, max_batch_bytes: int) -> None:
     """Each entry's offset must be the last offset of a batch whose max timestamp is the entry's,
     and timestamps must increase (Kafka's dumpTimeIndex checks)."""
     entries = _time_index_entries(path, problems)
@@ -374,10 +404,9 @@ def _verify_time_index(path: str, problems: Problems) -> None:
     offsets = _offset_index_entries(index_path, problems) if os.path.exists(index_path) else []
     mismatched, out_of_order, not_found = [], [], []
     previous = -1
-    with open(_sibling(path, ".log"), "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    with SegmentFile(_sibling(path, ".log"), max_batch_bytes) as segment_file:
         for timestamp, offset in entries:
-            batch = _batch_holding(handle.fileno(), size, offsets, offset)
+            batch = segment_file.batch_holding(offsets, offset)
             if batch is None or batch.header.last_offset != offset:
                 found = -1 if batch is None else batch.header.last_offset
                 not_found.append(f"Indexed offset: {offset}, found log offset: {found}")
@@ -391,18 +420,6 @@ def _verify_time_index(path: str, problems: Problems) -> None:
     problems.report(f"Found timestamp mismatch in :{absolute}", mismatched)
     problems.report(f"Found out of order timestamp in :{absolute}", out_of_order)
     problems.report("The following indexed offsets are not found in the log.", not_found, indent="")
-
-
-def _batch_holding(fd: int, size: int, offset_index: list[tuple[int, int]], offset: int) -> Batch | None:
-    """The first batch whose last offset is >= `offset`, scanning from the offset index's entry before it."""
-    i = bisect.bisect_right(offset_index, (offset, size)) - 1
-    start = offset_index[i][1] if i >= 0 and offset_index[i][1] < size else 0
-    for item in read_batches(fd, size, start):
-        if isinstance(item, SegmentEnd):
-            return None
-        if item.header.last_offset >= offset:
-            return item
-    return None
 
 
 # ---------------------------------------------------------------- .txnindex and .snapshot

@@ -32,6 +32,7 @@ from .common import (
     describe_kafka_error,
     import_confluent_kafka,
     parse_key_values,
+    positive_int,
 )
 
 REPORTING_INTERVAL_S = 5.0  # Kafka's producer-perf window and consumer-perf --reporting-interval default
@@ -50,8 +51,8 @@ def add_producer_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"broker to connect to (default: bootstrap.servers of --producer-props, "
                              f"else {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--num-records", type=_positive_int, required=True, metavar="N")
-    parser.add_argument("--record-size", type=_positive_int, required=True, metavar="BYTES")
+    parser.add_argument("--num-records", type=positive_int, required=True, metavar="N")
+    parser.add_argument("--record-size", type=positive_int, required=True, metavar="BYTES")
     parser.add_argument("--throughput", type=float, required=True, metavar="RECORDS_PER_S",
                         help="the most records per second; -1: no limit")
     parser.add_argument("--producer-props", nargs="+", default=[], metavar="K=V",
@@ -66,25 +67,18 @@ def add_consumer_parser(subparsers: argparse._SubParsersAction) -> None:
                                    "(kafka-consumer-perf-test.sh)")
     parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--messages", "--num-records", dest="messages", type=_positive_int, required=True,
+    parser.add_argument("--messages", "--num-records", dest="messages", type=positive_int, required=True,
                         metavar="N", help="how many records to read")
     parser.add_argument("--group", help="consumer group (default perf-consumer-<random>)")
-    parser.add_argument("--timeout", type=_positive_int, default=10_000, metavar="MS",
+    parser.add_argument("--timeout", type=positive_int, default=10_000, metavar="MS",
                         help="give up when no record arrives for this long (default 10000)")
     parser.add_argument("--from-latest", action="store_true", help="start at the end when the group has no offset")
-    parser.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024, metavar="BYTES",
+    parser.add_argument("--fetch-size", type=positive_int, default=1024 * 1024, metavar="BYTES",
                         help="max bytes fetched per partition (default 1048576)")
     parser.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
                         help="a properties file of consumer settings")
     parser.add_argument("--hide-header", action="store_true", help="print the numbers without the header line")
     parser.set_defaults(run=run_consumer)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 # ---------------------------------------------------------------- producer
