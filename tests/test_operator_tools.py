@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 from helpers import QUIET, RawConnection, wait_until
 from test_tls import tls_config
 
+from logbus.cli.perf import ProducerStats, percentiles
 from logbus.cli.serve import log_levels as serve_log_levels
 from logbus.config import BrokerConfig, ConfigError
 from logbus.logging_config import COMPONENTS, configure_logging
@@ -379,6 +380,9 @@ def test_producer_perf_and_consumer_perf_print_kafkas_lines(broker: BrokerProces
                    "--timeout", "1000", "--hide-header")
     assert short.returncode == 0 and "WARNING: Exiting before consuming the expected number of messages" in short.stderr
     assert short.stdout.split(", ")[4] == "340"
+    missing = logbus("consumer-perf", "--bootstrap-server", broker.bootstrap, "--topic", "no-such-topic",
+                     "--messages", "1")
+    assert failed_cleanly(missing) == "logbus: topic 'no-such-topic' does not exist\n"
 
 
 # ---------------------------------------------------------------- serve's log lines
@@ -448,3 +452,15 @@ def test_a_failed_tls_handshake_is_one_json_line(tmp_path: Path) -> None:
     failures = [line for line in lines if "closing" in line["message"]]
     assert len(failures) == 1 and "exception" not in failures[0], failures
     assert all("Traceback" not in line["message"] for line in lines)
+
+
+def test_perf_windows_and_percentiles_are_kafkas() -> None:
+    stats = ProducerStats(num_records=4, start=100.0, window_start=100.0)
+    for iteration, latency in enumerate((4, 1, 3, 2)):
+        stats.record(iteration, latency, 1024 * 1024, now=101.0)
+    assert stats.window_line(102.0) == (
+        "4 records sent, 2.0 records/sec (2.00 MB/sec), 2.5 ms avg latency, 4.0 ms max latency.")
+    assert stats.total_line(102.0) == (
+        "4 records sent, 2.000000 records/sec (2.00 MB/sec), 2.50 ms avg latency, 4.00 ms max latency, "
+        "3 ms 50th, 4 ms 95th, 4 ms 99th, 4 ms 99.9th.")
+    assert percentiles([], (0.5,)) == [0]

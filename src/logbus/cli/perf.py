@@ -26,6 +26,7 @@ from typing import Any
 from ..config import load_properties
 from .common import (
     DEFAULT_BOOTSTRAP,
+    DEFAULT_TIMEOUT_S,
     EXIT_FAILURE,
     EXIT_USAGE,
     CliError,
@@ -171,10 +172,12 @@ def _producer_settings(args: argparse.Namespace) -> dict[str, str]:
 
 def run_producer(args: argparse.Namespace) -> int:
     kafka = import_confluent_kafka()
+    settings = _producer_settings(args)
     try:
-        producer = kafka.Producer({**_producer_settings(args), "log_level": 0})
+        producer = kafka.Producer({**settings, "log_level": 0})
     except (kafka.KafkaException, OSError) as exc:
         raise CliError(f"cannot create the producer: {exc}", EXIT_USAGE) from None
+    _require_topic(producer, kafka, settings["bootstrap.servers"], args.topic)
     payload = bytes(random.choices(range(ord("A"), ord("Z") + 1), k=args.record_size))
     stats = ProducerStats(args.num_records)
     throttler = Throttler(args.throughput, stats.start)
@@ -189,6 +192,18 @@ def run_producer(args: argparse.Namespace) -> int:
     if left:
         print(f"logbus: {left} records not acknowledged within {FLUSH_TIMEOUT_S:g}s", file=sys.stderr)
     return EXIT_FAILURE if left or stats.errors else 0
+
+
+def _require_topic(client: Any, kafka: Any, bootstrap: str, topic: str) -> None:
+    """Fail fast, in one line, when no broker answers or the topic is missing (a producer's
+    metadata request may create it, as Kafka's producer-perf does where the broker allows)."""
+    try:
+        metadata = client.list_topics(topic, timeout=DEFAULT_TIMEOUT_S)
+    except kafka.KafkaException:
+        raise CliError(f"cannot reach a broker at {bootstrap} within {DEFAULT_TIMEOUT_S:g}s") from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise CliError(f"topic '{topic}' does not exist")
 
 
 def _produce(producer: Any, kafka: Any, topic: str, payload: bytes, callback: Any) -> None:
@@ -275,6 +290,7 @@ def run_consumer(args: argparse.Namespace) -> int:
     except (kafka.KafkaException, OSError) as exc:
         raise CliError(f"cannot create the consumer: {exc}", EXIT_USAGE) from None
     try:
+        _require_topic(consumer, kafka, args.bootstrap_server, args.topic)
         complete = _consume(consumer, kafka, args, run)
     finally:
         run.end_ms = _now_ms()
