@@ -316,6 +316,8 @@ def test_configs_alter_and_describe_round_trip_as_kafka_configs_prints_them(brok
     assert "  group.initial.rebalance.delay.ms=0 sensitive=false synonyms={" in broker_lines
     assert succeeded(configs(broker, "describe", "--entity-type", "brokers", "--entity-default")) == (
         "Default configs for brokers in the cluster are:\n")
+    every_broker = logbus("configs", "describe", "--entity-type", "brokers", "--bootstrap-server", broker.bootstrap)
+    assert succeeded(every_broker) == "Dynamic configs for broker 0 are:\n"  # static configs only
     refused = failed_cleanly(configs(broker, "alter", "--entity-type", "brokers", "--entity-default",
                                      "--add-config", "log.retention.ms=5"))
     assert refused.startswith("logbus: the broker default: Cannot update") and refused.count("\n") == 1
