@@ -241,8 +241,9 @@ def _dump_log(path: str, args: argparse.Namespace, problems: Problems) -> None:
                     print(f"Found {invalid} invalid bytes at the end of {os.path.basename(path)}")
                     damaged.append(item.reason)
                 break
-            print(format_batch(item))
-            if not item.is_valid:
+            valid = item.is_valid
+            print(format_batch(item.header, valid))
+            if not valid:
                 damaged.append(f"CRC mismatch in the batch at position {item.header.position}")
             if deep:
                 previous_offset = _dump_records(item, args, damaged, gaps, previous_offset)
@@ -254,18 +255,21 @@ def _dump_log(path: str, args: argparse.Namespace, problems: Problems) -> None:
                 verify(_sibling(path, suffix), problems, args.max_message_size)
 
 
-def format_batch(batch: Batch) -> str:
+def format_batch(header: BatchHeader, is_valid: bool) -> str:
     """Kafka's batch line (DumpLogSegments.printBatchLevel) for a magic 2 batch."""
-    h = batch.header
-    delete_horizon = f"OptionalLong[{h.base_timestamp}]" if h.attributes & DELETE_HORIZON_BIT else "OptionalLong.empty"
-    codec = CODEC_NAMES[h.compression] if h.compression < len(CODEC_NAMES) else f"unknown({h.compression})"
+    delete_horizon = "OptionalLong.empty"
+    if header.attributes & DELETE_HORIZON_BIT:
+        delete_horizon = f"OptionalLong[{header.base_timestamp}]"
+    codec = header.compression
+    codec_name = CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else f"unknown({codec})"
     return (
-        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} "
-        f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
-        f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
-        f"isTransactional: {_bool(h.is_transactional)} isControl: {_bool(h.is_control)} "
-        f"deleteHorizonMs: {delete_horizon} position: {h.position} {_timestamp_type(h)}: {h.max_timestamp} "
-        f"size: {h.size} magic: {h.magic} compresscodec: {codec} crc: {h.crc} isvalid: {_bool(batch.is_valid)}"
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} count: {header.record_count} "
+        f"baseSequence: {header.base_sequence} lastSequence: {header.last_sequence} "
+        f"producerId: {header.producer_id} producerEpoch: {header.producer_epoch} "
+        f"partitionLeaderEpoch: {header.partition_leader_epoch} isTransactional: {_bool(header.is_transactional)} "
+        f"isControl: {_bool(header.is_control)} deleteHorizonMs: {delete_horizon} position: {header.position} "
+        f"{_timestamp_type(header)}: {header.max_timestamp} size: {header.size} magic: {header.magic} "
+        f"compresscodec: {codec_name} crc: {header.crc} isvalid: {_bool(is_valid)}"
     )
 
 
