@@ -382,6 +382,17 @@ def test_producer_perf_and_consumer_perf_print_kafkas_lines(broker: BrokerProces
                    "--timeout", "1000", "--hide-header")
     assert short.returncode == 0 and "WARNING: Exiting before consuming the expected number of messages" in short.stderr
     assert short.stdout.split(", ")[4] == "340"
+    transactional = new_topic(broker.bootstrap)
+    sent = succeeded(logbus("producer-perf", "--topic", transactional, "--num-records", "200", "--record-size", "10",
+                            "--throughput", "1000", "--bootstrap-server", broker.bootstrap,
+                            "--transactional-id", f"perf-{transactional}", "--transaction-duration-ms", "50"))
+    assert PRODUCER_TOTAL.match(sent.splitlines()[-1])
+    batches = parse_dump(succeeded(logbus("dump-log", segment(broker, transactional), "--deep-iteration")))
+    commits = [records[0]["marker"] for fields, records in batches if fields["isControl"] == "true"]
+    assert len(commits) >= 2 and set(commits) == {"COMMIT"}, "a transaction per 50 ms, each committed"
+    data = [fields for fields, _ in batches if fields["isControl"] == "false"]
+    assert sum(int(fields["count"]) for fields in data) == 200
+    assert all(fields["isTransactional"] == "true" for fields in data)
     missing = logbus("consumer-perf", "--bootstrap-server", broker.bootstrap, "--topic", "no-such-topic",
                      "--messages", "1")
     assert failed_cleanly(missing) == "logbus: topic 'no-such-topic' does not exist\n"

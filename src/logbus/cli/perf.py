@@ -40,6 +40,8 @@ REPORTING_INTERVAL_S = 5.0  # Kafka's producer-perf window and consumer-perf --r
 MB = 1024 * 1024
 MAX_LATENCY_SAMPLES = 500_000  # as Kafka's tool: at most this many latencies are kept for percentiles
 FLUSH_TIMEOUT_S = 60.0
+DEFAULT_TRANSACTIONAL_ID = "performance-producer-default-transactional-id"  # Kafka's tool's defaults
+DEFAULT_TRANSACTION_MS = 3000
 CONSUMER_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
                    "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -60,6 +62,12 @@ def add_producer_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="producer settings (librdkafka names, most of them Kafka's)")
     parser.add_argument("--producer.config", dest="producer_config", metavar="FILE",
                         help="a properties file of producer settings")
+    parser.add_argument("--transactional-id", metavar="ID",
+                        help=f"send in transactions with this id (default {DEFAULT_TRANSACTIONAL_ID} when "
+                             "--transaction-duration-ms is given)")
+    parser.add_argument("--transaction-duration-ms", type=positive_int, metavar="MS",
+                        help=f"commit a transaction every this many ms (default {DEFAULT_TRANSACTION_MS} "
+                             "with --transactional-id)")
     parser.set_defaults(run=run_producer)
 
 
@@ -167,7 +175,36 @@ def _producer_settings(args: argparse.Namespace) -> dict[str, str]:
     if args.bootstrap_server:
         settings["bootstrap.servers"] = args.bootstrap_server
     settings.setdefault("bootstrap.servers", DEFAULT_BOOTSTRAP)
+    if args.transactional_id or args.transaction_duration_ms:
+        settings["transactional.id"] = args.transactional_id or DEFAULT_TRANSACTIONAL_ID
     return settings
+
+
+class Transactions:
+    """Kafka's producer-perf transactions: one begun before a send when none is open, committed
+    once it has lasted `duration_s`, and the last one committed at the end. Without a duration
+    every call is a no-op."""
+
+    def __init__(self, producer: Any, duration_s: float | None) -> None:
+        self.producer = producer
+        self.duration_s = duration_s
+        self.started: float | None = None
+        if duration_s is not None:
+            producer.init_transactions(DEFAULT_TIMEOUT_S)
+
+    def before_send(self, now: float) -> None:
+        if self.duration_s is not None and self.started is None:
+            self.producer.begin_transaction()
+            self.started = now
+
+    def after_send(self, now: float) -> None:
+        if self.started is not None and now - self.started >= self.duration_s:  # type: ignore[operator]
+            self.finish()
+
+    def finish(self) -> None:
+        if self.started is not None:
+            self.producer.commit_transaction(FLUSH_TIMEOUT_S)
+            self.started = None
 
 
 def run_producer(args: argparse.Namespace) -> int:
@@ -179,12 +216,19 @@ def run_producer(args: argparse.Namespace) -> int:
         raise CliError(f"cannot create the producer: {exc}", EXIT_USAGE) from None
     _require_topic(producer, kafka, settings["bootstrap.servers"], args.topic)
     payload = bytes(random.choices(range(ord("A"), ord("Z") + 1), k=args.record_size))
-    stats = ProducerStats(args.num_records)
-    throttler = Throttler(args.throughput, stats.start)
-    for iteration in range(args.num_records):
-        throttler.wait(iteration, producer.poll)
-        _produce(producer, kafka, args.topic, payload, _on_delivery(stats, iteration, time.monotonic()))
-        producer.poll(0)
+    try:
+        transactions = Transactions(producer, _transaction_duration_s(args))  # before the clock starts
+        stats = ProducerStats(args.num_records)
+        throttler = Throttler(args.throughput, stats.start)
+        for iteration in range(args.num_records):
+            throttler.wait(iteration, producer.poll)
+            transactions.before_send(time.monotonic())
+            _produce(producer, kafka, args.topic, payload, _on_delivery(stats, iteration, time.monotonic()))
+            producer.poll(0)
+            transactions.after_send(time.monotonic())
+        transactions.finish()
+    except kafka.KafkaException as exc:
+        raise CliError(f"transaction failed: {describe_kafka_error(exc.args[0])}") from None
     left = producer.flush(FLUSH_TIMEOUT_S)
     print(stats.total_line(time.monotonic()), flush=True)
     for error in sorted(set(stats.errors)):
@@ -192,6 +236,12 @@ def run_producer(args: argparse.Namespace) -> int:
     if left:
         print(f"logbus: {left} records not acknowledged within {FLUSH_TIMEOUT_S:g}s", file=sys.stderr)
     return EXIT_FAILURE if left or stats.errors else 0
+
+
+def _transaction_duration_s(args: argparse.Namespace) -> float | None:
+    if args.transaction_duration_ms:
+        return args.transaction_duration_ms / 1000
+    return DEFAULT_TRANSACTION_MS / 1000 if args.transactional_id else None
 
 
 def _require_topic(client: Any, kafka: Any, bootstrap: str, topic: str) -> None:
