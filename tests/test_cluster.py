@@ -204,9 +204,9 @@ def test_a_new_controller_takes_over_and_handles_the_next_failure(zookeeper: Zoo
         cluster.brokers[controller].kill()
         wait_until(lambda: admin(cluster).list_topics(timeout=5).controller_id not in (-1, controller),
                    timeout=FAILOVER_S, interval=0.2, message="a new controller")
-        leader = partition_state(cluster, "ctl")[0]
-        if leader == controller:  # its leadership moved with the controller's death already
-            leader = wait_new_leader(cluster, "ctl", controller)
+        # its leader (or, if that was the controller, the one elected in its place; until then
+        # Metadata may show no leader)
+        leader = wait_new_leader(cluster, "ctl", controller)
         cluster.brokers[leader].kill()
         survivor = wait_new_leader(cluster, "ctl", leader)
         assert survivor not in (controller, leader)
