@@ -24,49 +24,18 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 from typing import Any
-
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.one_broker import DEADLINE_S, QUIET, new_topic, produce, timed  # noqa: E402
 from logbus.metrics.counters import RequestTimes, TopicTraffic  # noqa: E402
 from logbus.testing import BrokerProcess, running_broker  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 VALUE = b"v" * 100
-DEADLINE_S = 300
 SCRAPE_INTERVAL_S = 1.0
 BATCH_BYTES = 16384
-QUIET = {"log_level": 0}
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def new_topic(bootstrap: str) -> str:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
-    return name
-
-
-def produce(bootstrap: str, topic: str, records: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": BATCH_BYTES, **QUIET})
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    if producer.flush(DEADLINE_S):
-        raise RuntimeError("records left unacknowledged")
 
 
 class Scraper(threading.Thread):
@@ -87,15 +56,13 @@ class Scraper(threading.Thread):
 
 
 def produce_run(broker: BrokerProcess, records: int) -> dict[str, float]:
-    topic = new_topic(broker.bootstrap)
+    config = {"bootstrap.servers": broker.bootstrap, **QUIET}
+    topic = new_topic(config)
     scraper = Scraper(broker.metrics_url) if broker.metrics_url else None
-    pid = broker.process.pid
-    cpu_before, started = cpu_seconds(pid), time.perf_counter()
     if scraper is not None:
         scraper.start()
-    produce(broker.bootstrap, topic, records)
-    elapsed = time.perf_counter() - started
-    result = {"records_s": round(records / elapsed), "broker_cpu_s": round(cpu_seconds(pid) - cpu_before, 2)}
+    result: dict[str, float] = timed(
+        broker.process.pid, lambda: produce(config, topic, records, VALUE, **{"batch.size": BATCH_BYTES}), records)
     if scraper is not None:
         scraper.done.set()
         scraper.join(DEADLINE_S)

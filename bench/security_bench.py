@@ -31,33 +31,21 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable
 from typing import Any
-
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.one_broker import QUIET, consume, cpu_seconds, new_topic, produce, timed  # noqa: E402
 from logbus.cluster.sasl_login import SaslLogin  # noqa: E402
 from logbus.testing import BrokerProcess, running_broker  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 VALUE = b"v" * 1024
-DEADLINE_S = 300
-QUIET = {"log_level": 0}
 LISTENERS = ("SSL", "SASL_SSL", "PLAINTEXT")
 USER, PASSWORD = "bench", "bench-secret"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 LOGIN_CONCURRENCY = 8
 LOGIN_SECONDS = 5.0
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def make_certs(directory: str) -> None:
@@ -81,48 +69,6 @@ def client_config(broker: BrokerProcess, listener: str, certs: str) -> dict[str,
     if listener == "SASL_SSL":
         config |= {"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER, "sasl.password": PASSWORD}
     return config
-
-
-def new_topic(config: dict[str, Any]) -> str:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(config)  # referenced until the result is in: a collected client fails its futures
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
-    return name
-
-
-def produce(config: dict[str, Any], topic: str, records: int) -> None:
-    producer = Producer({**config, "linger.ms": 5})
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    if producer.flush(DEADLINE_S):
-        raise RuntimeError("records left unacknowledged")
-
-
-def consume(config: dict[str, Any], topic: str, records: int) -> None:
-    consumer = Consumer({**config, "group.id": "bench", "enable.auto.commit": False, "fetch.max.bytes": 52428800})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    read, deadline = 0, time.monotonic() + DEADLINE_S
-    try:
-        while read < records:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"read {read} of {records} records")
-            read += sum(1 for m in consumer.consume(10_000, 0.5) if m.error() is None)
-    finally:
-        consumer.close()
-
-
-def timed(broker: BrokerProcess, work: Callable[[], None], records: int) -> dict[str, float]:
-    pid = broker.process.pid
-    cpu_before, started = cpu_seconds(pid), time.perf_counter()
-    work()
-    elapsed = time.perf_counter() - started
-    return {"records_s": round(records / elapsed), "mb_s": round(records * len(VALUE) / elapsed / 1e6, 1),
-            "broker_cpu_s": round(cpu_seconds(pid) - cpu_before, 2)}
 
 
 def compare(name: str, runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
@@ -183,16 +129,17 @@ def main() -> int:
             for _ in range(args.reps):
                 for listener in LISTENERS:
                     topic = new_topic(clients["PLAINTEXT"])
-                    produced[listener].append(
-                        timed(broker, lambda c=clients[listener], t=topic: produce(c, t, args.records), args.records))
+                    produced[listener].append(timed(broker.process.pid, lambda c=clients[listener], t=topic: produce(
+                        c, t, args.records, VALUE), args.records, len(VALUE)))
             results["produce"] = compare("produce", produced)
             topic = new_topic(clients["PLAINTEXT"])
-            produce(clients["PLAINTEXT"], topic, args.records)
+            produce(clients["PLAINTEXT"], topic, args.records, VALUE)
             consumed: dict[str, list[dict[str, float]]] = {listener: [] for listener in LISTENERS}
             for _ in range(args.reps):
                 for listener in LISTENERS:
-                    consumed[listener].append(
-                        timed(broker, lambda c=clients[listener]: consume(c, topic, args.records), args.records))
+                    consumed[listener].append(timed(
+                        broker.process.pid, lambda c=clients[listener]: consume(c, topic, args.records), args.records,
+                        len(VALUE)))
             results["consume"] = compare("consume", consumed)
             results["scram_logins"] = {mechanism: asyncio.run(logins_per_second(broker, mechanism))
                                        for mechanism in SCRAM_MECHANISMS}
