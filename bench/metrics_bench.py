@@ -17,7 +17,6 @@ request's counter updates (a partition batch and the request's latency), timed o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.one_broker import DEADLINE_S, QUIET, new_topic, produce, timed  # noqa: E402
+from bench.one_broker import DEADLINE_S, QUIET, new_topic, produce, timed, write_results  # noqa: E402
 from logbus.metrics.counters import RequestTimes, TopicTraffic  # noqa: E402
 from logbus.testing import BrokerProcess, running_broker  # noqa: E402
 
@@ -104,9 +103,7 @@ def main() -> int:
                                "scrape_interval_s": SCRAPE_INTERVAL_S, "median_records_s": rates,
                                "ratio": round(ratio, 3), "broker_cpu_s": cpu,
                                "counting_us_per_request": round(cost, 3), "runs": runs}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
+    write_results(args.out, results)
     return 0
 
 

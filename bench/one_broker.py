@@ -7,6 +7,7 @@ the security settings of the listener it talks to).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -84,3 +85,9 @@ def timed(pid: int, work: Callable[[], None], records: int, record_bytes: int | 
         result["mb_s"] = round(records * record_bytes / elapsed / 1e6, 1)
     result["broker_cpu_s"] = round(cpu_seconds(pid) - cpu_before, 2)
     return result
+
+
+def write_results(path: str, results: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=1)

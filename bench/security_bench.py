@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.one_broker import QUIET, consume, cpu_seconds, new_topic, produce, timed  # noqa: E402
+from bench.one_broker import QUIET, consume, cpu_seconds, new_topic, produce, timed, write_results  # noqa: E402
 from logbus.cluster.sasl_login import SaslLogin  # noqa: E402
 from logbus.testing import BrokerProcess, running_broker  # noqa: E402
 
@@ -143,9 +142,7 @@ def main() -> int:
             results["consume"] = compare("consume", consumed)
             results["scram_logins"] = {mechanism: asyncio.run(logins_per_second(broker, mechanism))
                                        for mechanism in SCRAM_MECHANISMS}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
+    write_results(args.out, results)
     return 0
 
 

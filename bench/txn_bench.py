@@ -17,7 +17,6 @@ record count and a deadline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.one_broker import DEADLINE_S, QUIET, consume, flush, new_topic, send, timed  # noqa: E402
+from bench.one_broker import DEADLINE_S, QUIET, consume, flush, new_topic, send, timed, write_results  # noqa: E402
 from logbus.testing import BrokerProcess, running_broker  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -97,9 +96,7 @@ def main() -> int:
                 consumed[isolation].append(timed(broker.process.pid, lambda i=isolation: consume(
                     client(broker), topic, records, **{"isolation.level": i}), records))
         results["consume"] = compare("consume", consumed, "read_committed", "read_uncommitted")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
+    write_results(args.out, results)
     return 0
 
 
