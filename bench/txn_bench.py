@@ -17,97 +17,51 @@ record count and a deadline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.one_broker import DEADLINE_S, QUIET, consume, flush, new_topic, send, timed, write_results  # noqa: E402
 from logbus.testing import BrokerProcess, running_broker  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 TXN_RECORDS = 1000
 VALUE = b"v" * 100
-DEADLINE_S = 300
-QUIET = {"log_level": 0}
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def new_topic(bootstrap: str) -> str:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
-    return name
 
 
 def produce_transactions(producer: Producer, topic: str, records: int) -> None:
     for _ in range(records // TXN_RECORDS):
         producer.begin_transaction()
         for _ in range(TXN_RECORDS):
-            send(producer, topic)
+            send(producer, topic, VALUE)
         producer.commit_transaction(DEADLINE_S)
 
 
 def produce_idempotent(producer: Producer, topic: str, records: int) -> None:
     for _ in range(records):
-        send(producer, topic)
-    if producer.flush(DEADLINE_S):
-        raise RuntimeError("records left unacknowledged")
+        send(producer, topic, VALUE)
+    flush(producer)
 
 
-def send(producer: Producer, topic: str) -> None:
-    while True:
-        try:
-            producer.produce(topic, VALUE, partition=0)
-            return
-        except BufferError:
-            producer.poll(0.01)
-
-
-def timed(broker: BrokerProcess, work: Callable[[], None], records: int) -> dict[str, float]:
-    pid = broker.process.pid
-    cpu_before, started = cpu_seconds(pid), time.perf_counter()
-    work()
-    elapsed = time.perf_counter() - started
-    return {"records_s": round(records / elapsed), "broker_cpu_s": round(cpu_seconds(pid) - cpu_before, 2)}
+def client(broker: BrokerProcess) -> dict[str, Any]:
+    return {"bootstrap.servers": broker.bootstrap, **QUIET}
 
 
 def produce_run(broker: BrokerProcess, transactional: bool, records: int) -> dict[str, float]:
-    topic = new_topic(broker.bootstrap)
-    config: dict[str, Any] = {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **QUIET}
+    topic = new_topic(client(broker))
+    config: dict[str, Any] = {**client(broker), "linger.ms": 5}
     if transactional:
         producer = Producer({**config, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}"})
         producer.init_transactions(30)
-        return timed(broker, lambda: produce_transactions(producer, topic, records), records)
+        return timed(broker.process.pid, lambda: produce_transactions(producer, topic, records), records)
     producer = Producer({**config, "enable.idempotence": True})
-    return timed(broker, lambda: produce_idempotent(producer, topic, records), records)
-
-
-def consume_all(bootstrap: str, topic: str, isolation: str, records: int) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "isolation.level": isolation,
-                         "enable.auto.commit": False, "fetch.max.bytes": 52428800, **QUIET})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    read, deadline = 0, time.monotonic() + DEADLINE_S
-    try:
-        while read < records:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"read {read} of {records} records")
-            read += sum(1 for m in consumer.consume(10_000, 0.5) if m.error() is None)
-    finally:
-        consumer.close()
+    return timed(broker.process.pid, lambda: produce_idempotent(producer, topic, records), records)
 
 
 def compare(name: str, runs: dict[str, list[dict[str, float]]], subject: str, baseline: str) -> dict[str, Any]:
@@ -132,20 +86,17 @@ def main() -> int:
             for kind in produced:
                 produced[kind].append(produce_run(broker, kind == "transactional", records))
         results["produce"] = compare("produce", produced, "transactional", "idempotent")
-        topic = new_topic(broker.bootstrap)
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
-                             "transactional.id": "bench-fill", **QUIET})
+        topic = new_topic(client(broker))
+        producer = Producer({**client(broker), "linger.ms": 5, "transactional.id": "bench-fill"})
         producer.init_transactions(30)
         produce_transactions(producer, topic, records)
         consumed: dict[str, list[dict[str, float]]] = {"read_committed": [], "read_uncommitted": []}
         for _ in range(args.reps):
             for isolation in consumed:
-                consumed[isolation].append(
-                    timed(broker, lambda i=isolation: consume_all(broker.bootstrap, topic, i, records), records))
+                consumed[isolation].append(timed(broker.process.pid, lambda i=isolation: consume(
+                    client(broker), topic, records, **{"isolation.level": i}), records))
         results["consume"] = compare("consume", consumed, "read_committed", "read_uncommitted")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
+    write_results(args.out, results)
     return 0
 
 

@@ -337,7 +337,8 @@ def test_dev_installs_with_pip_only_when_pins_change(tmp_path: Path) -> None:
     first = run_dev(checkout, env, "logbus", "topics", "list")
     assert [line for line in first if "pip install" in line][-1].endswith("-c constraints.txt -e .[cli]")
     assert first[-1] == "logbus topics list"
-    assert run_dev(checkout, env, "serve", "--port", "0") == ["logbus serve --data-dir ./data --port 0"]
+    assert run_dev(checkout, env, "serve", "--port", "0") == [
+        "logbus serve --data-dir ./data --set metrics.port=9404 --port 0"]
     with (checkout / "constraints.txt").open("a") as constraints:
         constraints.write("# changed\n")
     again = run_dev(checkout, env, "serve")

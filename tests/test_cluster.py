@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -203,9 +204,9 @@ def test_a_new_controller_takes_over_and_handles_the_next_failure(zookeeper: Zoo
         cluster.brokers[controller].kill()
         wait_until(lambda: admin(cluster).list_topics(timeout=5).controller_id not in (-1, controller),
                    timeout=FAILOVER_S, interval=0.2, message="a new controller")
-        leader = partition_state(cluster, "ctl")[0]
-        if leader == controller:  # its leadership moved with the controller's death already
-            leader = wait_new_leader(cluster, "ctl", controller)
+        # its leader (or, if that was the controller, the one elected in its place; until then
+        # Metadata may show no leader)
+        leader = wait_new_leader(cluster, "ctl", controller)
         cluster.brokers[leader].kill()
         survivor = wait_new_leader(cluster, "ctl", leader)
         assert survivor not in (controller, leader)
@@ -450,9 +451,11 @@ def _consecutive_free_ports(count: int) -> int:
 
 
 def test_cluster_up_starts_zookeeper_and_brokers_and_ctrl_c_stops_them(tmp_path: os.PathLike) -> None:
-    base = _consecutive_free_ports(3)
+    base = _consecutive_free_ports(6)
+    metrics_base = base + 3
     command = [sys.executable, "-m", "logbus", "cluster", "up", "--brokers", "3", "--data-dir", str(tmp_path),
-               "--base-port", str(base), "--set", "zookeeper.session.timeout.ms=6000"]
+               "--base-port", str(base), "--metrics-base-port", str(metrics_base),
+               "--set", "zookeeper.session.timeout.ms=6000"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         bootstrap = ""
@@ -476,6 +479,9 @@ def test_cluster_up_starts_zookeeper_and_brokers_and_ctrl_c_stops_them(tmp_path:
         topics = subprocess.run([sys.executable, "-m", "logbus", "topics", "describe", "tried", "--bootstrap-server",
                                  bootstrap], capture_output=True, text=True, timeout=60)
         assert "ReplicationFactor: 3" in topics.stdout and "Isr: " in topics.stdout, topics.stdout + topics.stderr
+        for port in range(metrics_base, metrics_base + 3):  # every broker serves its metrics
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+                assert b"kafka_server_replicamanager_partitioncount 1.0" in answer.read()
     finally:
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=90)

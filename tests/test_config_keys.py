@@ -177,6 +177,11 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "log.cleaner.enable": ("test_config_keys.py::test_log_cleaner_enable_false_starts_no_cleaner",),
     "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
+    "metrics.port": (
+        "test_metrics.py::test_the_endpoint_is_off_without_metrics_port_and_binds_metrics_host_with_it",
+        "test_metrics.py::test_produced_records_and_bytes_move_the_counters_by_exactly_what_was_produced",
+    ),
+    "metrics.host": ("test_metrics.py::test_the_endpoint_is_off_without_metrics_port_and_binds_metrics_host_with_it",),
     # topic keys
     "cleanup.policy": ("test_compaction.py::test_compact_delete_also_applies_retention",),
     "retention.ms": ("test_compaction.py::test_compact_delete_also_applies_retention",),
@@ -223,6 +228,18 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_cluster.py::test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss",),
     "offsets.topic.replication.factor": (
         "test_cluster.py::test_a_consumer_group_keeps_its_offsets_when_its_coordinator_dies",),
+    # ACLs (issue 14)
+    "authorizer.class.name": ("test_acls.py::test_acl_apis_are_security_disabled_without_an_authorizer",
+                              "test_acls.py::test_writes_are_allowed_on_prefixed_topics_only_and_deny_wins"),
+    "super.users": ("test_acls.py::test_super_users_may_do_everything",),
+    "allow.everyone.if.no.acl.found": (
+        "test_acls.py::test_allow_everyone_if_no_acl_found_decides_for_resources_without_acls",),
+    # the broker's log lines (issue 15)
+    "log.format": ("test_operator_tools.py::test_json_log_lines_and_per_component_levels",),
+    "log.level": ("test_operator_tools.py::test_json_log_lines_and_per_component_levels",
+                  "test_operator_tools.py::test_each_component_level_key_sets_its_loggers"),
+    **{f"log.level.{component}": ("test_operator_tools.py::test_each_component_level_key_sets_its_loggers",)
+       for component in ("broker", "cluster", "coordinator", "protocol", "security", "storage")},
     # transactions (issue 13)
     "transactional.id.expiration.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),
     "transaction.remove.expired.transaction.cleanup.interval.ms": ("test_txn_coordinator.py::test_idle_ids_expire",),

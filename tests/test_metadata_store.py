@@ -22,6 +22,15 @@ from logbus.cluster.metadata import (
     TopicMetadata,
     write_state_file,
 )
+from logbus.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from logbus.security.listeners import ListenerEndpoint
 
 
@@ -139,3 +148,31 @@ def test_the_state_file_and_its_directory_are_fsynced(tmp_path, monkeypatch) -> 
     path = str(tmp_path / "state.json")
     write_state_file(path, {"a": 1})
     assert synced == [path + ".tmp", str(tmp_path)], "the temp file, then the directory after the rename"
+
+
+def test_a_failed_acl_write_changes_nothing_and_acls_survive_reopening(tmp_path) -> None:
+    granted = AclBinding(ResourcePattern(ResourceType.TOPIC, "a.", PatternType.PREFIXED),
+                         AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW))
+
+    async def scenario() -> None:
+        disk = FlakyDisk()
+        store, _ = await open_store(str(tmp_path), disk)
+        changes: list[None] = []
+        store.add_acl_listener(lambda: changes.append(None))
+        with open(store.path, encoding="utf-8") as handle:
+            file_before = handle.read()
+        disk.full = True
+        with pytest.raises(MetadataWriteError):
+            await store.alter_acls([granted], [])
+        assert store.acls() == {} and changes == []
+        with open(store.path, encoding="utf-8") as handle:
+            assert handle.read() == file_before
+        disk.full = False
+        await store.alter_acls([granted], [])
+        assert store.acls() == {granted.pattern: frozenset({granted.entry})} and len(changes) == 1
+        reopened, _ = await open_store(str(tmp_path), disk)
+        assert reopened.acls() == store.acls()
+        await reopened.alter_acls([], [granted])
+        assert reopened.acls() == {}
+
+    asyncio.run(scenario())

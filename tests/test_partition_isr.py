@@ -63,14 +63,20 @@ def test_a_member_being_added_holds_the_hw_until_the_store_answers(tmp_path: Pat
     asyncio.run(scenario())
 
 
+def expansion_pending(directory: Path) -> Partition:
+    """Broker 3 (at offset 0) asked to join; broker 2 has both records appended since."""
+    requests: list[list[int]] = []
+    partition = leader_of(directory, [1, 2], requests, Clock())
+    partition.update_follower(3, 0)
+    append(partition, 2)
+    partition.update_follower(2, 2)
+    assert requests == [[1, 2, 3]] and partition.high_watermark == 0
+    return partition
+
+
 def test_an_expansion_the_store_refused_stops_counting_the_member(tmp_path: Path) -> None:
     async def scenario() -> None:
-        requests: list[list[int]] = []
-        partition = leader_of(tmp_path, [1, 2], requests, Clock())
-        partition.update_follower(3, 0)
-        append(partition, 2)
-        partition.update_follower(2, 2)
-        assert requests == [[1, 2, 3]] and partition.high_watermark == 0
+        partition = expansion_pending(tmp_path)
         partition.isr_change_failed(maybe_written=False)
         assert partition.high_watermark == 2 and not partition.isr_change_pending
 
@@ -79,11 +85,7 @@ def test_an_expansion_the_store_refused_stops_counting_the_member(tmp_path: Path
 
 def test_an_expansion_of_unknown_outcome_keeps_counting_the_member(tmp_path: Path) -> None:
     async def scenario() -> None:
-        requests: list[list[int]] = []
-        partition = leader_of(tmp_path, [1, 2], requests, Clock())
-        partition.update_follower(3, 0)
-        append(partition, 2)
-        partition.update_follower(2, 2)
+        partition = expansion_pending(tmp_path)
         partition.isr_change_failed(maybe_written=True)
         assert partition.high_watermark == 0 and not partition.isr_change_pending
         partition.update_state(PartitionState(1, 3, [1, 2, 3], [1, 2], partition_epoch=8))

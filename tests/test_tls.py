@@ -254,6 +254,9 @@ def test_a_client_trusting_another_ca_is_refused(broker: BrokerProcess, certs: P
 
 def test_bad_handshakes_close_their_connection_while_others_are_served(broker: BrokerProcess, certs: Path) -> None:
     bootstrap = ssl_bootstrap(broker)
+    served = Producer({"bootstrap.servers": bootstrap, **QUIET, **librdkafka_tls(certs)})  # connected throughout
+    served.produce("tls-survivor", b"before")
+    assert served.flush(20) == 0
     with RawConnection(bootstrap) as garbage:
         garbage.sock.sendall(b"\x00\x00\x00\x10 not a TLS record at all")
         assert garbage.closed_by_broker()
@@ -264,6 +267,9 @@ def test_bad_handshakes_close_their_connection_while_others_are_served(broker: B
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw, \
             pytest.raises((ssl.SSLError, ConnectionError)):
         client_context.wrap_socket(raw, server_hostname="127.0.0.1")  # TLS on the PLAINTEXT port
+    delivered: list[object] = []
+    served.produce("tls-survivor", b"after", on_delivery=lambda err, _m: delivered.append(err))
+    assert served.flush(20) == 0 and delivered == [None]
     assert metadata_over_tls(bootstrap, certs) == [("127.0.0.1", broker.ports["SSL"])]
     plaintext = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
     assert plaintext.list_topics(timeout=5).brokers

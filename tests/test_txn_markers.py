@@ -242,8 +242,8 @@ def test_markers_may_land_on_the_internal_offsets_topic(broker: BrokerProcess) -
 def test_in_a_cluster_the_leader_answers_once_every_replica_has_the_marker(zookeeper: Any) -> None:
     with running_cluster(3, zookeeper=zookeeper) as cluster:
         create(cluster, "rf3")
-        wait_until(lambda: len(partition_state(cluster, "rf3")[2]) == 3, message="all three in the ISR")
-        leader = partition_state(cluster, "rf3")[0]
+        leader = wait_until(lambda: (state := partition_state(cluster, "rf3"))[0] > 0 and len(state[2]) == 3
+                            and state[0], message="a leader and all three in the ISR")
         follower, other = (b for b in cluster.brokers if b != leader)
         leader_bootstrap = cluster.brokers[leader].bootstrap
         assert write_markers(cluster.brokers[follower].bootstrap, ("rf3", 0)) == {

@@ -38,6 +38,8 @@ def _connection() -> tuple[asyncio.AbstractEventLoop, KafkaConnection]:
         loop = asyncio.new_event_loop()
         config = BrokerConfig({
             "group.initial.rebalance.delay.ms": "0", "log.segment.bytes": str(1 << 20), "max.partitions": "200",
+            # ACLs on, the fuzzer a super user: CreateAcls/DeleteAcls/DescribeAcls parse what it sends
+            "authorizer.class.name": "logbus", "super.users": "User:ANONYMOUS",
         })
         broker = Broker(config, 0, ListenerSettings.plaintext("127.0.0.1", 0), data_dir)
         (listener,) = loop.run_until_complete(broker.start())

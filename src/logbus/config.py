@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from .logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, check_level, component_key
+
 LONG_MAX = 9223372036854775807
 GIB = 1 << 30
 MIB = 1 << 20
@@ -249,6 +251,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("transaction.partition.verification.enable", BOOL, True, "Partition leaders check with the "
              "transaction coordinator before a transaction's first batch (KIP-890)."),
         _key("producer.id.expiration.ms", INT, 86400000, "Forget idle idempotent producers after this."),
+        # Authorization (issue 14): ACLs, on when an authorizer class is named.
+        _key("authorizer.class.name", STR, "", "Any non-empty value (e.g. kafka.security.authorizer.AclAuthorizer "
+             "or org.apache.kafka.metadata.authorizer.StandardAuthorizer) turns ACL authorization on; empty: off."),
+        _key("super.users", STR, None, "Principals that may do everything, separated by semicolons "
+             "(User:admin;User:broker)."),
+        _key("allow.everyone.if.no.acl.found", BOOL, False, "With an authorizer: allow a resource that has no "
+             "ACL at all to everyone (false: only super users)."),
         # The cluster (ZooKeeper mode): without zookeeper.connect the broker runs alone on its embedded store.
         _key("zookeeper.connect", STR, None, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble that "
              "coordinates the cluster; unset: one broker on its embedded metadata store."),
@@ -298,6 +307,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.io.threads", INT, 8, "Kafka's request handler threads (accepted; no effect: requests are "
              "handled on the event loop).", minimum=1),
         _key("logbus.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
+        # Metrics (issue 15): a Prometheus endpoint, off unless metrics.port is set.
+        _key("metrics.port", INT, None, "Port of the Prometheus endpoint /metrics (0: any free port); unset: "
+             "no endpoint and nothing counted.", minimum=0, maximum=65535),
+        _key("metrics.host", STR, "127.0.0.1", "Address the metrics endpoint binds (0.0.0.0: every interface)."),
+        # The broker's own log lines (logbus keys, named as log4j's loggers are): format and levels.
+        _key("log.format", STR, "text", "text, or json: one object per line.", choices=LOG_FORMATS),
+        _key(LEVEL_KEY, STR, "info", "Level of every logger (Kafka's names: trace, debug, info, warn, error, "
+             "fatal, off).", check=check_level),
+        *(_key(component_key(c), STR, None, f"Level of the logbus.{c} loggers; unset: log.level.",
+               check=check_level) for c in COMPONENTS),
         # Broker defaults of topic keys that Kafka 4.1 has (synonyms of the topic keys below).
         _key("log.roll.jitter.ms", LONG, None, "Overrides log.roll.jitter.hours."),
         _key("log.roll.jitter.hours", INT, 0, "Max random jitter subtracted from a segment's roll time.", minimum=0),

@@ -70,7 +70,7 @@ class BrokerProcess:
     Without `listeners` in `config` it listens on one PLAINTEXT port (`--host/--port`). With
     them, it binds what they say (port 0: a free one) and `ports` gives every listener's port
     by name (e.g. `ports["SSL"]`); a restart binds the same ports again. `port` is the first
-    listener's.
+    listener's. With `metrics.port` set, `metrics_url` is its endpoint as bound.
     """
 
     def __init__(self, data_dir: str, config: dict[str, str] | None = None, broker_id: int = 0,
@@ -80,6 +80,7 @@ class BrokerProcess:
         self.broker_id = broker_id
         self.port = port
         self.ports: dict[str, int] = {}
+        self.metrics_url: str | None = None
         self.process: subprocess.Popen | None = None
         self.log_path = os.path.join(os.path.dirname(data_dir.rstrip("/")) or ".", "broker.log")
         self.started_in_s = 0.0
@@ -139,6 +140,7 @@ class BrokerProcess:
         self.started_in_s = time.monotonic() - began
         self.port = int(lines[-1].rsplit(":", 1)[1])
         self.ports = dict(_listener_port(line) for line in lines[:-1] if " listener " in line)
+        self.metrics_url = next((line.rsplit(" ", 1)[1] for line in lines if " metrics on " in line), None)
         threading.Thread(target=self._drain, daemon=True).start()
         return self
 

@@ -26,7 +26,9 @@ from ..security.listeners import WILDCARD_HOSTS, ListenerEndpoint, ListenerSetti
 from ..security.quotas import ClientQuotas, WindowConfig
 from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
+from .authorization import make_authorizer
 from .context import RawResponse
+from .metrics import BrokerMetrics
 from .server import Connections, Listener
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ class Broker:
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
         self.socket_sendfile: str = config["socket.sendfile"]
         self.metadata = metadata or self._metadata_store(config, broker_id, self.data_dir)
+        self.authorizer = make_authorizer(config, self.metadata.acls)
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         inter_broker = listeners.inter_broker_listener
@@ -75,8 +78,8 @@ class Broker:
         self.replicas.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.txn_verifier = TxnVerifier(self.txn_coordinator, self.broker_clients,
                                         config["transaction.partition.verification.enable"])
-        # (listener name, version, operations) -> an encoded Metadata response
-        self.metadata_cache: dict[tuple[str, int, tuple[int, int]], RawResponse] = {}
+        # (listener name, version, operations, principal and host when an authorizer filters the answer)
+        self.metadata_cache: dict[tuple[object, ...], RawResponse] = {}
         self.connections = Connections(config)
         self.quotas = ClientQuotas(
             self.metadata.client_quotas, lambda: int(time.monotonic() * 1000),
@@ -85,6 +88,7 @@ class Broker:
         )
         self.stopping = False
         self._servers: list[Listener] = []
+        self.metrics = BrokerMetrics.of(self)  # None without metrics.port
 
     @staticmethod
     def _metadata_store(config: BrokerConfig, broker_id: int, data_dir: str) -> MetadataStore:
@@ -113,6 +117,7 @@ class Broker:
         await self.metadata.start()
         self.metadata.add_listener(self._forget_cached_metadata)
         self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
+        self.metadata.add_acl_listener(self.metadata_cache.clear)
         self.logs.open(self.broker_id, self.metadata.cluster_id)
         self._bind_listeners()
         local_host = socket.getfqdn() if any(e.host in WILDCARD_HOSTS for e in self.listeners) else ""
@@ -131,6 +136,8 @@ class Broker:
         )
         self.group_coordinator.start()
         self.txn_coordinator.start()
+        if self.metrics is not None:
+            await self.metrics.server.start()
         for server in self._servers:
             server.start_serving()
         return self.listeners
@@ -166,6 +173,8 @@ class Broker:
     async def stop(self) -> None:
         await self._controlled_shutdown()
         self.stopping = True
+        if self.metrics is not None:
+            self.metrics.server.close()
         self._close_listeners()
         self.connections.close_all()
         self.group_coordinator.stop()

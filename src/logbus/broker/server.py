@@ -40,6 +40,7 @@ import ipaddress
 import logging
 import os
 import socket
+import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -601,6 +602,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.sendfile, self.close, self.principal, self.listener_name, self.sasl,
             meter.mutation if meter is not None else None,
         )
+        started = time.perf_counter()
         if meter is not None and meter.times_handler(request):
             response = await meter.timed(spec.handle(ctx, request))
         else:
@@ -609,8 +611,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._follow_sasl()
         if isinstance(response, DeferredResponse):
             return asyncio.ensure_future(
-                self._encode_later(response, spec, api_version, correlation_id, flexible, request, meter))
-        return self._encode_metered(response, spec, api_version, correlation_id, flexible, request, meter)
+                self._encode_later(response, spec, api_version, correlation_id, flexible, request, meter, started))
+        chunks = self._encode_metered(response, spec, api_version, correlation_id, flexible, request, meter)
+        self._timed(spec, request, started)
+        return chunks
 
     def _encode_metered(self, response: Any, spec: ApiSpec, api_version: int, correlation_id: int, flexible: bool,
                         request: Any, meter: RequestMeter | None) -> list[bytes | memoryview | FileRegion] | None:
@@ -651,9 +655,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _encode_later(self, deferred: DeferredResponse, spec: ApiSpec, api_version: int, correlation_id: int,
                             flexible: bool, request: Any, meter: RequestMeter | None,
-                            ) -> list[bytes | memoryview | FileRegion] | None:
-        return self._encode_metered(await deferred.result, spec, api_version, correlation_id, flexible, request,
-                                    meter)
+                            started: float) -> list[bytes | memoryview | FileRegion] | None:
+        chunks = self._encode_metered(await deferred.result, spec, api_version, correlation_id, flexible, request,
+                                      meter)
+        self._timed(spec, request, started)
+        return chunks
+
+    def _timed(self, spec: ApiSpec, request: Any, started: float) -> None:
+        """Count an answered request in the request metrics, when they are on."""
+        if self.broker.metrics is not None:
+            self.broker.metrics.request_times.record(spec.metric_names(request), (time.perf_counter() - started) * 1000)
 
     @staticmethod
     def _encode(response: Any, spec: ApiSpec, api_version: int, correlation_id: int,

@@ -19,6 +19,8 @@ from ..cluster.metadata import TopicMetadata
 from ..config import TOPIC_KEYS, ConfigError, ConfigType, describe_topic_configs, validate_topic_configs
 from ..errors import KafkaApiError
 from ..protocol.codec import make, response_class, response_module
+from ..security import acl
+from .authorization import require, require_cluster
 from .topics import metadata_change
 
 if TYPE_CHECKING:
@@ -146,6 +148,15 @@ async def store_topic_configs(broker: Broker, name: str, configs: dict[str, str]
         await broker.metadata.set_topic_configs(name, configs)
 
 
+def require_config_access(ctx: RequestContext, resource: Any, operation: acl.AclOperation) -> None:
+    """DescribeConfigs/AlterConfigs (`operation`) on a topic, or on the cluster for a broker's
+    configs, as Kafka authorizes them (TOPIC_/CLUSTER_AUTHORIZATION_FAILED)."""
+    if resource_type(resource.resource_type) is ResourceType.TOPIC:
+        require(ctx, operation, acl.ResourceType.TOPIC, resource.resource_name)
+    else:
+        require_cluster(ctx, operation)
+
+
 async def alter_config_resources(ctx: RequestContext, request: Any, api_key: int, new_overrides: NewOverrides) -> Any:
     """The AlterConfigs / IncrementalAlterConfigs response: the two differ only in how a
     resource's configs become the topic's new overrides (`new_overrides`, validated)."""
@@ -156,6 +167,7 @@ async def alter_config_resources(ctx: RequestContext, request: Any, api_key: int
         error, message = ErrorCode.none, None
         try:
             check_once(resource, repeated)
+            require_config_access(ctx, resource, acl.AclOperation.ALTER_CONFIGS)
             await _alter_resource(ctx.broker, resource, request.validate_only, new_overrides)
         except KafkaApiError as exc:
             error, message = exc.code, exc.message

@@ -1,10 +1,10 @@
 """`logbus cluster up` (a local ZooKeeper and N brokers) and `logbus cluster describe`.
 
 `up` is how a user tries replication in a minute: Debian's ZooKeeper on a free loopback port and
-N `logbus serve` processes (ids 1..N, ports base-port.., data in DATA_DIR/broker-N), the
-bootstrap string printed once all are serving, everything stopped on Ctrl-C or SIGTERM (the
-brokers with a controlled shutdown, ZooKeeper last). Data and the ZooKeeper state stay in
-DATA_DIR, so a second `up` continues the same cluster.
+N `logbus serve` processes (ids 1..N, ports base-port.., data in DATA_DIR/broker-N, Prometheus
+metrics on metrics-base-port..), the bootstrap string printed once all are serving, everything
+stopped on Ctrl-C or SIGTERM (the brokers with a controlled shutdown, ZooKeeper last). Data and
+the ZooKeeper state stay in DATA_DIR, so a second `up` continues the same cluster.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from .common import CliError, add_connection_options, import_confluent_kafka
 
 READY_TIMEOUT_S = 30.0
+DEFAULT_METRICS_PORT = 9404  # the Prometheus JMX exporter's usual port
 CHROOT = "/logbus"
 
 
@@ -32,6 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument("--data-dir", default="./cluster", help="where data and ZooKeeper state go (default ./cluster)")
     up.add_argument("--base-port", type=int, default=9092, help="port of broker 1; broker N gets base + N - 1")
+    up.add_argument("--metrics-base-port", type=int, default=DEFAULT_METRICS_PORT,
+                    help=f"metrics.port of broker 1 (default {DEFAULT_METRICS_PORT}); broker N gets base + N - 1; "
+                    "0: no metrics")
     up.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's port (default: a free one)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config key for every broker")
     up.set_defaults(run=run_up)
@@ -50,9 +54,13 @@ def run_up(args: argparse.Namespace) -> int:
         raise CliError("--brokers must be at least 1")
     data_dir = os.path.abspath(args.data_dir)
     ports = [args.base_port + i for i in range(args.brokers)]
+    metrics_ports = [args.metrics_base_port + i for i in range(args.brokers)] if args.metrics_base_port else []
     taken = [port for port in ports if not port_free(port)]
     if taken:
         raise CliError(f"port {taken[0]} is in use: give another --base-port")
+    taken = [port for port in metrics_ports if not port_free(port)]
+    if taken:
+        raise CliError(f"port {taken[0]} is in use: give another --metrics-base-port (0: no metrics)")
     zookeeper = ZooKeeperServer(os.path.join(data_dir, "zookeeper"), port=args.zookeeper_port)
     try:
         zookeeper.start()
@@ -64,12 +72,16 @@ def run_up(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         for broker_id, port in enumerate(ports, start=1):
-            brokers.append(_start_broker(broker_id, port, data_dir, zookeeper.connect_string, args.set))
+            metrics = [f"metrics.port={metrics_ports[broker_id - 1]}"] if metrics_ports else []
+            brokers.append(_start_broker(broker_id, port, data_dir, zookeeper.connect_string, metrics + args.set))
         _wait_serving(brokers, ports, stop)
         if not stop.is_set():
             print(f"logbus cluster of {args.brokers} brokers; ZooKeeper at {zookeeper.connect_string}{CHROOT}",
                   flush=True)
             print(f"bootstrap servers: {','.join(f'127.0.0.1:{port}' for port in ports)}", flush=True)
+            if metrics_ports:
+                print(f"metrics: {' '.join(f'http://127.0.0.1:{port}/metrics' for port in metrics_ports)}",
+                      flush=True)
             print("Ctrl-C stops the cluster.", flush=True)
         while not stop.wait(0.5):
             if any(broker.poll() is not None for broker in brokers):

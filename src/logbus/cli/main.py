@@ -7,11 +7,16 @@ import os
 import sys
 
 from . import (
+    acls,
     certs,
     cluster,
+    configs,
     consume,
+    dump_log,
     elect_leaders,
     groups,
+    log_dirs,
+    perf,
     pipeline,
     produce,
     quotas,
@@ -37,9 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     reassign.add_parser(subparsers)
     elect_leaders.add_parser(subparsers)
     transactions.add_parser(subparsers)
+    acls.add_parser(subparsers)
     users.add_parser(subparsers)
     quotas.add_parser(subparsers)
     certs.add_parser(subparsers)
+    dump_log.add_parser(subparsers)
+    configs.add_parser(subparsers)
+    log_dirs.add_parser(subparsers)
+    perf.add_producer_parser(subparsers)
+    perf.add_consumer_parser(subparsers)
     return parser
 
 

@@ -11,9 +11,14 @@ import os
 import resource
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from ..config import BrokerConfig, ConfigError, load_properties
+from ..logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, component_key, configure_logging
 from ..security.listeners import ListenerEndpoint, ListenerSettings, listener_settings
+
+if TYPE_CHECKING:
+    from ..metrics.http import MetricsServer
 
 DEFAULT_PORT = 9092
 
@@ -31,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="override one config key (repeatable)",
     )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="text or json log lines (default log.format, text)")
     parser.set_defaults(run=run)
 
 
@@ -44,10 +50,13 @@ def build_config(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
+def log_levels(config: BrokerConfig) -> dict[str, str]:
+    """The `log.level` keys that have a value."""
+    keys = [LEVEL_KEY, *(component_key(component) for component in COMPONENTS)]
+    return {key: str(config[key]) for key in keys if config[key] is not None}
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         values = build_config(args)
         config = BrokerConfig(values)
@@ -55,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_format or str(config["log.format"]), log_levels(config))
     for unknown in config.unknown_keys():
         logging.getLogger("logbus").warning("unknown config key %s is ignored", unknown)
     broker_id = args.broker_id if args.broker_id is not None else config["broker.id"]
@@ -150,16 +160,19 @@ async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettin
         where = exc.filename or ",".join(str(e) for e in listeners.listeners)
         print(f"logbus: cannot start: {where}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(_ready_lines(broker_id, bound), flush=True)
+    print(_ready_lines(broker_id, bound, broker.metrics.server if broker.metrics else None), flush=True)
     await stop.wait()
     await broker.stop()
     return 0
 
 
-def _ready_lines(broker_id: int, bound: tuple[ListenerEndpoint, ...]) -> str:
-    """A line per listener, then `listening on host:port` of the first, which tools wait for (it
-    comes last, so that every listener line has been printed by the time it is seen)."""
+def _ready_lines(broker_id: int, bound: tuple[ListenerEndpoint, ...], metrics: MetricsServer | None) -> str:
+    """A line per listener and one for the metrics endpoint, then `listening on host:port` of the
+    first listener, which tools wait for (it comes last, so that every other line has been printed
+    by the time it is seen)."""
     lines = [f"logbus broker {broker_id} listener {e.name} on {_address(e)}" for e in bound]
+    if metrics is not None:
+        lines.append(f"logbus broker {broker_id} metrics on http://{metrics.host}:{metrics.port}/metrics")
     return "\n".join([*lines, f"logbus broker {broker_id} listening on {_address(bound[0])}"])
 
 

@@ -22,6 +22,20 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..security.acl import (
+    RESOURCE_TYPE_NAMES,
+    AccessControlEntry,
+    AclBinding,
+    AclTable,
+    PatternType,
+    ResourcePattern,
+    decode_entries,
+    encode_entries,
+    resource_type_named,
+)
+from ..security.acl import (
+    apply_changes as apply_acl_changes,
+)
 from ..security.listeners import ListenerEndpoint
 from ..security.quotas import (
     QuotaChanges,
@@ -31,7 +45,13 @@ from ..security.quotas import (
     decode_quota_config,
     encode_quota_value,
 )
-from ..security.scram import CredentialChanges, UserCredentials, apply_changes, decode_user_config, encode_user_config
+from ..security.scram import (
+    CredentialChanges,
+    UserCredentials,
+    decode_user_config,
+    encode_user_config,
+)
+from ..security.scram import apply_changes as apply_credential_changes
 from ..storage.files import replace_file
 
 T = TypeVar("T")
@@ -144,6 +164,7 @@ def assign_replicas(
 
 Listener = Callable[[str, TopicMetadata | None], None]
 BrokerListener = Callable[[list[BrokerInfo]], None]
+AclListener = Callable[[], None]
 PartitionKey = tuple[str, int]
 
 
@@ -157,6 +178,8 @@ class MetadataStore(ABC):
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
         self._broker_listeners: list[BrokerListener] = []
+        self._acl_listeners: list[AclListener] = []
+        self._acls: AclTable = {}
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener(topic, metadata or None when deleted)` after every topic change,
@@ -181,6 +204,29 @@ class MetadataStore(ABC):
         live = self.brokers()
         for listener in self._broker_listeners:
             listener(live)
+
+    def acls(self) -> AclTable:
+        """Every ACL, by resource pattern. The table is replaced on a change, never mutated."""
+        return self._acls
+
+    @abstractmethod
+    async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        """Add and remove ACL bindings (CreateAcls, DeleteAcls): written, then applied and announced.
+        Adding one that exists or removing one that does not changes nothing."""
+
+    def check_acl_pattern(self, pattern: ResourcePattern) -> None:  # noqa: B027 - most stores keep any name
+        """Raise InvalidAclError for a pattern this store cannot keep (checked before any write)."""
+        return None
+
+    def add_acl_listener(self, listener: AclListener) -> None:
+        """Call `listener()` after every change of the ACLs. Always on the event loop."""
+        self._acl_listeners.append(listener)
+
+    def _apply_acls(self, acls: AclTable) -> None:
+        if acls != self._acls:
+            self._acls = acls
+            for listener in self._acl_listeners:
+                listener()
 
     @abstractmethod
     async def start(self) -> None: ...
@@ -350,6 +396,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 state = json.load(handle)
             self.cluster_id = state["cluster_id"]
             self._producer_id_limit = state.get("producer_id_limit", 0)
+            self._acls = decode_acl_table(state.get("acls", []))
             self._next_producer_id = self._producer_id_limit
             self._users = {user: decode_user_config(config) for user, config in state.get("users", {}).items()}
             self._quotas = {QuotaEntity.from_path(path): decode_quota_config(config)
@@ -359,36 +406,45 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
         else:
             self.cluster_id = new_cluster_id()
-            self._write(self.path, self._state(self._topics, self._producer_id_limit))
+            self._write(self.path, self._state(self._topics, self._producer_id_limit, self._acls, self._users,
+                                               self._quotas))
 
-    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int,
-               users: UserCredentials | None = None, quotas: QuotaConfigs | None = None) -> dict[str, Any]:
-        users = self._users if users is None else users
-        quotas = self._quotas if quotas is None else quotas
+    def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int, acls: AclTable,
+               users: UserCredentials, quotas: QuotaConfigs) -> dict[str, Any]:
         return {
             "cluster_id": self.cluster_id,
             "producer_id_limit": producer_id_limit,
             "topics": [asdict(t) for t in topics.values()],
+            "acls": encode_acl_table(acls),
             "users": {user: encode_user_config(by_mechanism) for user, by_mechanism in sorted(users.items())},
             "client_quotas": {entity.path(): {key: encode_quota_value(key, value) for key, value in values.items()}
                               for entity, values in quotas.items()},  # keyed by Kafka's entity path
         }
 
     async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None,
-                      users: UserCredentials | None = None, quotas: QuotaConfigs | None = None) -> None:
-        """Write `topics` (the producer id limit, the users, the quotas) durably, then make them the
-        current state."""
+                      acls: AclTable | None = None, users: UserCredentials | None = None,
+                      quotas: QuotaConfigs | None = None) -> None:
+        """Write `topics` (the producer id limit, the ACLs, the users, the quotas) durably, then make
+        them the current state."""
         limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
-        users = self._users if users is None else users
-        quotas = self._quotas if quotas is None else quotas
+        new_acls = self._acls if acls is None else acls
+        new_users = self._users if users is None else users
+        new_quotas = self._quotas if quotas is None else quotas
         try:
-            await asyncio.to_thread(self._write, self.path, self._state(topics, limit, users, quotas))
+            state = self._state(topics, limit, new_acls, new_users, new_quotas)
+            await asyncio.to_thread(self._write, self.path, state)
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
         self._topics = topics
         self._producer_id_limit = limit
-        self._users = users
-        self._quotas = quotas
+        self._apply_acls(new_acls)
+        self._users = new_users
+        self._quotas = new_quotas
+
+    @runs_to_completion
+    async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        async with self._lock:
+            await self._commit(self._topics, acls=apply_acl_changes(self._acls, added, removed))
 
     def scram_credentials(self) -> UserCredentials:
         return self._users
@@ -396,7 +452,7 @@ class EmbeddedMetadataStore(MetadataStore):
     @runs_to_completion
     async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
         async with self._lock:
-            await self._commit(self._topics, users=apply_changes(self._users, changes))
+            await self._commit(self._topics, users=apply_credential_changes(self._users, changes))
 
     def client_quotas(self) -> QuotaConfigs:
         return self._quotas
@@ -540,3 +596,16 @@ class EmbeddedMetadataStore(MetadataStore):
         if metadata is None:
             raise UnknownTopicError(name)
         return metadata
+
+
+def encode_acl_table(acls: AclTable) -> list[dict[str, Any]]:
+    """The ACLs for the embedded state file: per resource pattern, Kafka's ZooKeeper JSON."""
+    return [{"resource_type": RESOURCE_TYPE_NAMES[p.resource_type], "name": p.name,
+             "pattern_type": p.pattern_type.name, **encode_entries(entries)}
+            for p, entries in sorted(acls.items(), key=lambda item: (item[0].resource_type, item[0].name,
+                                                                     item[0].pattern_type))]
+
+
+def decode_acl_table(raw: list[dict[str, Any]]) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+    return {ResourcePattern(resource_type_named(r["resource_type"]), r["name"], PatternType[r["pattern_type"]]):
+            decode_entries(r) for r in raw}

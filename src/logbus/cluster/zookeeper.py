@@ -19,11 +19,23 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
 - `/controller` (ephemeral), `/controller_epoch`, `/latest_producer_id_block`
 - `/logbus/controlled_shutdown/<id>` (ephemeral)  logbus's own: a broker asking to lose its leaderships
+- `/kafka-acl/<ResourceType>/<name>`              LITERAL ACLs {"version":1,"acls":[{"principal","permissionType",
+                                                   "operation","host"}]}
+- `/kafka-acl-extended/prefixed/<ResourceType>/<name>`  PREFIXED ACLs, the same JSON
+- `/kafka-acl-changes/acl_changes_<seq>`          "Topic:name": a LITERAL resource's ACLs changed
+- `/kafka-acl-extended-changes/acl_changes_<seq>` {"version":1,"resourceType","name","patternType"}: a PREFIXED one
 
 The broker reads a view held in memory (`topics()`, `brokers()`), kept current by watches.
 kazoo runs watch callbacks on its own thread, one after another; they read what changed there
 and hand the result to the event loop with `call_soon_threadsafe`, where the view changes and
 listeners are called. Every write runs in a worker thread, so no ZooKeeper call blocks the loop.
+
+ACLs: a change is a conditional update of the resource's znode (on its version, retried when
+another broker changed it meanwhile), then a change notification. Every broker watches the
+notifications and re-reads the resources they name, one after another on kazoo's thread, so each
+broker's view of a resource only moves forward; the writer returns once its own view has taken
+its notification. Notifications older than 15 minutes are deleted by whichever broker sees them
+next, as Kafka's brokers do.
 
 A topic enters the view once its assignment and every partition's state exist: the broker
 that creates a topic writes both in one ZooKeeper transaction (Kafka's admin path wrote the
@@ -60,6 +72,18 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kio.schema.errors import ErrorCode
 
+from ..security.acl import (
+    RESOURCE_TYPE_NAMES,
+    AccessControlEntry,
+    AclBinding,
+    InvalidAclError,
+    PatternType,
+    ResourcePattern,
+    decode_entries,
+    encode_entries,
+    resource_type_named,
+)
+from ..security.acl import apply_changes as apply_acl_changes
 from ..security.listeners import DEFAULT_PROTOCOL_MAP, ListenerEndpoint, parse_endpoints, parse_protocol_map
 from ..security.quotas import (
     QuotaChanges,
@@ -73,10 +97,10 @@ from ..security.quotas import (
 from ..security.scram import (
     CredentialChanges,
     UserCredentials,
-    apply_changes,
     decode_user_config,
     encode_user_config,
 )
+from ..security.scram import apply_changes as apply_credential_changes
 from .assignment import assign_replicas
 from .metadata import (
     NO_LEADER,
@@ -105,6 +129,39 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 USERS = "/config/users"
 CLIENTS = "/config/clients"
+
+
+LITERAL_ACLS, PREFIXED_ACLS = "/kafka-acl", "/kafka-acl-extended/prefixed"
+LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES = "/kafka-acl-changes", "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's: older notifications are deleted by any broker
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    root = PREFIXED_ACLS if pattern.pattern_type is PatternType.PREFIXED else LITERAL_ACLS
+    return f"{root}/{RESOURCE_TYPE_NAMES[pattern.resource_type]}/{pattern.name}"
+
+
+def encode_acl_change(pattern: ResourcePattern) -> tuple[str, bytes]:
+    """(notification path prefix, data) announcing that `pattern`'s ACLs changed, as Kafka writes it."""
+    if pattern.pattern_type is PatternType.LITERAL:
+        return (f"{LITERAL_ACL_CHANGES}/{ACL_CHANGE_PREFIX}",
+                f"{RESOURCE_TYPE_NAMES[pattern.resource_type]}:{pattern.name}".encode())
+    return (f"{EXTENDED_ACL_CHANGES}/{ACL_CHANGE_PREFIX}",
+            _json({"version": 1, "resourceType": pattern.resource_type.name, "name": pattern.name,
+                   "patternType": pattern.pattern_type.name}))
+
+
+def decode_acl_change(root: str, raw: bytes) -> ResourcePattern:
+    """The resource pattern a change notification names; ValueError when it names none."""
+    if root == LITERAL_ACL_CHANGES:
+        type_name, sep, name = raw.decode().partition(":")
+        if not sep:
+            raise ValueError(f"not a resource: {raw[:100]!r}")
+        return ResourcePattern(resource_type_named(type_name), name, PatternType.LITERAL)
+    value = json.loads(raw)
+    return ResourcePattern(resource_type_named(value["resourceType"]), value["name"],
+                           PatternType[value["patternType"].upper()])
 
 
 def topic_path(name: str) -> str:
@@ -196,6 +253,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._producer_id_limit = 0  # exclusive end of the block in hand
         self._session_listeners: list[Callable[[bool], None]] = []
         self._closing = False
+        self._seen_acl_changes: set[str] = set()  # notification paths this view has taken
 
     # ------------------------------------------------------------------ start-up and the view
 
@@ -210,11 +268,13 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.client.add_listener(self._on_connection_state)
         self.cluster_id = await asyncio.to_thread(self._prepare_layout)
         await asyncio.to_thread(self._install_watches)
+        self._apply_acls(await asyncio.to_thread(self._read_all_acls))
 
     def _prepare_layout(self) -> str:
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
         for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, CLIENTS, "/config/changes",
-                     "/admin/delete_topics", CONTROLLED_SHUTDOWN):
+                     "/admin/delete_topics", CONTROLLED_SHUTDOWN, LITERAL_ACLS, PREFIXED_ACLS,
+                     LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES):
             self.client.ensure_path(path)
         with contextlib.suppress(NodeExistsError):
             self.client.create("/cluster/id", _json({"version": "1", "id": new_cluster_id()}), makepath=True)
@@ -227,6 +287,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         ChildrenWatch(self.client, "/brokers/topics", self._on_topic_names)
         DataWatch(self.client, "/controller", self._on_controller)
         ChildrenWatch(self.client, CONTROLLED_SHUTDOWN, self._on_shutdown_requests)
+        for root in (LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES):
+            initial = self.client.get_children(root)
+            self._seen_acl_changes.update(f"{root}/{child}" for child in initial)  # the full read covers them
+            ChildrenWatch(self.client, root, lambda children, r=root: self._on_acl_changes(r, children))
         ChildrenWatch(self.client, USERS, self._on_user_names)
         self._watch_quota_entities(CLIENTS, lambda name: QuotaEntity(None, name))
 
@@ -304,7 +368,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     @runs_to_completion
     async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
         await self._write_in_thread(write_scram_credentials, self.client, changes)
-        expected = {user: apply_changes(self._users, changes).get(user, {}) for user in changes}
+        expected = {user: apply_credential_changes(self._users, changes).get(user, {}) for user in changes}
         if not await self.wait_for(lambda: all(self._users.get(u, {}) == c for u, c in expected.items())):
             raise MetadataWriteError(f"credentials written but not seen within {CHANGE_TIMEOUT_S} s")
 
@@ -378,6 +442,124 @@ class ZooKeeperMetadataStore(MetadataStore):
             except (ValueError, KeyError, TypeError):
                 controller = -1
         self._post(self._apply_controller, controller)
+
+    # ------------------------------------------------------------------ ACLs
+
+    def _read_all_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        """Every ACL znode (worker thread, at start-up)."""
+        table = {}
+        for root, pattern_type in ((LITERAL_ACLS, PatternType.LITERAL), (PREFIXED_ACLS, PatternType.PREFIXED)):
+            for type_name in self.client.get_children(root):
+                try:
+                    resource_type = resource_type_named(type_name)
+                except ValueError:
+                    continue
+                for name in self.client.get_children(f"{root}/{type_name}"):
+                    pattern = ResourcePattern(resource_type, name, pattern_type)
+                    entries = self._read_acls(pattern)
+                    if entries:
+                        table[pattern] = entries
+        return table
+
+    def _read_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
+        try:
+            raw, _ = self.client.get(acl_path(pattern))
+            return decode_entries(json.loads(raw))
+        except NoNodeError:
+            return frozenset()
+        except ValueError:
+            log.warning("unreadable ACLs at %s", acl_path(pattern))
+            return frozenset()
+
+    def _on_acl_changes(self, root: str, children: list[str]) -> None:
+        """New change notifications: re-read the resources they name (kazoo thread, in order);
+        then delete those older than ACL_CHANGE_EXPIRATION_MS, as Kafka's brokers do."""
+        paths = [f"{root}/{child}" for child in sorted(children)]
+        self._post(self._forget_acl_changes, root, frozenset(paths))
+        for path in paths:
+            if path in self._seen_acl_changes:
+                continue
+            try:
+                raw, _ = self.client.get(path)
+                pattern = decode_acl_change(root, raw)
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                log.warning("ignoring an unreadable ACL change notification %s", path)
+                self._post(self._seen_acl_changes.add, path)
+                continue
+            self._post(self._apply_resource_acls, pattern, self._read_acls(pattern), path)
+        self._purge_acl_changes(paths)
+
+    def _purge_acl_changes(self, paths: list[str]) -> None:
+        oldest_kept = time.time() * 1000 - ACL_CHANGE_EXPIRATION_MS
+        for path in paths:
+            try:
+                stat = self.client.exists(path)
+                if stat is not None and stat.ctime < oldest_kept:
+                    self.client.delete(path)
+            except (NoNodeError, *_UNREACHABLE):
+                continue  # another broker purged it first, or the next notification's callback will
+
+    def _forget_acl_changes(self, root: str, current: frozenset[str]) -> None:
+        """Keep only the notifications of `root` that still exist in the set of those taken."""
+        self._seen_acl_changes = {p for p in self._seen_acl_changes if not p.startswith(f"{root}/") or p in current}
+
+    def _apply_resource_acls(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry],
+                             notification: str) -> None:
+        table = {p: e for p, e in self._acls.items() if p != pattern}
+        if entries:
+            table[pattern] = entries
+        self._seen_acl_changes.add(notification)
+        self._apply_acls(table)
+        self._view_changed()
+
+    def check_acl_pattern(self, pattern: ResourcePattern) -> None:
+        """The name is one znode: no `/`, not `.` or `..`, no NUL (Kafka's layout has no escaping)."""
+        if "/" in pattern.name or "\0" in pattern.name or pattern.name in (".", ".."):
+            raise InvalidAclError(f"Resource name {pattern.name!r} cannot be stored as a ZooKeeper node")
+
+    @runs_to_completion
+    async def alter_acls(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
+        """Write each changed resource's ACLs conditionally, announce them, and wait until this
+        broker's view has taken the announcements."""
+        patterns = {b.pattern for b in [*added, *removed]}
+        notifications = []
+        for pattern in patterns:
+            mine = [b for b in added if b.pattern == pattern], [b for b in removed if b.pattern == pattern]
+            notification = await self._write_in_thread(self._write_acls, pattern, *mine)
+            if notification is not None:
+                notifications.append(notification)
+        if not await self.wait_for(lambda: all(n in self._seen_acl_changes for n in notifications)):
+            raise MetadataWriteError(f"ACLs written but not seen within {CHANGE_TIMEOUT_S} s")
+
+    def _write_acls(self, pattern: ResourcePattern, added: list[AclBinding], removed: list[AclBinding]) -> str | None:
+        """Update one resource's ACL znode on its version (again on a lost race); returns the change
+        notification's path, or None when nothing changed."""
+        path = acl_path(pattern)
+        while True:
+            try:
+                raw, stat = self.client.get(path)
+                current = decode_entries(json.loads(raw))
+            except NoNodeError:
+                current, stat = frozenset(), None
+            except ValueError:
+                raise MetadataWriteError(f"unreadable ACLs at {path}; not changed") from None
+            new = apply_acl_changes({pattern: current} if current else {}, added, removed).get(pattern, frozenset())
+            if new == current:
+                return None
+            try:
+                if stat is None:
+                    self.client.create(path, _json(encode_entries(new)), makepath=True)
+                elif new:
+                    self.client.set(path, _json(encode_entries(new)), version=stat.version)
+                else:
+                    self.client.delete(path, version=stat.version)
+                break
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another broker changed this resource meanwhile: apply the change to its state
+        prefix, data = encode_acl_change(pattern)
+        return self.client.create(prefix, data, sequence=True, makepath=True)
 
     def _apply_controller(self, controller: int) -> None:
         self.controller_id = controller
@@ -883,7 +1065,7 @@ def write_scram_credentials(client: KazooClient, changes: CredentialChanges) -> 
 def _updated_credentials(user: str, by_mechanism: dict[str, Any], config: dict[str, str]) -> dict[str, str]:
     """A user's config map with its SCRAM credentials changed, its other keys (quotas) kept."""
     current = decode_user_config(config)
-    updated = apply_changes({user: current}, {user: by_mechanism}).get(user, {})
+    updated = apply_credential_changes({user: current}, {user: by_mechanism}).get(user, {})
     return {k: v for k, v in config.items() if k not in current} | encode_user_config(updated)
 
 

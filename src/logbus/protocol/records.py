@@ -535,9 +535,15 @@ def iter_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> It
     In a LogAppendTime batch every record's timestamp is the batch's max timestamp (the
     broker's append time), as clients read it; the deltas keep what the producer sent.
     """
-    log_append_time = bool(header.attributes & TIMESTAMP_TYPE_BIT)
     start = header.position + HEADER_SIZE
     body = decompress(header.compression, bytes(buf[start : header.position + header.size]))
+    yield from records_of_body(body, header)
+
+
+def records_of_body(body: bytes | bytearray, header: BatchHeader) -> Iterator[Record]:
+    """Decode the records of a batch from its decompressed `body` (see `iter_records`); for
+    callers that bound decompression themselves (`decompress_bounded`)."""
+    log_append_time = bool(header.attributes & TIMESTAMP_TYPE_BIT)
     position = 0
     for _ in range(header.record_count):
         _length, position = _varint(body, position)
@@ -660,15 +666,26 @@ def read_end_txn_marker(buf: bytes | bytearray | memoryview, header: BatchHeader
     """The marker in the control batch at header.position; None when its record is no COMMIT or
     ABORT (another control type, or records that do not decode)."""
     records = decodable_records(buf, header)
-    if not records or records[0].key is None or records[0].value is None:
+    if not records:
         return None
-    key, value = records[0].key, records[0].value
-    if len(key) < _CONTROL_KEY.size or len(value) < _END_TXN_VALUE.size:
+    return end_txn_marker_of(records[0])
+
+
+def control_record_type(record: Record) -> int | None:
+    """The type of a control record (Kafka's ControlRecordType id); None when its key is too short."""
+    if record.key is None or len(record.key) < _CONTROL_KEY.size:
         return None
-    control_type = _CONTROL_KEY.unpack_from(key)[1]
-    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+    return _CONTROL_KEY.unpack_from(record.key)[1]
+
+
+def end_txn_marker_of(record: Record) -> EndTxnMarker | None:
+    """What a control record says when it is a COMMIT or ABORT marker; None otherwise."""
+    control_type = control_record_type(record)
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT) or record.value is None:
         return None
-    return EndTxnMarker(control_type == CONTROL_COMMIT, _END_TXN_VALUE.unpack_from(value)[1])
+    if len(record.value) < _END_TXN_VALUE.size:
+        return None
+    return EndTxnMarker(control_type == CONTROL_COMMIT, _END_TXN_VALUE.unpack_from(record.value)[1])
 
 
 # ---------------------------------------------------------------- compaction: rebuilding batches

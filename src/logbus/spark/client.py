@@ -124,6 +124,10 @@ def _read_body(module: _Module, frame: bytes, offset: int) -> Any:
         raise KafkaError(f"undecodable response to API {module.api_key} v{module.version}: {exc}") from None
 
 
+FIRST_READ_BYTES = 1 << 20
+MAX_RESPONSE_BYTES = 1 << 30  # far above any answer this client asks for: a larger size is a broken peer
+
+
 class Connection:
     """One blocking socket to one broker; requests are strictly one after the other."""
 
@@ -153,14 +157,19 @@ class Connection:
 
     def _receive_frame(self) -> bytes:
         (size,) = _SIZE.unpack(self._receive_exactly(4))
+        if not 0 <= size <= MAX_RESPONSE_BYTES:
+            raise KafkaError(f"{self.address[0]}:{self.address[1]} announced a response of {size} bytes")
         return bytes(self._receive_exactly(size))
 
     def _receive_exactly(self, size: int) -> bytearray:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
+        """`size` bytes. The buffer grows (doubling) as they arrive, so a peer that announces more
+        than it sends costs no more memory than it sent."""
+        buffer = bytearray(min(size, FIRST_READ_BYTES))
         received = 0
         while received < size:
-            count = self.sock.recv_into(view[received:])
+            if received == len(buffer):
+                buffer.extend(bytes(min(len(buffer), size - received)))
+            count = self.sock.recv_into(memoryview(buffer)[received:])
             if count == 0:
                 raise KafkaError(f"connection to {self.address[0]}:{self.address[1]} closed")
             received += count

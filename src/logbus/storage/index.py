@@ -27,12 +27,27 @@ import os
 import struct
 import threading
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .files import fsync_path
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
+
+
+def offset_entries(raw: bytes, base_offset: int) -> Iterator[tuple[int, int]]:
+    """(offset, file position) of each whole `.index` entry in `raw` (a partial last one is left out)."""
+    whole = len(raw) - len(raw) % _OFFSET_ENTRY.size
+    for relative, position in _OFFSET_ENTRY.iter_unpack(raw[:whole]):
+        yield base_offset + relative, position
+
+
+def time_entries(raw: bytes, base_offset: int) -> Iterator[tuple[int, int]]:
+    """(timestamp, offset) of each whole `.timeindex` entry in `raw` (a partial last one is left out)."""
+    whole = len(raw) - len(raw) % _TIME_ENTRY.size
+    for timestamp, relative in _TIME_ENTRY.iter_unpack(raw[:whole]):
+        yield timestamp, base_offset + relative
 
 
 class _IndexFile:
@@ -129,11 +144,10 @@ class OffsetIndex(_IndexFile):
     def __init__(self, path: str, base_offset: int) -> None:
         super().__init__(path)
         self.base_offset = base_offset
-        raw = self._load_raw()
         self._offsets = array("q")
         self._positions = array("q")
-        for relative, position in _OFFSET_ENTRY.iter_unpack(raw):
-            self._offsets.append(base_offset + relative)
+        for offset, position in offset_entries(self._load_raw(), base_offset):
+            self._offsets.append(offset)
             self._positions.append(position)
         self.flush()
 
@@ -203,12 +217,11 @@ class TimeIndex(_IndexFile):
     def __init__(self, path: str, base_offset: int) -> None:
         super().__init__(path)
         self.base_offset = base_offset
-        raw = self._load_raw()
         self._timestamps = array("q")
         self._offsets = array("q")
-        for timestamp, relative in _TIME_ENTRY.iter_unpack(raw):
+        for timestamp, offset in time_entries(self._load_raw(), base_offset):
             self._timestamps.append(timestamp)
-            self._offsets.append(base_offset + relative)
+            self._offsets.append(offset)
         self.flush()
 
     def __len__(self) -> int:
@@ -289,6 +302,13 @@ class AbortedTxn:
     last_stable_offset: int
 
 
+def aborted_txn_entries(raw: bytes) -> Iterator[tuple[int, AbortedTxn]]:
+    """(version, entry) of each whole `.txnindex` entry in `raw` (a partial last one is left out)."""
+    whole = len(raw) - len(raw) % _ABORTED_TXN_ENTRY.size
+    for version, *fields in _ABORTED_TXN_ENTRY.iter_unpack(raw[:whole]):
+        yield version, AbortedTxn(*fields)
+
+
 class TransactionIndex:
     """A segment's `.txnindex`: the transactions aborted by markers in the segment, in Kafka's
     format (34-byte entries: version i16 = 0 | producer id i64 | first offset i64 | last offset
@@ -309,7 +329,7 @@ class TransactionIndex:
         whole = len(raw) - len(raw) % _ABORTED_TXN_ENTRY.size
         if whole != len(raw):
             os.truncate(path, whole)  # a torn last entry: appends must go after the whole ones
-        self.entries = [AbortedTxn(*fields[1:]) for fields in _ABORTED_TXN_ENTRY.iter_unpack(raw[:whole])]
+        self.entries = [txn for _version, txn in aborted_txn_entries(raw)]
 
     @property
     def last_offset(self) -> int:

@@ -6,6 +6,8 @@ Each module opens with a comment on the versions it serves and defines:
     MIN_SERVED (optional): the lowest version actually decoded, when it differs from
         MIN_VERSION (Produce is advertised from v0, as Kafka does, but serves v3+)
     async def handle(ctx: RequestContext, request) -> response entity | RawResponse | None
+    def metric_names(request) -> tuple[str, ...] (optional): the request names it counts as in
+        the request metrics (default: Kafka's name of the API, the module's name in CamelCase)
 Adding an API means adding a module here; the registry finds it.
 """
 
@@ -27,6 +29,7 @@ class ApiSpec:
     max_version: int
     min_served: int
     handle: Callable[..., Awaitable[Any]]
+    metric_names: Callable[[Any], tuple[str, ...]]
 
     def serves(self, version: int) -> bool:
         return self.min_served <= version <= self.max_version
@@ -42,5 +45,12 @@ def registry() -> dict[int, ApiSpec]:
         specs[module.API_KEY] = ApiSpec(
             module.API_KEY, info.name, module.MIN_VERSION, module.MAX_VERSION,
             getattr(module, "MIN_SERVED", module.MIN_VERSION), module.handle,
+            getattr(module, "metric_names", None) or _named(info.name),
         )
     return specs
+
+
+def _named(module_name: str) -> Callable[[Any], tuple[str, ...]]:
+    """Kafka's name of an API (`list_offsets` -> ListOffsets), whatever the request."""
+    names = ("".join(word.capitalize() for word in module_name.split("_")),)
+    return lambda _request: names

@@ -19,6 +19,8 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator.txn_metadata import TxnError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorize_cluster, authorized_names
 from ..context import RequestContext
 
 API_KEY = 24
@@ -37,6 +39,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         answers = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                              request.v3_and_below_producer_epoch, request.v3_and_below_topics, verify_only=False)
         return make(cls, results_by_topic_v3_and_below=_topic_results(module, answers))
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+: brokers verifying, as Kafka
+        return make(cls, error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
     results = []
     for txn in request.transactions:
         answers = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
@@ -49,6 +53,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
                topics: Any, verify_only: bool) -> Answers:
     wanted = [(topic.name, index) for topic in topics for index in topic.partitions]
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    writable = authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _ in wanted))
+    if len(writable) < len({topic for topic, _ in wanted}):
+        return {tp: ErrorCode.topic_authorization_failed if tp[0] not in writable else
+                ErrorCode.operation_not_attempted for tp in wanted}
     unknown = {tp for tp in wanted if not _exists(ctx, *tp)}
     if unknown:
         return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted

@@ -20,6 +20,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 
 API_KEY = 34
@@ -34,10 +36,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         for topic in directory.topics:
             for index in topic.partitions:
                 destinations[(topic.name, index)] = directory.path
+    allowed = authorize_cluster(ctx, AclOperation.ALTER)
     by_topic: dict[str, list[Any]] = {}
     for (topic, index), path in destinations.items():
         by_topic.setdefault(topic, []).append(make(
-            module.AlterReplicaLogDirPartitionResult, partition_index=index, error_code=_move(ctx, topic, index, path),
+            module.AlterReplicaLogDirPartitionResult, partition_index=index,
+            error_code=_move(ctx, topic, index, path) if allowed else ErrorCode.cluster_authorization_failed,
         ))
     results = tuple(make(module.AlterReplicaLogDirTopicResult, topic_name=name, partitions=tuple(partitions))
                     for name, partitions in by_topic.items())

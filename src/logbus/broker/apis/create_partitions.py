@@ -20,6 +20,8 @@ from kio.schema.errors import ErrorCode
 from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import require
 from ..context import RequestContext
 from ..throttling import record_mutation
 from ..topics import check_partition_budget, check_request_partitions, metadata_change, refuse_internal
@@ -62,6 +64,7 @@ def _added(ctx: RequestContext, wanted: Any) -> int:
 
 async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     metadata = ctx.broker.metadata
+    require(ctx, AclOperation.ALTER, ResourceType.TOPIC, wanted.name)
     topic = metadata.topic(wanted.name)
     if topic is None:
         raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {wanted.name} does not exist")

@@ -24,6 +24,8 @@ from kio.schema.errors import ErrorCode
 from ...config import ConfigError, describe_topic_configs, validate_topic_configs
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize_cluster, require
 from ..context import RequestContext
 from ..throttling import record_mutation
 from ..topics import (
@@ -65,6 +67,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, int, dict, uuid.UUID]:
     broker = ctx.broker
+    if not authorize_cluster(ctx, AclOperation.CREATE):
+        require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
     validate_topic_name(topic.name)
     if broker.metadata.topic(topic.name) is not None:
         raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")

@@ -15,6 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorized_names
 from ..context import RequestContext
 
 API_KEY = 21
@@ -27,9 +29,11 @@ HIGH_WATERMARK = -1
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     topics = []
+    deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         results = tuple(
             _delete(module, ctx.broker.replicas.get(topic.name, wanted.partition_index), wanted)
+            if topic.name in deletable else _result(module, wanted, ErrorCode.topic_authorization_failed)
             for wanted in topic.partitions
         )
         topics.append(make(module.DeleteRecordsTopicResult, name=topic.name, partitions=results))

@@ -7,6 +7,8 @@ UNKNOWN_TOPIC_ID (v6), INVALID_REQUEST (name and id both, or one topic named twi
 TOPIC_DELETION_DISABLED (`delete.topic.enable=false`), INVALID_REQUEST for an internal topic
 (`__consumer_offsets`: deleting it would lose every committed offset), THROTTLING_QUOTA_EXCEEDED
 (v5+) while the client's controller_mutation_rate bucket is empty. Error messages from v5.
+With an authorizer each topic needs Delete (TOPIC_AUTHORIZATION_FAILED), decided before whether
+it exists, as Kafka.
 
 The deletion is written to the metadata store first; only once that succeeded do the partitions
 close and their files go. A failed write (e.g. a full disk) answers KAFKA_STORAGE_ERROR and
@@ -24,6 +26,8 @@ from kio.schema.errors import ErrorCode
 from ...cluster.metadata import TopicMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import require
 from ..context import RequestContext
 from ..throttling import record_mutation
 from ..topics import metadata_change, refuse_internal
@@ -67,7 +71,9 @@ def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) 
         topic = metadata.topic_by_id(str(topic_id))
         if topic is None:
             raise KafkaApiError(ErrorCode.unknown_topic_id, f"Unknown topic id {topic_id}")
+        require(ctx, AclOperation.DELETE, ResourceType.TOPIC, topic.name)
         return topic
+    require(ctx, AclOperation.DELETE, ResourceType.TOPIC, name or "")  # before existence: nothing leaks
     topic = metadata.topic(name or "")
     if topic is None:
         raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")

@@ -2,9 +2,10 @@
 
 Cluster id, controller and the registered brokers. v1 `endpoint_type`: 1 (brokers) only; a
 broker cannot describe controllers (UNSUPPORTED_ENDPOINT_TYPE), as in Kafka. v2
-`include_fenced_brokers`: no broker here is ever fenced. Without an authorizer every cluster
-operation is allowed, which is what `include_cluster_authorized_operations` reports. Each broker
-is given by its endpoint on the listener the request came in on (brokers without it are left out).
+`include_fenced_brokers`: no broker here is ever fenced. `include_cluster_authorized_operations`
+reports the principal's cluster operations (every one without an authorizer; 0 to a principal
+that may not Describe the cluster, as Kafka). Each broker is given by its endpoint on the
+listener the request came in on (brokers without it are left out).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
-from ..acl import CLUSTER_OPERATIONS, authorized
+from ...security.acl import CLUSTER_NAME, ResourceType
+from ..authorization import authorized_operations
 from ..context import RequestContext
 
 API_KEY = 60
@@ -43,5 +45,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         response_class(API_KEY, ctx.api_version), error_code=error, error_message=message,
         endpoint_type=endpoint_type, cluster_id=metadata.cluster_id, controller_id=metadata.controller_id,
         brokers=brokers,
-        cluster_authorized_operations=authorized(CLUSTER_OPERATIONS, request.include_cluster_authorized_operations),
+        cluster_authorized_operations=authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME,
+                                                            request.include_cluster_authorized_operations),
     )

@@ -20,8 +20,9 @@ from kio.schema.errors import ErrorCode
 from ...config import BROKER_KEYS, TOPIC_KEYS, ConfigType, ConfigValue, describe_topic_configs
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation
 from ..context import RequestContext
-from ..topic_configs import ResourceType, check_broker_resource, resource_type, topic_resource
+from ..topic_configs import ResourceType, check_broker_resource, require_config_access, resource_type, topic_resource
 
 API_KEY = 32
 MIN_VERSION = 1
@@ -52,6 +53,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 def _describe(ctx: RequestContext, resource: Any) -> list[tuple[ConfigValue, bool]]:
     """(config, read-only) pairs of one resource."""
     broker = ctx.broker
+    require_config_access(ctx, resource, AclOperation.DESCRIBE_CONFIGS)
     if resource_type(resource.resource_type) is ResourceType.TOPIC:
         topic = topic_resource(broker, resource.resource_name)
         return [(value, False) for value in describe_topic_configs(broker.config, topic.configs)]

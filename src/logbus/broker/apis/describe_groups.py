@@ -3,8 +3,9 @@
 State, protocol type and, when Stable, the selected protocol and each member's subscription
 (for that protocol) and assignment; in other states members come without them, as Kafka
 answers. An unknown group is described as Dead with no error before v6; v6+ answers
-GROUP_ID_NOT_FOUND with a message. v3+ may ask for authorized operations: there is no
-authorizer, so they are reported as not provided (-2147483648).
+GROUP_ID_NOT_FOUND with a message. v3+ may ask for authorized operations: the principal's on
+the group (every group operation without an authorizer). With an authorizer a group the
+principal may not Describe is GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...coordinator.group import ClassicGroup, GroupState
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorized_operations
 from ..context import RequestContext
 
 API_KEY = 15
@@ -29,14 +32,21 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     coordinator = group_coordinator(ctx.broker)
     described = []
+    requested = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(_describe(module, ctx.api_version, group_id, ErrorCode.group_authorization_failed, None,
+                                       NOT_PROVIDED))
+            continue
         error, group = coordinator.describe(group_id)
-        described.append(_describe(module, ctx.api_version, group_id, error, group))
+        operations = authorized_operations(ctx, ResourceType.GROUP, group_id, requested)
+        described.append(_describe(module, ctx.api_version, group_id, error, group, operations))
     return make(response_class(API_KEY, ctx.api_version), groups=tuple(described))
 
 
-def _describe(module: Any, version: int, group_id: str, error: ErrorCode | None, group: ClassicGroup | None) -> Any:
-    fields: dict[str, Any] = {"group_id": group_id, "error_message": None, "authorized_operations": NOT_PROVIDED,
+def _describe(module: Any, version: int, group_id: str, error: ErrorCode | None, group: ClassicGroup | None,
+              operations: int) -> Any:
+    fields: dict[str, Any] = {"group_id": group_id, "error_message": None, "authorized_operations": operations,
                               "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "",
                               "members": ()}
     if error is not None:

@@ -16,6 +16,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 
 API_KEY = 35
@@ -25,6 +27,9 @@ MAX_VERSION = 4
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.cluster_authorization_failed,
+                    results=())
     by_dir = _partitions_by_dir(ctx, module, _wanted(request))
     results = tuple(_describe_dir(module, log_dir, by_dir[log_dir]) for log_dir in ctx.broker.logs.log_dirs)
     return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, results=results)

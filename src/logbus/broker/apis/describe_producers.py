@@ -20,7 +20,9 @@ from ...cluster.partition import Partition
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import NO_SEQUENCE
+from ...security.acl import AclOperation, ResourceType
 from ...storage.producer_state import ProducerEntry
+from ..authorization import require
 from ..context import RequestContext
 from ..topics import validate_topic_name
 
@@ -42,6 +44,7 @@ def _describe_topic(ctx: RequestContext, module: Any, topic: Any) -> tuple:
     """Each asked partition's answer; a topic-level error answers for all of them."""
     try:
         validate_topic_name(topic.name)
+        require(ctx, AclOperation.READ, ResourceType.TOPIC, topic.name)
     except KafkaApiError as refused:
         return tuple(_error(module, index, refused.code, refused.message) for index in topic.partition_indexes)
     metadata = ctx.broker.metadata.topic(topic.name)

@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 from ...coordinator.txn_coordinator import STATE_NAMES
 from ...coordinator.txn_metadata import TxnError, TxnMetadata
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize
 from ..context import RequestContext
 
 API_KEY = 65
@@ -31,6 +33,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 def _state(ctx: RequestContext, module: Any, transactional_id: str) -> Any:
     try:
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            raise TxnError(ErrorCode.transactional_id_authorization_failed)
         txn = ctx.broker.txn_coordinator.describe(transactional_id)
     except TxnError as exc:
         return make(module.TransactionState, error_code=exc.code, transactional_id=transactional_id,

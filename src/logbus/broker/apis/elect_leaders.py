@@ -16,6 +16,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 
 API_KEY = 43
@@ -33,14 +35,20 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     else:
         wanted = [(topic.topic, index) for topic in request.topic_partitions for index in topic.partitions]
     unclean = getattr(request, "election_type", 0) == UNCLEAN
-    results = await metadata.elect_leaders(wanted, unclean) if wanted else {}
+    if not authorize_cluster(ctx, AclOperation.ALTER):
+        return _answer(ctx, module, dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed),
+                       ErrorCode.cluster_authorization_failed)
+    return _answer(ctx, module, await metadata.elect_leaders(wanted, unclean) if wanted else {}, ErrorCode.none)
+
+
+def _answer(ctx: RequestContext, module: Any, results: dict[tuple[str, int], int | None], error: ErrorCode) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for (name, index), code in results.items():
-        error = ErrorCode.none if code is None else ErrorCode(code)
+        partition_error = ErrorCode.none if code is None else ErrorCode(code)
         by_topic.setdefault(name, []).append(make(
-            module.PartitionResult, partition_id=index, error_code=error,
-            error_message=None if code is None else error.name.upper()))
-    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, replica_election_results=tuple(
+            module.PartitionResult, partition_id=index, error_code=partition_error,
+            error_message=None if code is None else partition_error.name.upper()))
+    return make(response_class(API_KEY, ctx.api_version), error_code=error, replica_election_results=tuple(
         make(module.ReplicaElectionResult, topic=name, partition_result=tuple(partitions))
         for name, partitions in by_topic.items()
     ))

@@ -21,6 +21,9 @@ read_committed consumer (isolation level 1) reads below the LSO and gets the abo
 (producer id, first offset) its records may hold, found in the segments' `.txnindex` (see
 `PartitionLog.aborted_transactions_in`); its fetch waits for the LSO to move rather than the HW.
 Other readers get no aborted transactions (null), as from Kafka.
+
+With an authorizer, as Kafka's KafkaApis: a consumer needs Read on each topic, a follower
+ClusterAction on the cluster; refused partitions answer TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
+from ...metrics.counters import TopicTraffic
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
+from ...security.acl import AclOperation, ResourceType
 from ...security.quotas import CONSUMER_BYTE_RATE
 from ...storage.log import OffsetOutOfRangeError
 from ...storage.segment import FileRegion, ReadSlice
+from ..authorization import authorize_cluster, authorized_names
 from ..context import RequestContext
 
 API_KEY = 1
@@ -54,18 +60,48 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     deadline = loop.time() + request.max_wait.total_seconds()
     wanted = _wanted(ctx, request)
     read_committed = replica_id(request) < 0 and request.isolation_level == READ_COMMITTED
+    refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
     while True:
         await _load_uncached_read_starts(ctx, wanted)
-        topics, total, partitions = _read_all(ctx, request, wanted, read_committed)
+        topics, total, partitions = _read_all(ctx, request, wanted, read_committed, refused)
         if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
             break
         _close_regions(topics)
         await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, read_committed)
     topics = await _read_cold(ctx, topics)
+    if ctx.broker.metrics is not None and replica_id(request) < 0:
+        _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
     return make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
         responses=topics, node_endpoints=(),
     )
+
+
+_NOTHING_REFUSED: frozenset[str] = frozenset()
+_FOLLOWER_FETCH = ("FetchFollower", "Fetch")
+_CONSUMER_FETCH = ("FetchConsumer", "Fetch")
+
+
+def metric_names(request: Any) -> tuple[str, ...]:
+    """As Kafka's request metrics: a fetch counts as Fetch and as FetchFollower or FetchConsumer."""
+    return _FOLLOWER_FETCH if replica_id(request) >= 0 else _CONSUMER_FETCH
+
+
+def _count_bytes_out(traffic: TopicTraffic, wanted: list, topics: tuple) -> None:
+    """BytesOut as Kafka counts it: the record bytes of each topic in a consumer's answer."""
+    for (_, name, _), topic in zip(wanted, topics, strict=True):
+        size = sum(answer.records.size if isinstance(answer.records, FileRegion) else len(answer.records or b"")
+                   for answer in topic.partitions)
+        if size and name is not None:
+            traffic.fetched(name, size)
+
+
+def _refused_topics(ctx: RequestContext, request: Any, wanted: list) -> set[str]:
+    """The topics the fetcher may not read: all of them for a follower without ClusterAction."""
+    names = {name for _, name, _ in wanted if name is not None}
+    if replica_id(request) >= 0:
+        return set() if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION) else names
+    return names - authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
 
 
 def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None, list[Any]]]:
@@ -94,7 +130,7 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, wanted: list, read_committed: bool
+    ctx: RequestContext, request: Any, wanted: list, read_committed: bool, refused: frozenset[str] | set[str]
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
     """The answer per topic, the bytes in it, and each hosted partition with its max bytes."""
     module = response_module(API_KEY, ctx.api_version)
@@ -105,6 +141,9 @@ def _read_all(
     for topic, name, partitions in wanted:
         answers = []
         for fetch in partitions:
+            if name in refused:
+                answers.append(_answer(module, fetch.partition, ErrorCode.topic_authorization_failed))
+                continue
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))

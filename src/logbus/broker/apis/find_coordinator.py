@@ -6,6 +6,8 @@ partition, key type 1 (transaction) with the leader of the transactional id's
 (COORDINATOR_NOT_AVAILABLE while it cannot be, e.g. on a full disk, or while the leader has no
 endpoint on the listener the request came in on). v4+ batches several keys
 (`coordinator_keys`) and answers each in a `Coordinator` entry. Other key types: INVALID_REQUEST.
+With an authorizer a key needs Describe on its group (GROUP_AUTHORIZATION_FAILED) or
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize
 from ..context import RequestContext
 
 API_KEY = 10
@@ -40,8 +44,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     if key_type == GROUP_KEY_TYPE:
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return _error(ErrorCode.group_authorization_failed, f"Not authorized to describe group {key}")
         coordinator: Any = group_coordinator(ctx.broker)
     elif key_type == TRANSACTION_KEY_TYPE:
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return _error(ErrorCode.transactional_id_authorization_failed,
+                          f"Not authorized to describe transactional id {key}")
         coordinator = ctx.broker.txn_coordinator
     else:
         return _error(ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}")

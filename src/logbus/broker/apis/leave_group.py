@@ -14,6 +14,8 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize
 from ..context import RequestContext
 
 API_KEY = 13
@@ -23,6 +25,8 @@ MAX_VERSION = 5
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return make(cls, error_code=ErrorCode.group_authorization_failed, members=())
     if ctx.api_version < 3:
         error, errors = group_coordinator(ctx.broker).leave(request.group_id, [(request.member_id, None)])
         return make(cls, error_code=errors[0] if error is ErrorCode.none else error)

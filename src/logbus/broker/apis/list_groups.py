@@ -4,7 +4,8 @@ Every group this broker coordinates (Dead ones excluded); while a `__consumer_of
 partition is still loading, the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers.
 v4+ filters by state names
 (case-insensitive) and reports each group's state; v5+ filters by type and reports it
-("classic": the only type served here).
+("classic": the only type served here). With an authorizer only the groups the principal may
+Describe are listed (all of them with Describe on the cluster), as Kafka.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize_cluster, authorized_names
 from ..context import RequestContext
 
 API_KEY = 16
@@ -30,8 +33,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     coordinator = group_coordinator(ctx.broker)
     listed = []
+    groups = coordinator.list_groups()
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in groups))
+        groups = [g for g in groups if g.group_id in visible]
     if not types or GROUP_TYPE in types:
-        for group in coordinator.list_groups():
+        for group in groups:
             if states and group.state.value.lower() not in states:
                 continue
             listed.append(make(module.ListedGroup, group_id=group.group_id, protocol_type=group.protocol_type or "",

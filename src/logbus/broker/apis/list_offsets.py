@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorized_names
 from ..context import RequestContext
 
 API_KEY = 2
@@ -30,9 +32,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED  # v2+
     topics = []
+    visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         answers = []
         for wanted in topic.partitions:
+            if topic.name not in visible:
+                answers.append(_answer(module, wanted.partition_index, ErrorCode.topic_authorization_failed))
+                continue
             partition = ctx.broker.replicas.get(topic.name, wanted.partition_index)
             answers.append(_lookup(module, partition, wanted, read_committed))
         topics.append(make(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))

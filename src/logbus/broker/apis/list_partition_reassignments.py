@@ -11,6 +11,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 
 API_KEY = 46
@@ -20,6 +22,9 @@ MAX_VERSION = 0
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.cluster_authorization_failed,
+                    error_message="Not authorized to DESCRIBE the cluster", topics=())
     wanted = None if request.topics is None else [
         (topic.name, index) for topic in request.topics for index in topic.partition_indexes
     ]

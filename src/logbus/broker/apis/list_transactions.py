@@ -15,6 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator.txn_coordinator import STATE_NAMES
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorized_names
 from ..context import RequestContext
 
 API_KEY = 66
@@ -37,6 +39,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                              getattr(request, "duration_filter", -1), pattern or None)
     except re.error:
         return make(cls, error_code=ErrorCode.invalid_request, unknown_state_filters=unknown, transaction_states=())
+    visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                               (t.transactional_id for t in txns))
     states = tuple(make(module.TransactionState, transactional_id=t.transactional_id, producer_id=t.producer_id,
-                        transaction_state=STATE_NAMES[t.status]) for t in txns)
+                        transaction_state=STATE_NAMES[t.status]) for t in txns if t.transactional_id in visible)
     return make(cls, error_code=ErrorCode.none, unknown_state_filters=unknown, transaction_states=states)

@@ -6,13 +6,18 @@ created when `auto.create.topics.enable` is on and the request allows it (v4+), 
 `num.partitions`; invalid names get INVALID_TOPIC_EXCEPTION. Encoded responses for the
 all-topics request are cached until metadata changes (encoding is the slow part).
 
+With an authorizer (as Kafka's KafkaApis): listing all topics lists only those the principal
+may Describe; a named topic it may not Describe is TOPIC_AUTHORIZATION_FAILED; auto-creating one
+needs Create on the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
+
 Each broker is given by its endpoint on the listener the request came in on; brokers without
 that listener are left out, and a partition whose live leader lacks it answers
 LISTENER_NOT_FOUND with no leader, as Kafka does.
 
 `include_topic_authorized_operations` (v8+) and `include_cluster_authorized_operations` (v8–v10)
-are answered as Kafka answers them without an authorizer: every operation the resource type
-supports; INT32_MIN when not requested.
+report the principal's operations (without an authorizer: every operation the resource type
+supports); INT32_MIN when not requested. Cached all-topics answers are per principal and host
+when an authorizer is on.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaApiError
 from ...protocol.codec import encode, make, response_class, response_module
-from ..acl import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
+from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from ..authorization import authorize, authorize_cluster, authorized_names, authorized_operations
 from ..context import RawResponse, RequestContext
 from ..topics import ensure_topic
 
@@ -39,15 +45,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
     operations = _Operations(
-        topic=authorized(TOPIC_OPERATIONS, getattr(request, "include_topic_authorized_operations", False)),
-        cluster=authorized(CLUSTER_OPERATIONS, getattr(request, "include_cluster_authorized_operations", False)),
+        topic=bool(getattr(request, "include_topic_authorized_operations", False)),
+        cluster=bool(getattr(request, "include_cluster_authorized_operations", False)),
     )
     if request.topics is None or (version == 0 and not request.topics):
-        key = (ctx.listener_name, version, operations)
+        key: tuple[object, ...] = (ctx.listener_name, version, operations)
+        if broker.authorizer is not None:
+            key = (*key, ctx.principal, ctx.client_host)
         cached = broker.metadata_cache.get(key)
         if cached is not None:
             return cached
-        names = sorted(broker.metadata.topics())
+        names = sorted(authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, broker.metadata.topics()))
         response = RawResponse(encode(_build(ctx, [(n, ErrorCode.none) for n in names], operations)))
         broker.metadata_cache[key] = response
         return response
@@ -60,22 +68,40 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         if name is None:
             resolved = broker.metadata.topic_by_id(str(topic.topic_id))
+            if resolved is not None and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, resolved.name):
+                wanted.append((None, ErrorCode.topic_authorization_failed))
+                continue
             wanted.append((resolved.name if resolved else None, ErrorCode.none if resolved else
                            ErrorCode.unknown_topic_id))
             continue
-        try:
-            await ensure_topic(broker, name, allow_create)
-            wanted.append((name, ErrorCode.none))
-        except KafkaApiError as exc:
-            wanted.append((name, exc.code))
+        wanted.append((name, await _describe_or_create(ctx, name, allow_create)))
     return _build(ctx, wanted, operations)
 
 
-class _Operations(NamedTuple):
-    """The authorized-operations bitfields to answer (INT32_MIN where not requested)."""
+async def _describe_or_create(ctx: RequestContext, name: str, allow_create: bool) -> ErrorCode:
+    """The error to answer for a named topic, after creating it if it is unknown and may be."""
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+        return ErrorCode.topic_authorization_failed
+    auto_create = allow_create and ctx.broker.config["auto.create.topics.enable"]
+    if auto_create and ctx.broker.metadata.topic(name) is None and not _may_create(ctx, name):
+        return ErrorCode.topic_authorization_failed
+    try:
+        await ensure_topic(ctx.broker, name, allow_create)
+    except KafkaApiError as exc:
+        return exc.code
+    return ErrorCode.none
 
-    topic: int
-    cluster: int
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    return authorize_cluster(ctx, AclOperation.CREATE) or \
+        authorize(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)
+
+
+class _Operations(NamedTuple):
+    """Whether the client asked for topic and cluster authorized operations."""
+
+    topic: bool
+    cluster: bool
 
 
 def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]], operations: _Operations) -> Any:
@@ -87,12 +113,16 @@ def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]], oper
         for broker_id, (endpoint, rack) in endpoints.items() if endpoint is not None
     )
     reachable = {broker_id for broker_id, (endpoint, _) in endpoints.items() if endpoint is not None}
-    topics = tuple(_topic(module, broker, name, error, operations.topic, set(endpoints), reachable)
-                   for name, error in wanted)
+    topics = tuple(
+        _topic(module, broker, name, error,
+               authorized_operations(ctx, ResourceType.TOPIC, name or "", operations.topic), set(endpoints), reachable)
+        for name, error in wanted)
     return make(
         response_class(API_KEY, ctx.api_version), brokers=brokers,
-        cluster_id=broker.metadata.cluster_id, controller_id=broker.metadata.controller_id,
-        topics=topics, cluster_authorized_operations=operations.cluster, error_code=ErrorCode.none,
+        cluster_id=broker.metadata.cluster_id, controller_id=broker.metadata.controller_id, topics=topics,
+        cluster_authorized_operations=authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME,
+                                                            operations.cluster),
+        error_code=ErrorCode.none,
     )
 
 

@@ -18,6 +18,8 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...coordinator.offsets import OffsetCommit
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorized_names
 from ..context import RequestContext
 
 API_KEY = 8
@@ -29,6 +31,8 @@ NO_RETENTION = -1
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     commits, errors = known_commits(ctx, request.topics)
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        commits, errors = [], all_partitions(request.topics, ErrorCode.group_authorization_failed)
     retention = getattr(request, "retention_time", None)  # a timedelta in kio; -1 ms: the broker's
     retention_ms = NO_RETENTION if retention is None else round(retention.total_seconds() * 1000)
     coordinator = group_coordinator(ctx.broker)
@@ -46,20 +50,29 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 def known_commits(ctx: RequestContext, topics: Any) -> tuple[list[OffsetCommit], dict[tuple[str, int], ErrorCode]]:
-    """The commits of partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others (also
-    TxnOffsetCommit's rule)."""
+    """The commits of partitions that exist and the principal may Read; TOPIC_AUTHORIZATION_FAILED
+    and UNKNOWN_TOPIC_OR_PARTITION for the others (also TxnOffsetCommit's rule)."""
     metadata = ctx.broker.metadata
     commits: list[OffsetCommit] = []
     errors: dict[tuple[str, int], ErrorCode] = {}
+    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in topics))
     for topic in topics:
         known = metadata.topic(topic.name)
         for p in topic.partitions:
+            if topic.name not in readable:
+                errors[(topic.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+                continue
             if known is None or not 0 <= p.partition_index < len(known.partitions):
                 errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
                 continue
             commits.append(OffsetCommit(topic.name, p.partition_index, p.committed_offset,
                                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
     return commits, errors
+
+
+def all_partitions(topics: Any, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    """`error` for every partition of the request (a refused group)."""
+    return {(t.name, p.partition_index): error for t in topics for p in t.partitions}
 
 
 def response_topics(topic_class: type, partition_class: type, topics: Any,

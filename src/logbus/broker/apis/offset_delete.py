@@ -13,6 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorized_names
 from ..context import RequestContext
 
 API_KEY = 47
@@ -22,11 +24,17 @@ MAX_VERSION = 0
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.group_authorization_failed,
+                    topics=())
+    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
+    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable]
     error, errors = await group_coordinator(ctx.broker).delete_offsets(request.group_id, partitions)
     if error is not ErrorCode.none:
         return make(response_class(API_KEY, ctx.api_version), error_code=error, topics=())
-    by_key = dict(zip(partitions, errors, strict=True))
+    by_key = dict.fromkeys(((t.name, p.partition_index) for t in request.topics for p in t.partitions),
+                           ErrorCode.topic_authorization_failed)
+    by_key.update(zip(partitions, errors, strict=True))
     topics = tuple(
         make(module.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(
             make(module.OffsetDeleteResponsePartition, partition_index=p.partition_index,

@@ -18,6 +18,8 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...coordinator.offsets import FetchedOffset
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorized_names
 from ..context import RequestContext
 
 API_KEY = 9
@@ -28,22 +30,38 @@ MAX_VERSION = 9
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
     module = response_module(API_KEY, ctx.api_version)
-    coordinator = group_coordinator(ctx.broker)
     require_stable = getattr(request, "require_stable", False)
     if ctx.api_version >= 8:
         groups = []
         for group in request.groups:
-            error, offsets = coordinator.fetch_offsets(group.group_id, _wanted(group.topics), require_stable)
+            error, offsets = _fetch(ctx, group.group_id, _wanted(group.topics), require_stable)
             groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, error_code=error,
                                topics=_topics(module, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
                                               offsets)))
         return make(cls, groups=tuple(groups))
     wanted = _wanted(request.topics)
-    error, offsets = coordinator.fetch_offsets(request.group_id, wanted, require_stable)
+    error, offsets = _fetch(ctx, request.group_id, wanted, require_stable)
     if error is not ErrorCode.none and ctx.api_version == 1:
         offsets = [FetchedOffset(t, p, -1, -1, "", error) for t, ps in wanted or [] for p in ps]
     topics = _topics(module, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition", offsets)
     return make(cls, error_code=error, topics=topics)
+
+
+def _fetch(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
+           require_stable: bool) -> tuple[ErrorCode, list[FetchedOffset]]:
+    """As Kafka: Describe on the group (GROUP_AUTHORIZATION_FAILED), on each named topic
+    (TOPIC_AUTHORIZATION_FAILED); asking for all offsets leaves out the topics it may not Describe."""
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, []
+    error, offsets = group_coordinator(ctx.broker).fetch_offsets(group_id, wanted, require_stable)
+    if ctx.broker.authorizer is None:
+        return error, offsets
+    visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (o.topic for o in offsets))
+    if wanted is None:
+        return error, [o for o in offsets if o.topic in visible]
+    return error, [o if o.topic in visible else FetchedOffset(o.topic, o.partition, -1, -1, "",
+                                                              ErrorCode.topic_authorization_failed)
+                   for o in offsets]
 
 
 def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:

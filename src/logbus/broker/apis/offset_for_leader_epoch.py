@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
 from ...protocol.codec import make, response_class, response_module
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize_cluster, authorized_names
 from ..context import RequestContext
 
 API_KEY = 23
@@ -28,9 +30,12 @@ UNCHECKED_EPOCH = -1
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     topics = []
+    visible = {t.topic for t in request.topics} if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION) else \
+        authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in request.topics))
     for topic in request.topics:
         results = tuple(
             _end_offset(module, ctx.broker.replicas.get(topic.topic, wanted.partition), wanted)
+            if topic.topic in visible else _result(module, wanted, ErrorCode.topic_authorization_failed)
             for wanted in topic.partitions
         )
         topics.append(make(module.OffsetForLeaderTopicResult, topic=topic.topic, partitions=results))

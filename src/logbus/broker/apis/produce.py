@@ -14,6 +14,10 @@ INVALID_TXN_STATE), then the records (see `_check_records`), idempotent sequence
 write of the blob with base offsets and leader epoch patched in place. A rejected record is named
 in `record_errors` (batch index and message), as Kafka does. acks=0 gets no response; acks=1 and
 -1 are answered once the batches are in the log (and fsynced when the flush policy says so).
+
+With an authorizer, as Kafka's KafkaApis: a transactional request needs Write on its
+transactional id (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic
+needs Write (TOPIC_AUTHORIZATION_FAILED); both are decided before anything else about the topic.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ from ...protocol.records import (
     recompress_batch,
     validate_batches,
 )
+from ...security.acl import AclOperation, ResourceType
 from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError, now_ms
+from ..authorization import authorize
 from ..context import DeferredResponse, RequestContext
 from ..topics import INTERNAL_TOPICS, validate_topic_name
 
@@ -68,9 +74,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for topic_data in request.topic_data:
         topic = _resolve(ctx, topic_data)
+        refusal = None if ctx.broker.authorizer is None else _refusal(ctx, topic, request.transactional_id)
         responses = []
         for data in topic_data.partition_data:
-            responses.append(await _produce_partition(ctx, module, topic, data, request))
+            if refusal is not None:
+                responses.append(_partition_response(module, data.index, refusal, -1, -1, -1, None))
+            else:
+                responses.append(await _produce_partition(ctx, module, topic, data, request))
         topics.append((topic_data, responses))
     if request.acks == 0:
         if any(_failed(r) for _, responses in topics for r in responses):
@@ -121,6 +131,16 @@ async def _wait_for_replicas(topics: list[tuple[Any, list[Any]]], timeout: float
         responses[i] = response
 
 
+def _refusal(ctx: RequestContext, topic: str | None, transactional_id: str | None) -> ErrorCode | None:
+    """The authorization error for a topic's partitions, if any (an authorizer is on)."""
+    if transactional_id is not None and not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                      transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if topic is not None and not authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
 def _resolve(ctx: RequestContext, topic_data: Any) -> str | None:
     name = getattr(topic_data, "name", None)
     if name is not None:
@@ -144,6 +164,8 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         if record_errors:
             return _rejected_records(module, data.index, record_errors)
         info = _append(partition, records, [header], request.acks)
+        if broker.metrics is not None and not info.duplicate:
+            broker.metrics.traffic.produced(partition.topic, header.record_count, header.size)
         await broker.replicas.flush_if_due(partition)
     except KafkaApiError as exc:
         return _partition_response(module, data.index, exc.code, -1, -1, -1, exc.message)

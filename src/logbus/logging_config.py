@@ -1,0 +1,74 @@
+"""The broker's own log lines: their format (`log.format`: text or json) and levels.
+
+Levels are set with log4j-style keys, as Kafka's log4j.properties names loggers: `log.level`
+for everything, `log.level.<component>` for one package of logbus (`log.level.storage=debug`
+sets the `logbus.storage` loggers). Kafka's level names are accepted (TRACE is DEBUG here, FATAL
+is CRITICAL, OFF silences).
+
+The json format writes one object per line: `time` (UTC, ISO 8601 with milliseconds), `level`,
+`logger`, `message`, then any `extra=` fields a log call passes, and `exception` (the traceback,
+as one string) when there is one, so every record stays one line that a log shipper can parse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+LOG_FORMATS = ("text", "json")
+COMPONENTS = ("broker", "cluster", "coordinator", "protocol", "security", "storage")
+LEVEL_KEY = "log.level"
+LEVELS = {
+    "trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+    "warning": logging.WARNING, "error": logging.ERROR, "fatal": logging.CRITICAL, "off": logging.CRITICAL + 10,
+}
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# What every LogRecord has; anything else on a record came from a log call's `extra=`.
+_STANDARD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def check_level(value: object) -> None:
+    """A ConfigKey check: one of Kafka's level names, any case."""
+    if str(value).lower() not in LEVELS:
+        raise ValueError(f"not a log level (one of {', '.join(LEVELS)})")
+
+
+def component_key(component: str) -> str:
+    return f"{LEVEL_KEY}.{component}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record and line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in record.__dict__.items():
+            if name not in _STANDARD_ATTRIBUTES and name not in document:
+                document[name] = value
+        if record.exc_info:
+            document["exception"] = self.formatException(record.exc_info)
+        return json.dumps(document, default=str)
+
+
+def configure_logging(log_format: str, levels: Mapping[str, str]) -> None:
+    """Send log records to stderr in `log_format` with the levels of `levels` (the broker's
+    `log.level` and `log.level.<component>` values; missing ones leave the default, INFO)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(LEVELS[levels.get(LEVEL_KEY, "info").lower()])
+    for component in COMPONENTS:
+        level = levels.get(component_key(component))
+        logging.getLogger(f"logbus.{component}").setLevel(LEVELS[level.lower()] if level else logging.NOTSET)

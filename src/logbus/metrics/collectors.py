@@ -1,0 +1,163 @@
+"""Prometheus collectors: counters and broker state turned into metric families at scrape time.
+
+Each collector is given the narrow things it reads (a counter object, a callable returning the
+hosted partitions, ...), never the broker. Collection runs on the event loop (see `http.py`), so
+state is read as the loop leaves it between callbacks: no lock, no copy beyond the families.
+Names and labels are those of the JMX exporter's usual Kafka rules (lowercased MBean names,
+`...PerSec` counters as `..._total`), plus kafka-exporter's `kafka_consumergroup_lag`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .counters import LATENCY_BUCKETS_MS, RequestTimes, TopicTraffic
+
+
+def _per_topic_counter(name: str, documentation: str, total: int, per_topic: dict[str, int]) -> Metric:
+    """One family holding the all-topics series (no label) and one series per topic, as the
+    JMX exporter exports BrokerTopicMetrics with and without its `topic` key."""
+    family = CounterMetricFamily(name, documentation, labels=["topic"])
+    family.add_sample(f"{family.name}_total", {}, total)
+    for topic, value in per_topic.items():
+        family.add_metric([topic], value)
+    return family
+
+
+class TrafficCollector(Collector):
+    def __init__(self, traffic: TopicTraffic) -> None:
+        self.traffic = traffic
+
+    def collect(self) -> Iterator[Metric]:
+        t = self.traffic
+        yield _per_topic_counter("kafka_server_brokertopicmetrics_messagesin",
+                                 "Records appended by producers (MessagesInPerSec).", t.total_messages_in,
+                                 t.messages_in)
+        yield _per_topic_counter("kafka_server_brokertopicmetrics_bytesin",
+                                 "Record batch bytes appended by producers (BytesInPerSec).", t.total_bytes_in,
+                                 t.bytes_in)
+        yield _per_topic_counter("kafka_server_brokertopicmetrics_bytesout",
+                                 "Record bytes sent to consumers, not followers (BytesOutPerSec).",
+                                 t.total_bytes_out, t.bytes_out)
+
+
+class RequestCollector(Collector):
+    def __init__(self, times: RequestTimes) -> None:
+        self.times = times
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("kafka_network_requestmetrics_requests",
+                                       "Requests answered, by Kafka's request name (RequestsPerSec).",
+                                       labels=["request"])
+        latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
+                                        "Milliseconds from a request's decoding to its encoded answer "
+                                        "(TotalTimeMs).", labels=["request"])
+        bounds = [*(f"{b:g}" for b in LATENCY_BUCKETS_MS), "+Inf"]
+        for name, histogram in self.times.by_name.items():
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, histogram.counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            requests.add_metric([name], cumulative)
+            latency.add_metric([name], buckets, histogram.sum_ms)
+        yield requests
+        yield latency
+
+
+@dataclass(frozen=True, slots=True)
+class HostedPartition:
+    """What the replica collector reads of one partition this broker hosts."""
+
+    topic: str
+    index: int
+    is_leader: bool
+    under_replicated: bool  # led here with fewer in-sync replicas than replicas
+    size_in_bytes: int
+
+
+class ReplicaCollector(Collector):
+    """ReplicaManager's partition, leader and under-replicated counts, and each log's size."""
+
+    def __init__(self, hosted: Callable[[], Iterable[HostedPartition]]) -> None:
+        self.hosted = hosted
+
+    def collect(self) -> Iterator[Metric]:
+        partitions = list(self.hosted())
+        yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount",
+                                "Partitions hosted by this broker, as leader or follower.", value=len(partitions))
+        yield GaugeMetricFamily("kafka_server_replicamanager_leadercount", "Partitions this broker leads.",
+                                value=sum(p.is_leader for p in partitions))
+        yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
+                                "Partitions led here whose ISR is smaller than their replica set.",
+                                value=sum(p.under_replicated for p in partitions))
+        sizes = GaugeMetricFamily("kafka_log_log_size", "Bytes of a partition's log segments on this broker.",
+                                  labels=["topic", "partition"])
+        for p in partitions:
+            sizes.add_metric([p.topic, str(p.index)], p.size_in_bytes)
+        yield sizes
+
+
+class ControllerCollector(Collector):
+    """KafkaController's gauges: 1 on the active controller; offline partitions counted there only."""
+
+    def __init__(self, is_active: Callable[[], bool], offline_partitions: Callable[[], int]) -> None:
+        self.is_active = is_active
+        self.offline_partitions = offline_partitions
+
+    def collect(self) -> Iterator[Metric]:
+        active = self.is_active()
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
+                                "1 on the active controller, 0 on other brokers.", value=int(active))
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                "Partitions without a live leader (reported by the active controller).",
+                                value=self.offline_partitions() if active else 0)
+
+
+class ConnectionCollector(Collector):
+    """socket-server-metrics' connection-count, per listener."""
+
+    def __init__(self, listener_names: Callable[[], Iterable[str]], listeners: Iterable[str]) -> None:
+        self.listener_names = listener_names
+        self.listeners = tuple(listeners)
+
+    def collect(self) -> Iterator[Metric]:
+        counts = dict.fromkeys(self.listeners, 0)
+        for name in self.listener_names():
+            counts[name] = counts.get(name, 0) + 1
+        family = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count",
+                                   "Open client and broker connections.", labels=["listener"])
+        for listener, count in counts.items():
+            family.add_metric([listener], count)
+        yield family
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffset:
+    group: str
+    topic: str
+    partition: int
+    offset: int
+
+
+class ConsumerLagCollector(Collector):
+    """kafka-exporter's `kafka_consumergroup_lag`: end offset (the high watermark, what consumers
+    and kafka-consumer-groups call the log end offset) minus committed offset, for the groups this
+    broker coordinates and the partitions it hosts."""
+
+    def __init__(self, committed: Callable[[], Iterable[GroupOffset]],
+                 end_offset: Callable[[str, int], int | None]) -> None:
+        self.committed = committed
+        self.end_offset = end_offset
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("kafka_consumergroup_lag", "End offset minus committed offset.",
+                                   labels=["consumergroup", "topic", "partition"])
+        for c in self.committed():
+            end = self.end_offset(c.topic, c.partition)
+            if end is not None:
+                family.add_metric([c.group, c.topic, str(c.partition)], max(end - c.offset, 0))
+        yield family
