@@ -432,7 +432,8 @@ def test_a_user_added_through_the_admin_api_logs_in_at_once(broker: BrokerProces
 
 def test_cluster_users_reach_every_broker(tmp_path) -> None:
     """ZooKeeper: a user set by `logbus users --zookeeper` and one added through broker 1's
-    AlterUserScramCredentials both log in on broker 2 (its watch brings them)."""
+    AlterUserScramCredentials both log in on broker 2 (its watch brings them). The second one's
+    name is stored as Kafka's Sanitizer writes it (`erin%40acme`), beside where quotas go."""
     with running_cluster(2, SASL_LISTENERS) as cluster:
         connect = cluster.config["zookeeper.connect"]
         add_user(["--zookeeper", connect], "carol", "carol-pw", tmp_path, mechanisms=("SCRAM-SHA-512",))
@@ -440,12 +441,12 @@ def test_cluster_users_reach_every_broker(tmp_path) -> None:
         assert listed.stdout.split("\t")[0] == "carol"
         one, two = (f"127.0.0.1:{cluster.brokers[i].ports['SASL_PLAINTEXT']}" for i in (1, 2))
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.brokers[1].ports['PLAINTEXT']}", **QUIET})
-        upsertion = UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+        upsertion = UserScramCredentialUpsertion("erin@acme", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
                                                  b"erin-pw")
-        admin.alter_user_scram_credentials([upsertion])["erin"].result(FUTURE_TIMEOUT_S)
+        admin.alter_user_scram_credentials([upsertion])["erin@acme"].result(FUTURE_TIMEOUT_S)
         for bootstrap in (one, two):
             for user, password, mechanism in (("carol", "carol-pw", "SCRAM-SHA-512"),
-                                              ("erin", "erin-pw", "SCRAM-SHA-256")):
+                                              ("erin@acme", "erin-pw", "SCRAM-SHA-256")):
                 wait_until(lambda b=bootstrap, u=user, p=password, m=mechanism: _logs_in(b, m, u, p), timeout=15,
                            message=f"{user} logs in at {bootstrap}")
         _assert_kafka_zookeeper_layout(connect)
@@ -456,12 +457,12 @@ def _assert_kafka_zookeeper_layout(connect: str) -> None:
     client = KazooClient(hosts=connect)
     client.start(timeout=15)
     try:
-        stored = json.loads(client.get("/config/users/erin")[0])
+        stored = json.loads(client.get("/config/users/erin%40acme")[0])
         assert stored["version"] == 1 and list(stored["config"]) == ["SCRAM-SHA-256"]
         assert ScramCredential.from_text(stored["config"]["SCRAM-SHA-256"]).iterations == 4096
         changes = [json.loads(client.get(f"/config/changes/{child}")[0])
                    for child in client.get_children("/config/changes")]
-        assert {"version": 2, "entity_path": "users/erin"} in changes
+        assert {"version": 2, "entity_path": "users/erin%40acme"} in changes
         assert {"version": 2, "entity_path": "users/carol"} in changes
     finally:
         client.stop()

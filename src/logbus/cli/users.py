@@ -141,6 +141,7 @@ def _zookeeper(connect: str) -> Iterator[tuple[UserCredentials, Writer]]:
     from kazoo.handlers.threading import KazooTimeoutError
 
     from ..cluster.zookeeper import USERS, read_user_credentials, write_scram_credentials
+    from ..security.quotas import desanitize
 
     client = KazooClient(hosts=connect)
     try:
@@ -156,7 +157,7 @@ def _zookeeper(connect: str) -> Iterator[tuple[UserCredentials, Writer]]:
         for name in names:
             found = read_user_credentials(client.get(f"{USERS}/{name}")[0])
             if found:
-                current[name] = found
+                current[desanitize(name)] = found
         yield current, lambda changes: write_scram_credentials(client, changes)
     finally:
         client.stop()

@@ -93,6 +93,7 @@ from ..security.quotas import (
     decode_quota_config,
     desanitize,
     encode_quota_value,
+    sanitize,
 )
 from ..security.scram import (
     CredentialChanges,
@@ -339,7 +340,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 self._watch_user_clients(name)
         for name in self._watched_users - set(children):
             self._watched_users.discard(name)
-            self._post(self._apply_user, name, {})
+            self._post(self._apply_user, desanitize(name), {})
             self._post(self._apply_quotas, QuotaEntity(desanitize(name), None), {})
 
     def _on_user(self, name: str, data: bytes | None) -> bool:
@@ -351,7 +352,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("user %s: unreadable credentials in ZooKeeper: %s", name, exc)
             return True
-        self._post(self._apply_user, name, credentials)
+        self._post(self._apply_user, desanitize(name), credentials)
         self._post(self._apply_quotas, QuotaEntity(desanitize(name), None), decode_quota_config(config))
         return True
 
@@ -1057,8 +1058,9 @@ def read_user_credentials(data: bytes | None) -> dict[str, Any]:
 
 
 def write_scram_credentials(client: KazooClient, changes: CredentialChanges) -> None:
-    """Apply `changes` to the users' znodes in one transaction (see `write_entity_configs`)."""
-    write_entity_configs(client, {f"users/{user}": functools.partial(_updated_credentials, user, by_mechanism)
+    """Apply `changes` to the users' znodes (named as Kafka's Sanitizer names them) in one
+    transaction (see `write_entity_configs`)."""
+    write_entity_configs(client, {f"users/{sanitize(user)}": functools.partial(_updated_credentials, user, by_mechanism)
                                   for user, by_mechanism in changes.items()})
 
 
