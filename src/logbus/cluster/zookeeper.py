@@ -755,11 +755,15 @@ class ZooKeeperMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
 
-    @staticmethod
-    async def _write_in_thread(function: Callable[..., T], *args: object, **kwargs: object) -> T:
+    async def _write_in_thread(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run a blocking ZooKeeper write in a thread. ZooKeeper out of reach (connection lost,
         session expired, timeout) is a MetadataWriteError, the store's one failure for callers,
-        which answer it with a retriable code; kazoo's own exceptions would escape them."""
+        which answer it with a retriable code; kazoo's own exceptions would escape them. While
+        the session is known to be disconnected the write fails at once: a request waiting on it
+        holds up every later request of its connection, and blocked writes would fill the
+        threads other writes need once ZooKeeper is back."""
+        if not self.client.connected:
+            raise MetadataWriteError("ZooKeeper is out of reach: not connected")
         try:
             return await asyncio.to_thread(function, *args, **kwargs)
         except _UNREACHABLE as exc:
