@@ -29,6 +29,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .changes import apply_entity_changes
+
 USER = "user"
 CLIENT_ID = "client-id"
 IP = "ip"
@@ -100,19 +102,8 @@ QuotaChanges = dict[QuotaEntity, dict[str, float | None]]  # None removes the ke
 
 
 def apply_quota_changes(current: Mapping[QuotaEntity, Mapping[str, float]], changes: QuotaChanges) -> QuotaConfigs:
-    """The quotas after `changes`, as a new mapping (`current` is untouched); an entity left
-    without any quota disappears."""
-    result = {entity: dict(values) for entity, values in current.items()}
-    for entity, values in changes.items():
-        mine = result.setdefault(entity, {})
-        for key, value in values.items():
-            if value is None:
-                mine.pop(key, None)
-            else:
-                mine[key] = value
-        if not mine:
-            del result[entity]
-    return result
+    """The quotas after `changes`, as a new mapping; an entity left without any quota disappears."""
+    return apply_entity_changes(current, changes)
 
 
 def decode_quota_config(config: Mapping[str, str]) -> dict[str, float]:

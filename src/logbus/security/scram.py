@@ -19,6 +19,8 @@ import hmac
 import os
 from dataclasses import dataclass
 
+from .changes import apply_entity_changes
+
 DEFAULT_ITERATIONS = 4096  # Kafka's kafka-configs/kafka-storage default, and its minimum
 MIN_ITERATIONS = 4096  # ScramMechanism.minIterations
 MAX_ITERATIONS = 16384  # ScramMechanism.maxIterations (AlterUserScramCredentials refuses more)
@@ -115,19 +117,8 @@ CredentialChanges = dict[str, dict[str, ScramCredential | None]]  # None deletes
 
 
 def apply_changes(current: UserCredentials, changes: CredentialChanges) -> UserCredentials:
-    """The credentials after `changes`, as a new mapping (copy on write; `current` is untouched).
-    A user left without any credential disappears."""
-    result = {user: dict(by_mechanism) for user, by_mechanism in current.items()}
-    for user, by_mechanism in changes.items():
-        mine = result.setdefault(user, {})
-        for mechanism, credential in by_mechanism.items():
-            if credential is None:
-                mine.pop(mechanism, None)
-            else:
-                mine[mechanism] = credential
-        if not mine:
-            del result[user]
-    return result
+    """The credentials after `changes`, as a new mapping; a user left without any credential disappears."""
+    return apply_entity_changes(current, changes)
 
 
 def encode_user_config(by_mechanism: dict[str, ScramCredential]) -> dict[str, str]:
