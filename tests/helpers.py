@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import os
 import socket
 import struct
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -225,3 +230,62 @@ def commit_sentinels(bootstrap: str, partitions: list[tuple[str, int]], timeout:
         sentinels.add(value)
     producer.commit_transaction(timeout)
     return sentinels
+
+
+class ConsoleProcess:
+    """`logbus console` in a subprocess on a free loopback port; `get`/`post` speak plain HTTP to it."""
+
+    def __init__(self, process: subprocess.Popen, port: int) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str) -> tuple[int, str]:
+        return self._open(urllib.request.Request(self.url + path))
+
+    def post(self, path: str, form: dict[str, str]) -> tuple[int, str]:
+        return self._open(urllib.request.Request(self.url + path, data=urllib.parse.urlencode(form).encode()))
+
+    def csrf_token(self) -> str:
+        status, page = self.get("/topics")
+        assert status == 200, page
+        return page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+    @staticmethod
+    def _open(request: urllib.request.Request) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+
+@contextlib.contextmanager
+def running_console(bootstrap: str, *options: str, ready_timeout: float = 30.0) -> Iterator[ConsoleProcess]:
+    """A started console of the cluster at `bootstrap`, its cluster page answering; stopped afterwards."""
+    from logbus.testing import free_test_port
+
+    port = free_test_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "logbus", "console", "--bootstrap-server", bootstrap, "--port", str(port), *options],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    console = ConsoleProcess(process, port)
+    try:
+        wait_until(lambda: _answers(console), timeout=ready_timeout, interval=0.1, message="the console to answer")
+        yield console
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stderr.close()
+
+
+def _answers(console: ConsoleProcess) -> bool:
+    if console.process.poll() is not None:
+        raise AssertionError(f"the console exited: {console.process.stderr.read()}")
+    try:
+        return console.get("/")[0] == 200
+    except OSError:
+        return False

@@ -27,7 +27,7 @@ import itertools
 from typing import Any
 
 from ..security.acl import CLUSTER_NAME, OPERATION_NAMES, AclOperation
-from .common import CliError, add_connection_options, describe_kafka_error, import_confluent_kafka
+from .common import CliError, add_connection_options, client_config, describe_kafka_error, import_confluent_kafka
 
 _OPERATIONS = {name.lower(): op for op, name in OPERATION_NAMES.items()
                if op not in (AclOperation.UNKNOWN, AclOperation.ANY)}
@@ -189,7 +189,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace, kafka: Any) -> Any:
-    return kafka.admin.AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 0})
+    return kafka.admin.AdminClient(client_config(args))
 
 
 def _result(future: Any, args: argparse.Namespace, kafka: Any, what: str) -> Any:

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from .common import CliError, add_connection_options, import_confluent_kafka
+from .common import CliError, add_connection_options, client_config, import_confluent_kafka
 
 READY_TIMEOUT_S = 30.0
 DEFAULT_METRICS_PORT = 9404  # the Prometheus JMX exporter's usual port
@@ -146,7 +146,7 @@ def _stop_all(brokers: list[subprocess.Popen]) -> None:
 
 def run_describe(args: argparse.Namespace) -> int:
     kafka = import_confluent_kafka()
-    admin = kafka.admin.AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 0})
+    admin = kafka.admin.AdminClient(client_config(args))
     try:
         cluster = admin.describe_cluster(request_timeout=args.timeout).result(args.timeout)
         metadata = admin.list_topics(timeout=args.timeout)

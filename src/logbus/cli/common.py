@@ -35,6 +35,11 @@ def add_connection_options(parser: argparse.ArgumentParser, inherited: bool = Fa
         "--timeout", type=positive_float, default=argparse.SUPPRESS if inherited else DEFAULT_TIMEOUT_S,
         metavar="SECONDS", help=f"how long to wait for the broker before giving up (default {DEFAULT_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--command-config", default=argparse.SUPPRESS if inherited else None, metavar="FILE",
+        help="a properties file of librdkafka client settings (security.protocol, sasl.mechanism, sasl.username, "
+             "sasl.password, ssl.ca.location, ...) for every client the command creates",
+    )
 
 
 def positive_float(text: str) -> float:
@@ -70,11 +75,33 @@ def parse_key_values(items: list[str], option: str) -> dict[str, str]:
 
 
 def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    """librdkafka settings for a client of `--bootstrap-server`.
+    """librdkafka settings for a client of `--bootstrap-server`, with `--command-config`'s settings.
 
     librdkafka's own log lines are silenced: failures reach the user as `CliError`s instead.
     """
-    return {"bootstrap.servers": args.bootstrap_server, "log_level": 0, **extra}
+    command_config = getattr(args, "command_config", None)
+    settings = read_properties(command_config) if command_config else {}
+    return {"bootstrap.servers": args.bootstrap_server, "log_level": 0, **settings, **extra}
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java-style properties file (`key=value` or `key: value`; `#` and `!` start comments), as
+    Kafka's tools read `--command-config`."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_USAGE) from None
+    settings: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text[0] in "#!":
+            continue
+        separator = min((i for i in (text.find("="), text.find(":")) if i > 0), default=-1)
+        if separator < 0:
+            raise CliError(f"{path}:{number}: expected KEY=VALUE, got {text!r}", EXIT_USAGE)
+        settings[text[:separator].strip()] = text[separator + 1:].strip()
+    return settings
 
 
 def import_confluent_kafka() -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import CliError, add_connection_options, describe_kafka_error, import_confluent_kafka
+from .common import CliError, add_connection_options, client_config, describe_kafka_error, import_confluent_kafka
 
 ELECTION_NOT_NEEDED = 84
 
@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     kafka = import_confluent_kafka()
-    admin = kafka.admin.AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 0})
+    admin = kafka.admin.AdminClient(client_config(args))
     partitions = _partitions(args, admin, kafka)
     kind = kafka.ElectionType.PREFERRED if args.election_type == "preferred" else kafka.ElectionType.UNCLEAN
     try:

@@ -11,6 +11,7 @@ from . import (
     certs,
     cluster,
     configs,
+    console,
     consume,
     dump_log,
     elect_leaders,
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump_log.add_parser(subparsers)
     configs.add_parser(subparsers)
     log_dirs.add_parser(subparsers)
+    console.add_parser(subparsers)
     perf.add_producer_parser(subparsers)
     perf.add_consumer_parser(subparsers)
     return parser

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from ..cluster.assignment import assign_replicas
-from .common import CliError, add_connection_options, import_confluent_kafka
+from .common import CliError, add_connection_options, client_config, import_confluent_kafka
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     kafka = import_confluent_kafka()
-    admin = kafka.admin.AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 0})
+    admin = kafka.admin.AdminClient(client_config(args))
     if args.generate:
         return _generate(args, admin)
     plan = _read_json(args.reassignment_json_file, "--reassignment-json-file")
