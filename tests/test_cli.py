@@ -356,12 +356,12 @@ def test_dev_installs_missing_debian_packages_with_sudo(tmp_path: Path) -> None:
     ]
 
 
-def test_dev_test_wants_a_jre_zookeeper_kcat_openssl_and_node_as_root(tmp_path: Path) -> None:
+def test_dev_test_wants_a_jre_zookeeper_kcat_openssl_node_and_chromium_as_root(tmp_path: Path) -> None:
     checkout, env = dev_checkout(tmp_path)
     stand_in(checkout / ".venv" / "bin" / "ruff", "exit 0")
     stand_in(checkout / ".venv" / "bin" / "pytest", 'echo "pytest $*" >> ../calls.log')
     calls = run_dev(checkout, env, "test", "-k", "nothing")
     assert calls[0] == "apt-get DEBIAN_FRONTEND= update -qq"
     assert calls[1] == ("apt-get DEBIAN_FRONTEND=noninteractive install -y -qq default-jre-headless zookeeper kcat "
-                        "openssl nodejs npm")
+                        "openssl nodejs npm chromium chromium-driver")
     assert calls[-1] == "pytest -k nothing"

@@ -73,12 +73,13 @@ class Console:
         return charts.line_chart(chart_id, title, points, now, window, unit)
 
     async def sample_forever(self) -> None:
-        """The sampler behind the lag and throughput charts; a failed sample is logged and skipped."""
+        """The sampler behind the lag and throughput charts; a failed sample (a ConsoleError, or
+        anything else the client raises) is logged and skipped, and sampling goes on."""
         while True:
             try:
                 end_offsets, committed = await asyncio.to_thread(self.view.sample)
                 self.history.record(end_offsets, committed)
-            except ConsoleError as exc:
+            except Exception as exc:  # noqa: BLE001 - one failed sample must not end the sampler
                 log.warning("logbus console: sample skipped: %s", exc)
             await asyncio.sleep(self.settings.sample_interval_s)
 
