@@ -89,9 +89,11 @@ class RawConnection:
     bytes; `closed_by_broker` tells a clean close apart from a connection that is still served.
     """
 
-    def __init__(self, bootstrap: str, timeout: float = 15.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 15.0, source: str | None = None) -> None:
+        """`source`: the local address to connect from (e.g. 127.0.0.2, loopback too)."""
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=None if source is None else (source, 0))
         self.correlation = 0
 
     def __enter__(self) -> RawConnection:
@@ -146,9 +148,9 @@ class RawConnection:
         return bytes(data)
 
 
-def raw_request(bootstrap: str, api_key: int, version: int, **fields: Any) -> Any:
-    """One kio request on a fresh socket."""
-    with RawConnection(bootstrap) as connection:
+def raw_request(bootstrap: str, api_key: int, version: int, source: str | None = None, **fields: Any) -> Any:
+    """One kio request on a fresh socket (from the local address `source`, if given)."""
+    with RawConnection(bootstrap, source=source) as connection:
         return connection.call(api_key, version, **fields)
 
 

@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from helpers import QUIET, raw_request, wait_until
+from helpers import QUIET, raw_request, transactional_producer, wait_until
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v10 import request as metadata_v10
 
@@ -40,7 +40,7 @@ from logbus.testing import BrokerProcess, running_broker, running_cluster, runni
 AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}
 SUPER_ANONYMOUS = {**AUTHORIZER, "super.users": "User:ANONYMOUS"}
 ANONYMOUS = "User:ANONYMOUS"
-DESCRIBE_ACLS, CREATE_ACLS, METADATA = 29, 30, 3
+DESCRIBE_ACLS, CREATE_ACLS, METADATA, DESCRIBE_TRANSACTIONS = 29, 30, 3, 65
 EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                               AclPermissionType.ANY)
 
@@ -175,11 +175,13 @@ def test_bad_bindings_and_filters_are_invalid_request() -> None:
 @pytest.fixture(scope="module")
 def matrix() -> Iterator[BrokerProcess]:
     """A broker where User:ANONYMOUS may write and read topics `a.*` (prefixed), read group `g`,
-    describe the cluster, and is denied writing `a.denied`; set up as a super user, then
-    restarted without super users (so the ACLs must have survived the restart)."""
+    describe the cluster and transactional id `tx-open`, and is denied writing `a.denied`; set up
+    as a super user (who leaves transaction `tx-open` open on `a.txn` and `b.txn`), then restarted
+    without super users (so the ACLs must have survived the restart)."""
     with running_broker(SUPER_ANONYMOUS) as broker:
         client = admin(broker)
-        for future in client.create_topics([NewTopic(t, 1, 1) for t in ("a.x", "b.x", "a.denied")]).values():
+        topics = ("a.x", "b.x", "a.denied", "a.txn", "b.txn")
+        for future in client.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
             future.result(15)
         create_acls(broker.bootstrap, [
             anonymous(ResourceType.TOPIC, "a.", AclOperation.WRITE, ResourcePatternType.PREFIXED),
@@ -187,8 +189,15 @@ def matrix() -> Iterator[BrokerProcess]:
             anonymous(ResourceType.TOPIC, "a.denied", AclOperation.WRITE, permission=AclPermissionType.DENY),
             anonymous(ResourceType.GROUP, "g", AclOperation.READ),
             anonymous(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE),
+            anonymous(ResourceType.TRANSACTIONAL_ID, "tx-open", AclOperation.DESCRIBE),
         ])
         assert produce_error(broker.bootstrap, "a.x") is None
+        producer = transactional_producer(broker.bootstrap, "tx-open", **{"transaction.timeout.ms": 300000})
+        producer.begin_transaction()
+        for topic in ("a.txn", "b.txn"):
+            producer.produce(topic, b"open")
+        assert producer.flush(15) == 0
+        assert _transaction_topics(broker, "tx-open") == {"a.txn": [0], "b.txn": [0]}  # a super user sees all
         broker.stop()
         broker.config = dict(AUTHORIZER)
         yield broker.restart()
@@ -197,7 +206,20 @@ def matrix() -> Iterator[BrokerProcess]:
 def test_acls_survive_a_restart(matrix: BrokerProcess) -> None:
     client = admin(matrix)
     found = client.describe_acls(EVERYTHING).result(15)
-    assert len(found) == 5 and {b.name for b in found} == {"a.", "a.denied", "g", "kafka-cluster"}
+    assert len(found) == 6 and {b.name for b in found} == {"a.", "a.denied", "g", "kafka-cluster", "tx-open"}
+
+
+def _transaction_topics(broker: BrokerProcess, transactional_id: str) -> dict[str, list[int]]:
+    answer = raw_request(broker.bootstrap, DESCRIBE_TRANSACTIONS, 0, transactional_ids=(transactional_id,))
+    state = answer.transaction_states[0]
+    assert (state.error_code, state.transaction_state) == (ErrorCode.none, "Ongoing"), state
+    return {topic.topic: list(topic.partitions) for topic in state.topics}
+
+
+def test_describe_transactions_lists_only_partitions_of_topics_the_principal_may_describe(
+        matrix: BrokerProcess) -> None:
+    """As Kafka's KafkaApis: `b.txn` is in the transaction, but User:ANONYMOUS may not describe it."""
+    assert _transaction_topics(matrix, "tx-open") == {"a.txn": [0]}
 
 
 def test_writes_are_allowed_on_prefixed_topics_only_and_deny_wins(matrix: BrokerProcess) -> None:

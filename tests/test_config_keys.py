@@ -85,7 +85,8 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "security.inter.broker.protocol": (
         "test_listeners.py::test_the_inter_broker_listener_is_named_or_follows_the_inter_broker_protocol",),
     "sasl.enabled.mechanisms": ("test_sasl.py::test_a_disabled_mechanism_is_refused_with_the_list_then_closed",
-                                "test_sasl.py::test_the_default_mechanisms_are_scram_only"),
+                                "test_sasl.py::test_the_default_mechanisms_are_scram_only",
+                                "test_sasl.py::test_each_listener_offers_and_accepts_its_own_mechanisms"),
     "connection.failed.authentication.delay.ms": (
         "test_sasl.py::test_password_guessing_is_slowed_and_others_keep_being_served",
         "test_sasl.py::test_legacy_v0_wrong_password_closes_after_the_delay"),
@@ -144,6 +145,9 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "max.connections": ("test_connections.py::test_max_connections_closes_new_connections_over_the_limit",),
     "max.connections.per.ip": ("test_connections.py::test_max_connections_per_ip_counts_each_address_apart",),
+    "max.connection.creation.rate": (
+        "test_connection_quotas.py::test_the_broker_rate_delays_connections_and_refuses_none",
+    ),
     "connections.max.idle.ms": (
         "test_connections.py::test_idle_connections_are_closed_after_connections_max_idle_ms",
     ),

@@ -61,12 +61,14 @@ RAW_CLIENT = "raw-test"  # the client id of helpers.RawConnection
 
 
 def alter_quotas(bootstrap: str, entity: dict[str, str | None], validate_only: bool = False,
-                 **values: float | None) -> tuple[ErrorCode, str | None]:
-    """AlterClientQuotas for one entity (None value: remove the key); its error and message."""
+                 source: str | None = None, **values: float | None) -> tuple[ErrorCode, str | None]:
+    """AlterClientQuotas for one entity (None value: remove the key), from the local address
+    `source` if given; its error and message."""
     entry = alter.EntryData(
         entity=tuple(alter.EntityData(entity_type=kind, entity_name=name) for kind, name in entity.items()),
         ops=tuple(alter.OpData(key=key, value=value or 0.0, remove=value is None) for key, value in values.items()))
-    answer = raw_request(bootstrap, ALTER_CLIENT_QUOTAS, 1, entries=(entry,), validate_only=validate_only)
+    answer = raw_request(bootstrap, ALTER_CLIENT_QUOTAS, 1, source=source, entries=(entry,),
+                         validate_only=validate_only)
     return answer.entries[0].error_code, answer.entries[0].error_message
 
 
@@ -304,6 +306,14 @@ def test_alter_client_quotas_refuses_what_kafka_refuses_and_validate_only_writes
          "Unhandled client quota entity type: group"),
         ({"ip": "127.0.0.1", "user": "u"}, {"producer_byte_rate": 1.0}, ErrorCode.invalid_request,
          "Invalid quota entity combination, IP quota should not be combined with User or ClientId"),
+        ({"ip": "no.such.host"}, {"connection_creation_rate": 5.0}, ErrorCode.invalid_request,
+         "no.such.host is not a valid IP or resolvable host."),
+        ({"ip": "10.0.0.1"}, {"producer_byte_rate": 1.0}, ErrorCode.invalid_request,
+         "Invalid configuration key producer_byte_rate"),
+        ({"client-id": "c"}, {"connection_creation_rate": 1.0}, ErrorCode.invalid_request,
+         "Invalid configuration key connection_creation_rate"),
+        ({"ip": None}, {"connection_creation_rate": 2.5}, ErrorCode.invalid_request,
+         "connection_creation_rate cannot be a fractional value."),
     ]
     for entity, values, code, message in refusals:
         assert alter_quotas(bootstrap, entity, **values) == (code, message)
@@ -311,6 +321,7 @@ def test_alter_client_quotas_refuses_what_kafka_refuses_and_validate_only_writes
         (ErrorCode.none, None)
     assert described(bootstrap, (component("client-id", 0, "dry"),)) == {}
     assert described(bootstrap, (component("client-id", 0, "c"),)) == {}
+    assert described(bootstrap, (component("ip", 2),)) == {}
 
 
 def test_describe_client_quotas_matches_exact_default_and_any_names_strictly_or_not(
@@ -351,6 +362,16 @@ def test_logbus_quotas_alters_and_describes_like_kafka_configs(small_windows: Br
     refused = logbus_quotas("alter", "--client-defaults", "--add-config", "producer_byte_rate=0.5")
     assert refused.returncode == 1
     assert "INVALID_REQUEST: producer_byte_rate cannot be a fractional value." in refused.stderr
+    for entity in (["--ip-defaults"], ["--ip", "10.9.8.7"]):
+        assert logbus_quotas("alter", *entity, "--add-config", "connection_creation_rate=1000").returncode == 0
+    shown = logbus_quotas("describe", "--ip", "10.9.8.7")
+    assert shown.stdout == "Quota configs for ip '10.9.8.7' are connection_creation_rate=1000.0\n"
+    assert described(small_windows.bootstrap, (component("ip", 1),)) == \
+        {(("ip", None),): {"connection_creation_rate": 1000}}
+    assert set(described(small_windows.bootstrap, (component("ip", 2),))) == {(("ip", None),), (("ip", "10.9.8.7"),)}
+    for entity in (["--ip-defaults"], ["--ip", "10.9.8.7"]):
+        assert logbus_quotas("alter", *entity, "--delete-config", "connection_creation_rate").returncode == 0
+    assert described(small_windows.bootstrap, (component("ip", 2),)) == {}
 
 
 # ---------------------------------------------------------------- durability and the cluster
@@ -360,9 +381,11 @@ def test_quotas_survive_a_restart(tmp_path: Path) -> None:
     with running_broker(data_dir=str(tmp_path / "data")) as broker:
         assert alter_quotas(broker.bootstrap, {"user": "frank", "client-id": None}, consumer_byte_rate=4096)[0] == \
             ErrorCode.none
+        assert alter_quotas(broker.bootstrap, {"ip": "10.1.2.3"}, connection_creation_rate=7)[0] == ErrorCode.none
         broker.stop()
         broker.restart()
-        assert described(broker.bootstrap) == {(("user", "frank"), ("client-id", None)): {"consumer_byte_rate": 4096}}
+        assert described(broker.bootstrap) == {(("user", "frank"), ("client-id", None)): {"consumer_byte_rate": 4096},
+                                               (("ip", "10.1.2.3"),): {"connection_creation_rate": 7}}
 
 
 def test_a_quota_altered_through_one_broker_applies_on_another(tmp_path: Path) -> None:
@@ -371,9 +394,11 @@ def test_a_quota_altered_through_one_broker_applies_on_another(tmp_path: Path) -
         assert alter_quotas(first, {"client-id": RAW_CLIENT}, producer_byte_rate=10_000)[0] == ErrorCode.none
         assert alter_quotas(first, {"user": "gus", "client-id": "app"}, request_percentage=50.0)[0] == ErrorCode.none
         assert alter_quotas(first, {"user": "gus"}, consumer_byte_rate=1000)[0] == ErrorCode.none
+        assert alter_quotas(first, {"ip": "10.1.2.3"}, connection_creation_rate=7)[0] == ErrorCode.none
         expected = {(("client-id", RAW_CLIENT),): {"producer_byte_rate": 10_000},
                     (("user", "gus"), ("client-id", "app")): {"request_percentage": 50.0},
-                    (("user", "gus"),): {"consumer_byte_rate": 1000}}
+                    (("user", "gus"),): {"consumer_byte_rate": 1000},
+                    (("ip", "10.1.2.3"),): {"connection_creation_rate": 7}}
         wait_until(lambda: described(second) == expected, message="the quotas on broker 2")
         body = produce_body("anywhere", build_batch([(None, b"v" * 100_000)], int(time.time() * 1000)))
         with RawConnection(second) as connection:
@@ -394,9 +419,11 @@ def _assert_kafka_layout(connect: str) -> None:
         assert json.loads(raw) == {"version": 1, "config": {"consumer_byte_rate": "1000"}}
         raw, _ = client.get("/config/users/gus/clients/app")
         assert json.loads(raw) == {"version": 1, "config": {"request_percentage": "50.0"}}
+        raw, _ = client.get("/config/ips/10.1.2.3")
+        assert json.loads(raw) == {"version": 1, "config": {"connection_creation_rate": "7"}}
         changes = [json.loads(client.get(f"/config/changes/{c}")[0])["entity_path"]
                    for c in client.get_children("/config/changes")]
-        assert {f"clients/{RAW_CLIENT}", "users/gus/clients/app", "users/gus"} <= set(changes)
+        assert {f"clients/{RAW_CLIENT}", "users/gus/clients/app", "users/gus", "ips/10.1.2.3"} <= set(changes)
     finally:
         client.stop()
         client.close()

@@ -293,6 +293,55 @@ def test_a_disabled_mechanism_is_refused_with_the_list_then_closed(tmp_path) -> 
         assert connection.closed_by_broker()
 
 
+TWO_SASL_LISTENERS = {
+    "listeners": "PLAINTEXT://127.0.0.1:0,PLAIN_ONLY://127.0.0.1:0,SCRAM_ONLY://127.0.0.1:0",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,PLAIN_ONLY:SASL_PLAINTEXT,SCRAM_ONLY:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512", "listener.name.plain_only.sasl.enabled.mechanisms": "PLAIN",
+}
+
+
+def _confluent_produce_error(bootstrap: str, mechanism: str) -> KafkaError | None:
+    """Produce one record with confluent-kafka: None once delivered, else the first error it reports."""
+    errors: list[KafkaError] = []
+    producer = Producer({**confluent_config(bootstrap, mechanism), "error_cb": errors.append})
+    producer.produce(topic_name(), b"x", on_delivery=lambda error, _message: errors.append(error))
+
+    def outcome() -> bool:
+        producer.poll(0.1)
+        return bool(errors)
+
+    wait_until(outcome, timeout=30, message=f"{mechanism} on {bootstrap}: delivered or refused")
+    return errors[0]
+
+
+def test_each_listener_offers_and_accepts_its_own_mechanisms(tmp_path) -> None:
+    """listener.name.plain_only.sasl.enabled.mechanisms overrides sasl.enabled.mechanisms on that listener only."""
+    add_user(["--data-dir", str(tmp_path / "data")], "alice", PASSWORD, tmp_path, mechanisms=("SCRAM-SHA-512",))
+    with running_broker(TWO_SASL_LISTENERS, data_dir=str(tmp_path / "data")) as started:
+        plain_only = f"127.0.0.1:{started.ports['PLAIN_ONLY']}"
+        scram_only = f"127.0.0.1:{started.ports['SCRAM_ONLY']}"
+        assert _confluent_produce_error(plain_only, "PLAIN") is None
+        assert _confluent_produce_error(scram_only, "SCRAM-SHA-512") is None
+        for bootstrap, mechanism, offered in ((plain_only, "SCRAM-SHA-512", ("PLAIN",)),
+                                              (scram_only, "PLAIN", ("SCRAM-SHA-512",))):
+            refused = _confluent_produce_error(bootstrap, mechanism)
+            assert refused is not None and "Unsupported SASL mechanism" in refused.str(), refused
+            with RawConnection(bootstrap) as connection:
+                answer = connection.call(SASL_HANDSHAKE, 1, mechanism=mechanism)
+                assert (answer.error_code, tuple(answer.mechanisms)) == (ErrorCode.unsupported_sasl_mechanism, offered)
+                assert connection.closed_by_broker()
+
+
+def test_serve_refuses_an_unknown_mechanism_on_a_listener(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "logbus", "serve", "--data-dir", str(tmp_path / "data"),
+         *[arg for key, value in TWO_SASL_LISTENERS.items() for arg in ("--set", f"{key}={value}")],
+         "--set", "listener.name.scram_only.sasl.enabled.mechanisms=GSSAPI"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "Invalid value 'GSSAPI' for configuration listener.name.scram_only.sasl.enabled.mechanisms" in done.stderr
+
+
 def test_the_default_mechanisms_are_scram_only() -> None:
     with running_broker({"listeners": SASL_LISTENERS["listeners"]}) as default, \
             RawConnection(sasl_bootstrap(default)) as connection:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from .logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, check_level, component_key
@@ -223,6 +223,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("max.connections", INT, 2147483647, "Open connections; new ones over it are closed.", minimum=0),
         _key("max.connections.per.ip", INT, 2147483647, "Open connections per client address; new ones over "
              "it are closed.", minimum=0),
+        _key("max.connection.creation.rate", INT, 2147483647, "New connections accepted per second, broker-wide "
+             "(listener.name.<l>.max.connection.creation.rate: on one listener); accepting waits while over it. "
+             "The inter-broker listener is held only to its own listener rate.", minimum=0),
         _key("connections.max.idle.ms", LONG, 600000, "Close connections idle this long; -1: never.", minimum=-1),
         _key("min.insync.replicas", INT, 1, "Replicas that must acknowledge acks=all.", minimum=1),
         _key("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", minimum=1),
@@ -466,6 +469,8 @@ class BrokerConfig:
             self._overrides[name] = text
             if key is not None:
                 self._values[name] = key.parse(text)
+            elif _listener_base_key(name) in BROKER_KEYS:  # a bad per-listener value fails at start too
+                replace(BROKER_KEYS[_listener_base_key(name)], name=name).parse(text)
 
     def __getitem__(self, name: str) -> object:
         if name in self._values:
@@ -482,6 +487,12 @@ class BrokerConfig:
     def text(self, name: str) -> str | None:
         """The text a key was set to, also a key not declared (e.g. listener.name.<name>.ssl.*)."""
         return self._overrides.get(name)
+
+    def for_listener(self, listener_name: str, name: str) -> object:
+        """Key `name` for one listener: `listener.name.<listener lowercased>.<name>` when set, else `name`
+        (Kafka's listener prefix)."""
+        text = self.text(f"listener.name.{listener_name.lower()}.{name}")
+        return self[name] if text is None else self.parse(name, text)
 
     @staticmethod
     def parse(name: str, text: str) -> object:
@@ -520,12 +531,18 @@ class BrokerConfig:
         )
 
 
-def _listener_key(name: str) -> bool:
-    """Kafka's per-listener prefix: `listener.name.<listener>.<key>` sets `<key>` for one listener."""
+def _listener_base_key(name: str) -> str | None:
+    """Kafka's per-listener prefix: `listener.name.<listener>.<key>` sets `<key>` for one listener;
+    None for a name without the prefix."""
     parts = name.split(".", 3)
     if len(parts) != 4 or parts[:2] != ["listener", "name"]:
-        return False
-    return parts[3] in BROKER_KEYS or parts[3].partition(".")[2] == "sasl.jaas.config"  # <mechanism>.sasl.jaas.config
+        return None
+    return parts[3]
+
+
+def _listener_key(name: str) -> bool:
+    base = _listener_base_key(name)
+    return base is not None and (base in BROKER_KEYS or base.partition(".")[2] == "sasl.jaas.config")
 
 
 def _text(value: object) -> str:

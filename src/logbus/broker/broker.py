@@ -22,6 +22,7 @@ from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
+from ..security.connection_quotas import ConnectionRateQuotas
 from ..security.listeners import WILDCARD_HOSTS, ListenerEndpoint, ListenerSettings
 from ..security.quotas import ClientQuotas, WindowConfig
 from ..security.tls import ListenerTls, client_context
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from ..cluster.controller import Controller
 
 log = logging.getLogger(__name__)
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class Broker:
@@ -81,11 +86,16 @@ class Broker:
         # (listener name, version, operations, principal and host when an authorizer filters the answer)
         self.metadata_cache: dict[tuple[object, ...], RawResponse] = {}
         self.connections = Connections(config)
+        quota_window = WindowConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
         self.quotas = ClientQuotas(
-            self.metadata.client_quotas, lambda: int(time.monotonic() * 1000),
-            WindowConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000),
+            self.metadata.client_quotas, _monotonic_ms, quota_window,
             WindowConfig(config["controller.quota.window.num"], config["controller.quota.window.size.seconds"] * 1000),
         )
+        self.connection_quotas = ConnectionRateQuotas(
+            config["max.connection.creation.rate"],
+            {e.name: config.for_listener(e.name, "max.connection.creation.rate") for e in listeners.listeners},
+            inter_broker if len(listeners.listeners) > 1 else None, self.metadata.client_quotas, quota_window,
+            _monotonic_ms)
         self.stopping = False
         self._servers: list[Listener] = []
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port

@@ -186,6 +186,11 @@ class Listener:
     the spare is closed, the pending connection accepted and closed at once (its client sees a
     close, not a hang), and the spare reopened. Without a spare, accepting pauses briefly
     instead of spinning on a readable socket it cannot accept from.
+
+    Connection creation rates (KIP-612, security/connection_quotas.py): a connection over the
+    broker's or the listener's rate makes the accept loop wait its throttle time before it serves
+    that connection and accepts more; a connection over its address's rate is held unserved and
+    closed once its throttle time has passed, as Kafka's acceptor does.
     """
 
     ACCEPTS_PER_WAKEUP = 128  # then other callbacks get a turn
@@ -203,6 +208,8 @@ class Listener:
         self._spare: int | None = None
         self._serving = False
         self._starting: set[asyncio.Task] = set()  # connections being set up (strong references)
+        self._waiting = False  # the accept loop waits out a connection creation rate
+        self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}  # over their address's rate, to close
         self._reopen_spare()
 
     @classmethod
@@ -239,6 +246,10 @@ class Listener:
         for sock in self.sockets:
             self._loop.remove_reader(sock.fileno())
             sock.close()
+        for client, timer in self._throttled.items():
+            timer.cancel()
+            client.close()
+        self._throttled.clear()
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None
@@ -258,9 +269,49 @@ class Listener:
                 if not self._shed_one(sock):
                     return
                 continue
-            task = self._loop.create_task(self._serve(client))
-            self._starting.add(task)
-            task.add_done_callback(self._starting.discard)
+            wait_ms = self.broker.connection_quotas.record_accept(self.endpoint.name)
+            if wait_ms > 0:
+                self._wait_then_admit(client, wait_ms)
+                return
+            self._admit(client)
+
+    def _wait_then_admit(self, client: socket.socket, wait_ms: int) -> None:
+        """Over the broker's or the listener's connection creation rate: accept nothing for
+        `wait_ms`, then serve `client` and accept again."""
+        self._waiting = True
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+        self._loop.call_later(wait_ms / 1000, self._end_wait, client)
+
+    def _end_wait(self, client: socket.socket) -> None:
+        self._waiting = False
+        if not self._serving:
+            client.close()
+            return
+        self._admit(client)
+        for sock in self.sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _admit(self, client: socket.socket) -> None:
+        """Serve `client`, unless its address is over its connection_creation_rate: then it is held
+        unserved and closed when its throttle time has passed."""
+        try:
+            host = client.getpeername()[0] if client.family in (socket.AF_INET, socket.AF_INET6) else ""
+        except OSError:  # gone already
+            client.close()
+            return
+        throttle_ms = self.broker.connection_quotas.record_ip(self.endpoint.name, host)
+        if throttle_ms > 0:
+            log.debug("closing a connection from %s in %d ms: over its connection_creation_rate", host, throttle_ms)
+            self._throttled[client] = self._loop.call_later(throttle_ms / 1000, self._close_throttled, client)
+            return
+        task = self._loop.create_task(self._serve(client))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    def _close_throttled(self, client: socket.socket) -> None:
+        self._throttled.pop(client, None)
+        client.close()
 
     def _shed_one(self, sock: socket.socket) -> bool:
         """Out of descriptors: accept one pending connection on the spare and close it."""
@@ -282,7 +333,7 @@ class Listener:
         return True
 
     def _resume_accepting(self, sock: socket.socket) -> None:
-        if self._serving:
+        if self._serving and not self._waiting:  # else the end of the wait resumes it
             self._reopen_spare()
             self._loop.add_reader(sock.fileno(), self._accept, sock)
 
@@ -323,7 +374,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.client_host = "?"
         self.principal = ANONYMOUS  # until TLS or SASL authenticates the client
-        self.sasl = _sasl_session(broker) if self.security_protocol in SASL_PROTOCOLS else None
+        self.sasl = _sasl_session(broker, listener.name) if self.security_protocol in SASL_PROTOCOLS else None
         if self.sasl is not None:  # sasl.server.max.receive.size bounds frames until authenticated
             self.splitter.max_size = min(self.splitter.max_size, broker.config["sasl.server.max.receive.size"])
         self.sendfile = False
@@ -677,13 +728,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         )
 
 
-def _sasl_session(broker: Broker) -> SaslSession:
-    """A new connection's SASL state, checking passwords against the store's SCRAM credentials."""
+def _sasl_session(broker: Broker, listener_name: str) -> SaslSession:
+    """A new connection's SASL state, checking passwords against the store's SCRAM credentials; the
+    listener's mechanisms (`listener.name.<l>.sasl.enabled.mechanisms`, else `sasl.enabled.mechanisms`)."""
     def lookup(user: str, mechanism: str) -> Any:
         return broker.metadata.scram_credentials().get(user, {}).get(mechanism)
 
     config = broker.config
-    return SaslSession(config["sasl.enabled.mechanisms"], lookup, config["connections.max.reauth.ms"])
+    return SaslSession(config.for_listener(listener_name, "sasl.enabled.mechanisms"), lookup,
+                       config["connections.max.reauth.ms"])
 
 
 def _uses_sendfile(policy: str, host: str) -> bool:

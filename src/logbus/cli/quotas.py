@@ -1,15 +1,17 @@
-"""`logbus quotas`: describe and alter client quotas, as `kafka-configs --entity-type users/clients`
+"""`logbus quotas`: describe and alter client quotas, as `kafka-configs --entity-type users/clients/ips`
 does through DescribeClientQuotas and AlterClientQuotas (KIP-546).
 
-    logbus quotas describe [--user U | --user-defaults] [--client-id C | --client-defaults]
+    logbus quotas describe [--user U | --user-defaults] [--client-id C | --client-defaults] [--ip A | --ip-defaults]
     logbus quotas alter (--user U | --user-defaults) [--client-id C | --client-defaults]
                         [--add-config producer_byte_rate=1048576,consumer_byte_rate=2097152]
                         [--delete-config request_percentage,...]
+    logbus quotas alter (--ip A | --ip-defaults) --add-config connection_creation_rate=10
 
 `describe` without an entity lists every entity that has quotas; with one (or a user and a client
 id) it shows exactly that entity, as kafka-configs does. Keys: producer_byte_rate,
 consumer_byte_rate (bytes per second), request_percentage (percent of one request handler's
-time), controller_mutation_rate (partitions created or deleted per second).
+time), controller_mutation_rate (partitions created or deleted per second); of an ip (never combined
+with a user or client id): connection_creation_rate (connections accepted per second, KIP-612).
 
 confluent-kafka's AdminClient has neither API, so this speaks them through the small blocking
 client of `logbus.spark.client`.
@@ -26,20 +28,20 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from ..protocol.codec import make
-from ..security.quotas import CLIENT_ID, USER
+from ..security.quotas import CLIENT_ID, IP, USER
 from ..spark.client import Client, KafkaError
 from .common import EXIT_USAGE, CliError, add_connection_options
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 VERSION = 1
 MATCH_EXACT, MATCH_DEFAULT = 0, 1
-ENTITY_LABELS = {USER: "user-principal", CLIENT_ID: "client-id"}
+ENTITY_LABELS = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "quotas", help="describe and alter client quotas (kafka-configs --entity-type users/clients)",
-        description="Describe and alter quotas of users, client ids and (user, client id) pairs.",
+        "quotas", help="describe and alter client quotas (kafka-configs --entity-type users/clients/ips)",
+        description="Describe and alter quotas of users, client ids, (user, client id) pairs and client IPs.",
     )
     add_connection_options(parser)
     parser.set_defaults(run=run)
@@ -64,6 +66,9 @@ def _add_entity_options(parser: argparse.ArgumentParser) -> None:
     client = parser.add_mutually_exclusive_group()
     client.add_argument("--client-id", metavar="ID", help="a client id")
     client.add_argument("--client-defaults", action="store_true", help="the default client-id entity")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", metavar="ADDRESS", help="a client IP address (connection_creation_rate)")
+    ip.add_argument("--ip-defaults", action="store_true", help="the default ip entity")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +89,8 @@ def _entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         parts.append((USER, args.user))
     if args.client_id is not None or args.client_defaults:
         parts.append((CLIENT_ID, args.client_id))
+    if args.ip is not None or args.ip_defaults:
+        parts.append((IP, args.ip))
     return parts
 
 
@@ -114,7 +121,8 @@ def _label(parts: list[tuple[str, str | None]]) -> str:
 def _alter(client: Client, args: argparse.Namespace) -> None:
     parts = _entity(args)
     if not parts:
-        raise CliError("alter needs an entity: --user, --user-defaults, --client-id or --client-defaults", EXIT_USAGE)
+        raise CliError("alter needs an entity: --user, --user-defaults, --client-id, --client-defaults, --ip or "
+                       "--ip-defaults", EXIT_USAGE)
     ops = _ops(args.add_config, args.delete_config)
     if not ops:
         raise CliError("alter needs --add-config or --delete-config", EXIT_USAGE)

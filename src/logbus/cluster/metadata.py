@@ -399,8 +399,8 @@ class EmbeddedMetadataStore(MetadataStore):
             self._acls = decode_acl_table(state.get("acls", []))
             self._next_producer_id = self._producer_id_limit
             self._users = {user: decode_user_config(config) for user, config in state.get("users", {}).items()}
-            self._quotas = {QuotaEntity.from_path(path): decode_quota_config(config)
-                            for path, config in state.get("client_quotas", {}).items()}
+            entities = {QuotaEntity.from_path(path): config for path, config in state.get("client_quotas", {}).items()}
+            self._quotas = {entity: decode_quota_config(config, entity.keys) for entity, config in entities.items()}
             for raw in state["topics"]:
                 partitions = [PartitionState(**p) for p in raw.pop("partitions")]
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)

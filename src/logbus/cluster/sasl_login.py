@@ -58,7 +58,7 @@ class SaslLogin:
         if endpoint.security_protocol not in SASL_PROTOCOLS:
             return None
         mechanism = config["sasl.mechanism.inter.broker.protocol"]
-        if mechanism not in config["sasl.enabled.mechanisms"]:  # which holds only mechanisms logbus offers
+        if mechanism not in config.for_listener(endpoint.name, "sasl.enabled.mechanisms"):  # only logbus's ones
             raise ConfigError("sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when "
                               f"SASL is used for inter-broker communication (it is {mechanism}; GSSAPI is not offered)")
         key = f"listener.name.{endpoint.name.lower()}.{mechanism.lower()}.sasl.jaas.config"

@@ -12,8 +12,10 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
 - `/config/users/<user>/clients/<client-id>`      {"version":1,"config":{"producer_byte_rate":"1048576"}}
 - `/config/clients/<client-id>`                   the same; quotas also in /config/users/<user>, and
                                                    `<default>` for a user or client id (KIP-55)
+- `/config/ips/<ip>`                              {"version":1,"config":{"connection_creation_rate":"10"}},
+                                                   `<default>` for every other address (KIP-612)
 - `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>", "users/<user>",
-                                                   "clients/<c>" or "users/<user>/clients/<c>"}
+                                                   "clients/<c>", "users/<user>/clients/<c>" or "ips/<ip>"}
 - `/admin/delete_topics/<t>`                      a deletion the controller carries out
 - `/admin/preferred_replica_election`             {"version":1,"partitions":[{"topic","partition"}]}
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
@@ -130,6 +132,7 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 USERS = "/config/users"
 CLIENTS = "/config/clients"
+IPS = "/config/ips"
 
 
 LITERAL_ACLS, PREFIXED_ACLS = "/kafka-acl", "/kafka-acl-extended/prefixed"
@@ -273,7 +276,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _prepare_layout(self) -> str:
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, CLIENTS, "/config/changes",
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, CLIENTS, IPS, "/config/changes",
                      "/admin/delete_topics", CONTROLLED_SHUTDOWN, LITERAL_ACLS, PREFIXED_ACLS,
                      LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES):
             self.client.ensure_path(path)
@@ -294,6 +297,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             ChildrenWatch(self.client, root, lambda children, r=root: self._on_acl_changes(r, children))
         ChildrenWatch(self.client, USERS, self._on_user_names)
         self._watch_quota_entities(CLIENTS, lambda name: QuotaEntity(None, name))
+        self._watch_quota_entities(IPS, lambda name: QuotaEntity(ip=name))
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         """Run `callback(*args)` on the event loop (from a kazoo thread)."""
@@ -406,12 +410,13 @@ class ZooKeeperMetadataStore(MetadataStore):
         def on_data(name: str, data: bytes | None) -> bool:
             if name not in watched:
                 return False
+            entity = entity_of(desanitize(name))
             try:
-                quotas = decode_quota_config(read_entity_config(data))
+                quotas = decode_quota_config(read_entity_config(data), entity.keys)
             except (ValueError, TypeError, AttributeError) as exc:
                 log.warning("%s/%s: unreadable quotas in ZooKeeper: %s", parent, name, exc)
                 return True
-            self._post(self._apply_quotas, entity_of(desanitize(name)), quotas)
+            self._post(self._apply_quotas, entity, quotas)
             return True
 
         ChildrenWatch(self.client, parent, on_children)

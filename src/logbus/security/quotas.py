@@ -40,8 +40,13 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
-INTEGRAL_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})  # Kafka's LONG quota configs
+CONNECTION_CREATION_RATE = "connection_creation_rate"  # of an ip entity (KIP-612)
+INT_MAX = 2**31 - 1  # Kafka's Int.MaxValue: no connection_creation_rate limit
+_LONG, _INT = (2**63 - 1, "a LONG"), (INT_MAX, "an INT")
+# Kafka's LONG and INT quota configs: (largest value, the type as Kafka's messages name it)
+INTEGRAL_KEYS = {PRODUCER_BYTE_RATE: _LONG, CONSUMER_BYTE_RATE: _LONG, CONNECTION_CREATION_RATE: _INT}
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
+IP_QUOTA_KEYS = (CONNECTION_CREATION_RATE,)
 NANOS_TO_PERCENTAGE = 100.0 / 1e9  # request time is recorded as a percentage of one thread's second
 MAX_THROTTLE_MS = 2**31 - 1  # responses carry it as an int32
 MAX_RESOLVED = 10_000  # (quota, user, client id) lookups remembered before starting afresh
@@ -49,14 +54,23 @@ MAX_RESOLVED = 10_000  # (quota, user, client id) lookups remembered before star
 
 @dataclass(frozen=True, slots=True)
 class QuotaEntity:
-    """A quota entity: the user and client-id parts it has (None: the part is absent; Kafka's
-    null entity name, i.e. `<default>`, is DEFAULT here)."""
+    """A quota entity: the user and client-id parts it has, or an ip alone (None: the part is
+    absent; Kafka's null entity name, i.e. `<default>`, is DEFAULT here)."""
 
     user: str | None = None
     client_id: str | None = None
+    ip: str | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The quota keys this kind of entity takes (Kafka's QuotaConfig.ipConfigs or user/client ones)."""
+        return IP_QUOTA_KEYS if self.ip is not None else QUOTA_KEYS
 
     def path(self) -> str:
-        """Kafka's entity path: `users/<u>`, `clients/<c>` or `users/<u>/clients/<c>` (names sanitized)."""
+        """Kafka's entity path: `users/<u>`, `clients/<c>`, `users/<u>/clients/<c>` or `ips/<ip>` (names
+        sanitized)."""
+        if self.ip is not None:
+            return f"ips/{sanitize(self.ip)}"
         parts = []
         if self.user is not None:
             parts.append(f"users/{sanitize(self.user)}")
@@ -72,6 +86,8 @@ class QuotaEntity:
             return cls(user=desanitize(parts[1]))
         if len(parts) == 2 and parts[0] == "clients":
             return cls(client_id=desanitize(parts[1]))
+        if len(parts) == 2 and parts[0] == "ips":
+            return cls(ip=desanitize(parts[1]))
         if len(parts) == 4 and parts[0] == "users" and parts[2] == "clients":
             return cls(desanitize(parts[1]), desanitize(parts[3]))
         raise ValueError(f"not a client quota entity path: {path!r}")
@@ -83,6 +99,8 @@ class QuotaEntity:
             found.append((USER, None if self.user == DEFAULT else self.user))
         if self.client_id is not None:
             found.append((CLIENT_ID, None if self.client_id == DEFAULT else self.client_id))
+        if self.ip is not None:
+            found.append((IP, None if self.ip == DEFAULT else self.ip))
         return found
 
 
@@ -106,10 +124,11 @@ def apply_quota_changes(current: Mapping[QuotaEntity, Mapping[str, float]], chan
     return apply_entity_changes(current, changes)
 
 
-def decode_quota_config(config: Mapping[str, str]) -> dict[str, float]:
-    """The quota keys of an entity's config map (Kafka keeps SCRAM credentials in the same map)."""
+def decode_quota_config(config: Mapping[str, str], keys: tuple[str, ...] = QUOTA_KEYS) -> dict[str, float]:
+    """The quota keys (`keys`: the entity's) of an entity's config map (Kafka keeps SCRAM credentials
+    in the same map)."""
     found = {}
-    for key in QUOTA_KEYS:
+    for key in keys:
         try:
             value = float(config[key])
         except (KeyError, ValueError, TypeError):
@@ -126,16 +145,18 @@ def encode_quota_value(key: str, value: float) -> str:
     return repr(float(value))
 
 
-def quota_value_error(key: str, value: float) -> str | None:
-    """Why Kafka refuses this quota value (INVALID_REQUEST), or None (ClientQuotaControlManager);
-    also a byte rate too small to be stored as Kafka stores it, a whole number of at least 1."""
-    if key not in QUOTA_KEYS:
+def quota_value_error(key: str, value: float, keys: tuple[str, ...] = QUOTA_KEYS) -> str | None:
+    """Why Kafka refuses this quota value for an entity taking `keys` (INVALID_REQUEST), or None
+    (ClientQuotaControlManager); also an integral quota too small to be stored as Kafka stores it,
+    a whole number of at least 1."""
+    if key not in keys:
         return f"Invalid configuration key {key}"
     if not value > 0.0:
         return f"Quota {key} must be greater than 0"
     if key in INTEGRAL_KEYS:
-        if value > 2**63 - 1:
-            return f"Proposed value for {key} is too large for a LONG."
+        largest, type_name = INTEGRAL_KEYS[key]
+        if value > largest:
+            return f"Proposed value for {key} is too large for {type_name}."
         if abs(math.fmod(value, 1.0)) > 1e-6:
             return f"{key} cannot be a fractional value."
         if round(value) <= 0:
@@ -309,11 +330,12 @@ class ClientQuotas:
         self._prune_at = 1024
 
     def enabled(self, key: str | None = None) -> bool:
-        """Whether any quota (of type `key`) is configured: one identity check when nothing changed."""
+        """Whether any quota of a user or client id (of type `key`) is configured: one identity check
+        when nothing changed. An ip's connection_creation_rate is the acceptor's (ConnectionRateQuotas)."""
         current = self._configs()
         if current is not self._seen:
             self._seen = current
-            self._types = frozenset(k for values in current.values() for k in values)
+            self._types = frozenset(k for entity, values in current.items() if entity.ip is None for k in values)
             self._resolved = {}
         return bool(self._types) if key is None else key in self._types
 

@@ -39,12 +39,7 @@ _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required
 
 def listener_ssl_config(config: BrokerConfig, listener_name: str) -> dict[str, object]:
     """The `ssl.*` values for one listener: `listener.name.<name>.ssl.*` over the plain keys."""
-    prefix = f"listener.name.{listener_name.lower()}."
-    values = {}
-    for key in SSL_KEYS:
-        text = config.text(prefix + key)
-        values[key] = config[key] if text is None else config.parse(key, text)
-    return values
+    return {key: config.for_listener(listener_name, key) for key in SSL_KEYS}
 
 
 def server_context(config: BrokerConfig, listener_name: str) -> ssl.SSLContext:

@@ -1,14 +1,17 @@
 """AlterClientQuotas (key 49): serves v0–v1, as Kafka 4.1 advertises it.
 
-Each entry names an entity (user, client-id or both; a null name is the default entity) and sets
-or removes quota keys. Refusals per entry, as Kafka's ClientQuotaControlManager answers them:
-INVALID_REQUEST for an empty entity, an entity type named twice, an empty name, ip combined with
-another type, a key named twice, an entity altered twice (later entries), an unknown key, a value
-not above 0, a fractional byte rate; UNSUPPORTED_VERSION for an entity type logbus does not
-handle (Kafka's ip quotas, connection_creation_rate, are not implemented here). Removing a key
-that is not set is no error. `validate_only` checks and writes nothing. The accepted entries
-are written together (all or none) through the metadata store, then applied; a failed write
-answers them all with UNKNOWN_SERVER_ERROR and changes nothing.
+Each entry names an entity (user, client-id or both, or an ip alone; a null name is the default
+entity) and sets or removes quota keys. Refusals per entry, as Kafka's ClientQuotaControlManager
+answers them: INVALID_REQUEST for an empty entity, an entity type named twice, an empty name, ip
+combined with another type, an ip name that is not an IP address, a key named twice, an entity
+altered twice (later entries), a key the entity type does not take (an ip takes only
+connection_creation_rate, users and client ids all but it), a value not above 0, a fractional
+byte or connection rate; UNSUPPORTED_VERSION for an entity type other than user, client-id and
+ip. Kafka also takes a host name for an ip and resolves it; logbus takes only addresses (no DNS
+lookup while answering a request). Removing a key that is not set is no error. `validate_only`
+checks and writes nothing. The accepted entries are written together (all or none) through the
+metadata store, then applied; a failed write answers them all with UNKNOWN_SERVER_ERROR and
+changes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from ...cluster.metadata import MetadataWriteError
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
+from ...security.connection_quotas import parse_ip
 from ...security.quotas import CLIENT_ID, DEFAULT, IP, USER, QuotaChanges, QuotaEntity, quota_value_error
 from ..context import RequestContext
 
@@ -71,8 +75,9 @@ def _entity(parts: Any) -> QuotaEntity:
             raise KafkaApiError(ErrorCode.invalid_request,
                                 "Invalid quota entity combination, IP quota should not be combined with User or "
                                 "ClientId")
-        raise KafkaApiError(ErrorCode.unsupported_version, "Unhandled client quota entity type: ip (logbus has no "
-                                                           "IP quotas)")
+        if names[IP] != DEFAULT and parse_ip(names[IP]) is None:
+            raise KafkaApiError(ErrorCode.invalid_request, f"{names[IP]} is not a valid IP or resolvable host.")
+        return QuotaEntity(ip=names[IP])
     return QuotaEntity(names.get(USER), names.get(CLIENT_ID))
 
 
@@ -84,7 +89,7 @@ def _ops(ops: Any, entity: QuotaEntity) -> dict[str, float | None]:
             raise KafkaApiError(ErrorCode.invalid_request, f"Duplicate quota key {op.key} not updating quota for "
                                                            f"this entity {_describe(entity)}")
         if not op.remove:
-            reason = quota_value_error(op.key, op.value)
+            reason = quota_value_error(op.key, op.value, entity.keys)
             if reason is not None:
                 raise KafkaApiError(ErrorCode.invalid_request, reason)
         values[op.key] = None if op.remove else float(op.value)

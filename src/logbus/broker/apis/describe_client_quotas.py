@@ -5,7 +5,8 @@ The filter's components match entity types: match_type 0 an exact name, 1 the de
 A bad filter answers INVALID_REQUEST for the whole request (an empty entity type, a type named
 twice, an unknown match type, an exact match without a name, ip combined with user or client-id)
 or UNSUPPORTED_VERSION for an entity type other than user, client-id and ip, as Kafka's
-ClientQuotasImage.describe. logbus has no ip quotas, so an ip filter finds nothing.
+ClientQuotasImage.describe. An ip filter finds the ip entities (connection_creation_rate), which
+are never combined with a user or client id.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _match(component: Any) -> object:
 
 
 def _matches(entity: QuotaEntity, wanted: dict[str, object], strict: bool) -> bool:
-    names = {USER: entity.user, CLIENT_ID: entity.client_id}
+    names = {USER: entity.user, CLIENT_ID: entity.client_id, IP: entity.ip}
     present = {kind for kind, name in names.items() if name is not None}
     if strict and present != set(wanted):
         return False

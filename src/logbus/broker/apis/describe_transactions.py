@@ -4,6 +4,9 @@ Per transactional id, as its coordinator knows it: state (Kafka's names: Empty, 
 PrepareCommit, ...), timeout, start time (-1 when no transaction runs), producer id and epoch,
 and the partitions of the open transaction. NOT_COORDINATOR when another broker coordinates it,
 COORDINATOR_LOAD_IN_PROGRESS while loading, TRANSACTIONAL_ID_NOT_FOUND for an unknown id.
+With an authorizer, the id needs Describe (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and the
+partitions listed are only those of topics the principal may Describe, as Kafka's
+KafkaApis.handleDescribeTransactionsRequest filters them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from ...coordinator.txn_coordinator import STATE_NAMES
 from ...coordinator.txn_metadata import TxnError, TxnMetadata
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import authorize, authorized_names
 from ..context import RequestContext
 
 API_KEY = 65
@@ -44,13 +47,16 @@ def _state(ctx: RequestContext, module: Any, transactional_id: str) -> Any:
                 transaction_state=STATE_NAMES[txn.status],
                 transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
                 transaction_start_time=_time(txn.start_ms), producer_id=txn.producer_id,
-                producer_epoch=txn.producer_epoch, topics=_topics(module, txn))
+                producer_epoch=txn.producer_epoch, topics=_topics(ctx, module, txn))
 
 
-def _topics(module: Any, txn: TxnMetadata) -> tuple[Any, ...]:
+def _topics(ctx: RequestContext, module: Any, txn: TxnMetadata) -> tuple[Any, ...]:
+    """The transaction's partitions by topic, of the topics the principal may Describe."""
+    visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (topic for topic, _ in txn.partitions))
     by_topic: dict[str, list[int]] = {}
     for topic, index in sorted(txn.partitions):
-        by_topic.setdefault(topic, []).append(index)
+        if topic in visible:
+            by_topic.setdefault(topic, []).append(index)
     return tuple(make(module.TopicData, topic=topic, partitions=tuple(ids)) for topic, ids in by_topic.items())
 
 

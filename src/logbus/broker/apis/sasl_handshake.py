@@ -1,6 +1,7 @@
 """SaslHandshake (key 17): serves v0-v1, as Kafka 4.1 advertises them.
 
-The client names its mechanism; the answer lists the enabled ones (`sasl.enabled.mechanisms`).
+The client names its mechanism; the answer lists the ones enabled on the connection's listener
+(`listener.name.<listener>.sasl.enabled.mechanisms`, else `sasl.enabled.mechanisms`).
 v1 announces the tokens in SaslAuthenticate requests; v0 the legacy flow, raw length-prefixed
 tokens without a Kafka header. A mechanism not enabled is UNSUPPORTED_SASL_MECHANISM and the
 connection closes after the answer. On an authenticated connection v1 begins a KIP-368
