@@ -145,6 +145,9 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "max.connections": ("test_connections.py::test_max_connections_closes_new_connections_over_the_limit",),
     "max.connections.per.ip": ("test_connections.py::test_max_connections_per_ip_counts_each_address_apart",),
+    "max.incremental.fetch.session.cache.slots": (
+        "test_fetch_sessions.py::test_a_broker_without_session_slots_answers_every_fetch_in_full",
+    ),
     "max.connection.creation.rate": (
         "test_connection_quotas.py::test_the_broker_rate_delays_connections_and_refuses_none",
     ),

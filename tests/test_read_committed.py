@@ -465,10 +465,11 @@ def test_a_marker_appended_through_the_partition_moves_the_lso_and_wakes_fetcher
         transactional(log_, 4, 0, b"v")
         partition.update_state(partition.state)  # the HW follows the log end
         assert (partition.high_watermark, partition.last_stable_offset) == (1, 0)
-        arrived = partition.data_arrived()
+        arrived = asyncio.get_running_loop().create_future()
+        partition.wake_on_data(arrived)
         before = partition.appended_bytes
         info = partition.append_control_marker(4, 0, True, 0)
-        assert info.base_offset == 1 and arrived.is_set()
+        assert info.base_offset == 1 and arrived.done()
         assert log_.first_unstable_offset is None, "the HW passed the marker: the log knows at once (the cleaner)"
         assert (partition.high_watermark, partition.last_stable_offset) == (2, 2)
         assert partition.appended_bytes - before == log_.segments[-1].find_position(1).size

@@ -306,6 +306,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.min.bytes", INT, 1, "Bytes a follower's fetch waits for.", minimum=1),
         _key("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", minimum=0),
         _key("num.replica.fetchers", INT, 1, "Fetcher connections per source broker.", minimum=1),
+        _key("max.incremental.fetch.session.cache.slots", INT, 1000, "Incremental fetch sessions (KIP-227) the "
+             "broker keeps; 0: none (every fetch is full).", minimum=0),
         _key("replica.socket.timeout.ms", INT, 30000, "A follower's fetch gives up after this.", minimum=1),
         _key("num.io.threads", INT, 8, "Kafka's request handler threads (accepted; no effect: requests are "
              "handled on the event loop).", minimum=1),

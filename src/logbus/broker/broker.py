@@ -29,6 +29,7 @@ from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
 from .authorization import make_authorizer
 from .context import RawResponse
+from .fetch_sessions import FetchSessionCache
 from .metrics import BrokerMetrics
 from .server import Connections, Listener
 
@@ -96,6 +97,7 @@ class Broker:
             {e.name: config.for_listener(e.name, "max.connection.creation.rate") for e in listeners.listeners},
             inter_broker if len(listeners.listeners) > 1 else None, self.metadata.client_quotas, quota_window,
             _monotonic_ms)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"], time.monotonic)
         self.stopping = False
         self._servers: list[Listener] = []
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port

@@ -9,6 +9,12 @@ answers a `diverging_epoch`, this log holds batches the leader does not (it led,
 old leader, and was cut off): it is truncated to where the epochs agree before fetching again, so
 replicas never diverge silently.
 
+Each fetcher keeps an incremental fetch session (KIP-227) with its leader: after a first full
+fetch, a fetch names only the partitions whose position moved (and those to forget), and the
+answer only the partitions with news, so idle partitions (most of `__consumer_offsets`) cost
+nothing per fetch. A session error, a lost connection or a failed fetch start again with a full
+fetch.
+
 Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
 metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
 The leader's bytes are network bytes like any other: the response is bounded (size, then the
@@ -23,7 +29,7 @@ import datetime
 import logging
 import ssl
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.index import load_payload_module
@@ -53,6 +59,9 @@ _READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
 _READ_BODY = entity_reader(_RESPONSE.FetchResponse)
 STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
 NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows
+_SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
+                   ErrorCode.fetch_session_topic_id_error}
+_MAX_SESSION_EPOCH = 2**31 - 1
 _PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
 
@@ -89,6 +98,7 @@ class ReplicaFetcher:
         self._correlation = 0
         self._failing = False
         self._delayed: dict[tuple[str, int], float] = {}  # partition -> loop time its fetching resumes
+        self._session = FetcherSession()
 
     def add(self, partition: Partition) -> None:
         self.partitions[(partition.topic, partition.index)] = partition
@@ -114,6 +124,7 @@ class ReplicaFetcher:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        self._session.reset()
 
     # ------------------------------------------------------------------ the loop
 
@@ -134,6 +145,8 @@ class ReplicaFetcher:
             reused = self._writer is not None
             try:
                 response = await self._fetch(wanted)
+                if not self._session.answered(ErrorCode(response.error_code), response.session_id):
+                    continue  # the leader no longer knows the session: a full fetch at once
                 await self._handle(wanted, response)
                 if self._failing:
                     log.info("%s: fetching from broker %d again", self.name, self.leader_id)
@@ -166,13 +179,14 @@ class ReplicaFetcher:
         _WRITE_HEADER(sink, _REQUEST.RequestHeader(
             request_api_key=FETCH_KEY, request_api_version=FETCH_VERSION, correlation_id=self._correlation,
             client_id=f"logbus-replica-fetcher-{self.config.broker_id}"))
-        _WRITE_BODY(sink, self._request(partitions))
+        named, forgotten = self._session.plan({(p.topic, p.index): _position(p) for p in partitions})
+        _WRITE_BODY(sink, self._request([p for p in partitions if (p.topic, p.index) in named], forgotten))
         payload = b"".join(sink)
         self._writer.write(_SIZE.pack(len(payload)) + payload)
         async with asyncio.timeout((self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000):
             return await self._response()
 
-    def _request(self, partitions: list[Partition]) -> Any:
+    def _request(self, partitions: list[Partition], forgotten: list[tuple[str, int]]) -> Any:
         topics: dict[str, list[Any]] = {}
         for partition in partitions:
             topics.setdefault(partition.topic, []).append(make(
@@ -182,9 +196,10 @@ class ReplicaFetcher:
         return make(
             _REQUEST.FetchRequest, replica_id=self.config.broker_id,
             max_wait=datetime.timedelta(milliseconds=self.config.wait_max_ms), min_bytes=self.config.min_bytes,
-            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=self._session.id,
+            session_epoch=self._session.epoch,
             topics=tuple(make(_REQUEST.FetchTopic, topic=t, partitions=tuple(p)) for t, p in topics.items()),
-            forgotten_topics_data=(), rack_id="")
+            forgotten_topics_data=_forgotten_topics(forgotten), rack_id="")
 
     async def _response(self) -> Any:
         assert self._reader is not None
@@ -248,6 +263,59 @@ class ReplicaFetcher:
             await partition.truncate_to(answer.high_watermark)
         elif answer.log_start_offset > leo:
             await partition.truncate_fully_and_start_at(answer.log_start_offset)
+
+
+def _forgotten_topics(forgotten: list[tuple[str, int]]) -> tuple:
+    topics: dict[str, list[int]] = {}
+    for topic, index in forgotten:
+        topics.setdefault(topic, []).append(index)
+    return tuple(make(_REQUEST.ForgottenTopic, topic=t, partitions=tuple(p)) for t, p in topics.items())
+
+
+@dataclass(slots=True)
+class FetcherSession:
+    """A fetcher's side of its incremental fetch session: the session id (0: none yet, the next
+    fetch is full and asks for one), the epoch the next fetch carries, and the position each
+    partition was last sent with."""
+
+    id: int = 0
+    epoch: int = 0
+    sent: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def plan(self, positions: dict[tuple[str, int], tuple[int, ...]]) -> tuple[set[tuple[str, int]],
+                                                                               list[tuple[str, int]]]:
+        """Of the partitions to fetch (their positions), those the next fetch names (all in a full
+        fetch, else the new ones and those whose position moved) and those it forgets."""
+        if self.id == 0:
+            named, forgotten = set(positions), []
+        else:
+            named = {key for key, position in positions.items() if self.sent.get(key) != position}
+            forgotten = [key for key in self.sent if key not in positions]
+        self.sent = positions
+        return named, forgotten
+
+    def answered(self, error: ErrorCode, session_id: int) -> bool:
+        """Move on with an answer's top-level error and session id: the new session of a full
+        fetch, or the next epoch; False (and no session) when the leader refused the session,
+        whose next fetch is then full."""
+        if error in _SESSION_ERRORS:
+            self.reset()
+            return False
+        if self.id == 0:
+            self.id = session_id
+            self.epoch = 1 if self.id else 0
+        else:
+            self.epoch = 1 if self.epoch >= _MAX_SESSION_EPOCH else self.epoch + 1
+        return True
+
+    def reset(self) -> None:
+        self.id, self.epoch, self.sent = 0, 0, {}
+
+
+def _position(partition: Partition) -> tuple[int, ...]:
+    """What a fetch tells the leader about a partition; a change means naming it again."""
+    log = partition.log
+    return log.log_end_offset, partition.leader_epoch, log.latest_epoch(), log.log_start_offset
 
 
 def decode_fetch_response(frame: bytes, correlation: int) -> Any:

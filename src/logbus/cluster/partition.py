@@ -75,7 +75,7 @@ class Partition:
         self._alter_isr = alter_isr
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         log.on_high_watermark(self.high_watermark)
-        self._new_data = asyncio.Event()
+        self._data_waiters: set[asyncio.Future[None]] = set()
         self._changed = asyncio.Event()  # HW, LEO or state moved: acks=all waiters look again
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self.followers: dict[int, FollowerState] = {}
@@ -306,13 +306,19 @@ class Partition:
         aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
         return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 
-    def data_arrived(self) -> asyncio.Event:
-        """An event set the next time the HW or the LEO moves."""
-        return self._new_data
+    def wake_on_data(self, waiter: asyncio.Future[None]) -> None:
+        """Complete `waiter` the next time the HW or the LEO moves. A fetch waiting on many
+        partitions hands them all one future (no task per partition) and `forget_waiter`s it."""
+        self._data_waiters.add(waiter)
+
+    def forget_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._data_waiters.discard(waiter)
 
     def _wake(self) -> None:
-        self._new_data.set()
-        self._new_data = asyncio.Event()
+        waiters, self._data_waiters = self._data_waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
         self._changed.set()
         self._changed = asyncio.Event()
 

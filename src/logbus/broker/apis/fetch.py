@@ -1,7 +1,9 @@
 """Fetch (key 1): serves v4–v18.
 
-v13+ names topics by id. Fetch sessions (KIP-227) are declined: every response carries
-session id 0, so clients keep sending full fetches, which Kafka allows. Each partition
+v13+ names topics by id. v7+ fetchers may open an incremental fetch session (KIP-227, see
+`broker/fetch_sessions.py`): then each fetch names only the partitions whose position changed,
+the broker reads every partition of the session, and answers with only those that have news
+(fetchers without a session send and get every partition each time, as before). Each partition
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
 response's `max_bytes` (for a consumer under a consumer_byte_rate quota, at most what its quota
@@ -29,6 +31,7 @@ ClusterAction on the cluster; refused partitions answer TOPIC_AUTHORIZATION_FAIL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -44,11 +47,13 @@ from ...storage.log import OffsetOutOfRangeError
 from ...storage.segment import FileRegion, ReadSlice
 from ..authorization import authorize_cluster, authorized_names
 from ..context import RequestContext
+from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSession, SessionError
 
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 18
 READ_COMMITTED = 1  # the request's isolation level; 0 is read_uncommitted
+TOPIC_ID_VERSION = 13  # from here topics are named by id
 
 # Below this a partition's records are read into memory: sendfile's extra system calls (and the
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
@@ -58,7 +63,12 @@ SENDFILE_MIN_BYTES = 64 * 1024
 async def handle(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
-    wanted = _wanted(ctx, request)
+    try:
+        session, incremental = _session_of(ctx, request)
+    except SessionError as exc:
+        return make(response_class(API_KEY, ctx.api_version), error_code=exc.code, session_id=0, responses=(),
+                    node_endpoints=())
+    wanted = _resolved(ctx, session.wanted() if incremental and session else _request_entries(request))
     read_committed = replica_id(request) < 0 and request.isolation_level == READ_COMMITTED
     refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
     while True:
@@ -71,10 +81,64 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     topics = await _read_cold(ctx, topics)
     if ctx.broker.metrics is not None and replica_id(request) < 0:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
+    if session is not None:
+        topics = _session_answer(session, wanted, topics, incremental)
     return make(
-        response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, session_id=0,
-        responses=topics, node_endpoints=(),
+        response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
+        session_id=session.id if session is not None else 0, responses=topics, node_endpoints=(),
     )
+
+
+def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None, bool]:
+    """The fetch session this fetch opens or continues (None: none), and whether it is
+    incremental; SessionError for an unknown session or a wrong epoch (see fetch_sessions)."""
+    session_id, epoch = getattr(request, "session_id", 0), getattr(request, "session_epoch", FINAL_EPOCH)
+    cache = ctx.broker.fetch_sessions
+    uses_topic_ids = ctx.api_version >= TOPIC_ID_VERSION
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch; an earlier session of this fetcher ends
+        if session_id:
+            cache.remove(session_id)
+        if epoch == FINAL_EPOCH:
+            return None, False
+        return cache.maybe_create(replica_id(request) >= 0, uses_topic_ids, _request_entries(request)), False
+    return cache.incremental(session_id, epoch, uses_topic_ids, _request_entries(request), _forgotten(request)), True
+
+
+def _request_entries(request: Any) -> list[tuple[Any, Any, list[Any]]]:
+    """(request topic, its key: the name, or the id from v13, its partitions) per topic."""
+    return [(topic, _topic_key(topic), list(topic.partitions)) for topic in request.topics]
+
+
+def _topic_key(topic: Any) -> Any:
+    name = getattr(topic, "topic", None)
+    return name if name is not None else topic.topic_id
+
+
+def _forgotten(request: Any) -> list[tuple[Any, int]]:
+    return [(_topic_key(topic), index) for topic in getattr(request, "forgotten_topics_data", ())
+            for index in topic.partitions]
+
+
+def _session_answer(session: FetchSession, wanted: list, topics: tuple, incremental: bool) -> tuple:
+    """The session remembers what each partition's answer tells; an incremental answer keeps only
+    the partitions with news (records, a moved offset, an error), and the topics left with any."""
+    kept = []
+    for (topic_entry, _, _), topic in zip(wanted, topics, strict=True):
+        key = _topic_key(topic_entry)
+        answers = []
+        for answer in topic.partitions:
+            cached = session.partitions[(key, answer.partition_index)]
+            if cached.tell(answer, _records_size(answer.records)) or not incremental:
+                answers.append(answer)
+        if answers:
+            kept.append(dataclasses.replace(topic, partitions=tuple(answers)))
+    return tuple(kept)
+
+
+def _records_size(records: Any) -> int:
+    if isinstance(records, FileRegion):
+        return records.size
+    return len(records or b"")
 
 
 _NOTHING_REFUSED: frozenset[str] = frozenset()
@@ -90,8 +154,7 @@ def metric_names(request: Any) -> tuple[str, ...]:
 def _count_bytes_out(traffic: TopicTraffic, wanted: list, topics: tuple) -> None:
     """BytesOut as Kafka counts it: the record bytes of each topic in a consumer's answer."""
     for (_, name, _), topic in zip(wanted, topics, strict=True):
-        size = sum(answer.records.size if isinstance(answer.records, FileRegion) else len(answer.records or b"")
-                   for answer in topic.partitions)
+        size = sum(_records_size(answer.records) for answer in topic.partitions)
         if size and name is not None:
             traffic.fetched(name, size)
 
@@ -104,15 +167,15 @@ def _refused_topics(ctx: RequestContext, request: Any, wanted: list) -> set[str]
     return names - authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
 
 
-def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None, list[Any]]]:
-    """(request topic, resolved name, its partitions) in request order."""
+def _resolved(ctx: RequestContext, entries: list[tuple[Any, Any, list[Any]]]) -> list[tuple[Any, str | None, list]]:
+    """(request topic, resolved name, its partitions), in the order given."""
     result = []
-    for topic in request.topics:
+    for topic, _, partitions in entries:
         name = getattr(topic, "topic", None)
         if name is None:
             metadata = ctx.broker.metadata.topic_by_id(str(topic.topic_id))
             name = metadata.name if metadata else None
-        result.append((topic, name, list(topic.partitions)))
+        result.append((topic, name, partitions))
     return result
 
 
@@ -367,9 +430,14 @@ def _last_stable_offset(partition: Partition) -> int:
 
 
 async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
-    waiters = [asyncio.ensure_future(p.data_arrived().wait()) for p in partitions]
+    """Until the HW or LEO of any of `partitions` moves, or `timeout`."""
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.wake_on_data(waiter)
     try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await waiter
     finally:
-        for waiter in waiters:
-            waiter.cancel()
+        for partition in partitions:
+            partition.forget_waiter(waiter)

@@ -1,0 +1,208 @@
+"""Incremental fetch sessions (KIP-227): the cache's rules in process, then on a real broker.
+
+The broker side is exercised with hand-built Fetch v12 requests (a session opened, fetched
+incrementally, forgotten partitions, the error codes Kafka answers), the follower side by the
+replication it carries in the cluster tests, and by kafka-python, which fetches with sessions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import FETCH, QUIET, RawConnection, produce_all
+from kafka import KafkaConsumer, TopicPartition
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+
+from logbus.broker.fetch_sessions import EVICTION_IDLE_S, CachedPartition, FetchSessionCache, SessionError
+from logbus.cluster.fetcher import FetcherSession
+from logbus.protocol import codec
+from logbus.testing import BrokerProcess, running_broker
+
+FETCH_V12 = load_payload_module(FETCH, 12, EntityType.request)
+TOPIC = "sessions"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fetch_partition(index: int, offset: int = 0) -> Any:
+    return FETCH_V12.FetchPartition(partition=index, current_leader_epoch=-1, fetch_offset=offset,
+                                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+
+
+def entries(topic: str, *indexes: int) -> list[tuple[Any, Any, list[Any]]]:
+    partitions = [fetch_partition(i) for i in indexes]
+    return [(FETCH_V12.FetchTopic(topic=topic, partitions=tuple(partitions)), topic, partitions)]
+
+
+# ---------------------------------------------------------------------- the cache, in process
+
+
+def test_a_session_continues_only_at_its_next_epoch_with_the_same_kind_of_topic_names() -> None:
+    cache = FetchSessionCache(10, Clock())
+    session = cache.maybe_create(False, False, entries("t", 0, 1))
+    assert session is not None and session.epoch == 1 and len(session.partitions) == 2
+    for session_id, epoch, ids, code in ((session.id + 1, 1, False, ErrorCode.fetch_session_id_not_found),
+                                         (session.id, 2, False, ErrorCode.invalid_fetch_session_epoch),
+                                         (session.id, 1, True, ErrorCode.fetch_session_topic_id_error)):
+        with pytest.raises(SessionError) as refused:
+            cache.incremental(session_id, epoch, ids, [], [])
+        assert refused.value.code == code
+    assert cache.incremental(session.id, 1, False, entries("t", 2), [("t", 0)]) is session
+    assert sorted(session.partitions) == [("t", 1), ("t", 2)] and session.epoch == 2
+    cache.remove(session.id)
+    with pytest.raises(SessionError):
+        cache.incremental(session.id, 2, False, [], [])
+
+
+def test_a_full_cache_evicts_only_an_idle_session_or_for_a_follower_a_consumers() -> None:
+    clock = Clock()
+    cache = FetchSessionCache(2, clock)
+    consumer = cache.maybe_create(False, False, entries("t", 0))
+    follower = cache.maybe_create(True, False, entries("t", 1))
+    assert consumer is not None and follower is not None
+    assert cache.maybe_create(False, False, entries("t", 2)) is None, "nothing idle: no session"
+    newer_follower = cache.maybe_create(True, False, entries("t", 3))
+    assert newer_follower is not None and cache.get(consumer.id) is None, "a follower displaces a consumer"
+    assert cache.maybe_create(True, False, entries("t", 4)) is None, "followers never displace followers"
+    clock.now += EVICTION_IDLE_S
+    cache.incremental(newer_follower.id, 1, False, [], [])  # used just now: the other one is the idle one
+    assert cache.maybe_create(False, False, entries("t", 5)) is not None
+    assert cache.get(follower.id) is None and cache.get(newer_follower.id) is not None
+
+
+def test_sessions_together_hold_a_bounded_number_of_partitions() -> None:
+    cache = FetchSessionCache(10, Clock(), max_partitions=5)
+    assert cache.maybe_create(False, False, entries("t", *range(6))) is None
+    session = cache.maybe_create(False, False, entries("t", *range(4)))
+    assert session is not None
+    with pytest.raises(SessionError) as ended:
+        cache.incremental(session.id, 1, False, entries("t", 4, 5), [])
+    assert ended.value.code == ErrorCode.fetch_session_id_not_found
+    assert cache.get(session.id) is None and cache.cached_partitions() == 0
+
+
+def test_an_incremental_answer_names_a_partition_only_when_it_has_news() -> None:
+    response = load_payload_module(FETCH, 12, EntityType.response)
+
+    def answer(hw: int, error: ErrorCode = ErrorCode.none) -> Any:
+        return codec.make(response.PartitionData, partition_index=0, error_code=error, high_watermark=hw,
+                          last_stable_offset=hw, log_start_offset=0, aborted_transactions=None,
+                          preferred_read_replica=-1, records=b"")
+
+    cached = CachedPartition(fetch_partition(0))
+    assert cached.tell(answer(5), 0), "first told"
+    assert not cached.tell(answer(5), 0), "nothing new"
+    assert cached.tell(answer(5), 100), "records"
+    assert cached.tell(answer(6), 0), "the high watermark moved"
+    assert cached.tell(answer(6, ErrorCode.not_leader_or_follower), 0), "an error"
+
+
+def test_a_follower_names_only_moved_partitions_and_starts_over_after_a_session_error() -> None:
+    session = FetcherSession()
+    positions = {("t", 0): (10, 0, 0, 0), ("t", 1): (5, 0, 0, 0)}
+    assert session.plan(positions) == ({("t", 0), ("t", 1)}, []), "no session yet: a full fetch"
+    assert session.answered(ErrorCode.none, 77) and (session.id, session.epoch) == (77, 1)
+    assert session.plan({("t", 0): (12, 0, 0, 0), ("t", 1): (5, 0, 0, 0)}) == ({("t", 0)}, [])
+    assert session.answered(ErrorCode.none, 77) and session.epoch == 2
+    assert session.plan({("t", 0): (12, 0, 0, 0)}) == (set(), [("t", 1)])
+    assert not session.answered(ErrorCode.invalid_fetch_session_epoch, 0)
+    assert (session.id, session.epoch) == (0, 0)
+    assert session.plan({("t", 0): (12, 0, 0, 0)}) == ({("t", 0)}, [])
+    assert session.answered(ErrorCode.none, 0) and session.epoch == 0, "the leader declined: full fetches go on"
+
+
+# ---------------------------------------------------------------------- a real broker
+
+
+def fetch(connection: RawConnection, session_id: int, epoch: int, partitions: list[tuple[int, int]],
+          forgotten: tuple[int, ...] = (), max_wait_ms: int = 200) -> Any:
+    topics = (FETCH_V12.FetchTopic(topic=TOPIC, partitions=tuple(fetch_partition(i, o) for i, o in partitions)),)
+    return connection.call(
+        FETCH, 12, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session_id, session_epoch=epoch,
+        topics=topics if partitions else (), rack_id="",
+        forgotten_topics_data=(FETCH_V12.ForgottenTopic(topic=TOPIC, partitions=forgotten),) if forgotten else ())
+
+
+def named(response: Any) -> dict[int, int]:
+    """partition -> high watermark of each partition the answer names."""
+    return {p.partition_index: p.high_watermark for t in response.responses for p in t.partitions}
+
+
+@pytest.fixture(scope="module")
+def broker_with_topic() -> Iterator[BrokerProcess]:
+    with running_broker() as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+        admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(30)
+        produce_all(broker.bootstrap, TOPIC, [(None, b"first")], partitioner="murmur2_random")
+        yield broker
+
+
+def test_an_incremental_fetch_answers_only_what_changed(broker_with_topic: BrokerProcess) -> None:
+    bootstrap = broker_with_topic.bootstrap
+    with RawConnection(bootstrap) as connection:
+        opened = fetch(connection, 0, 0, [(0, 0), (1, 0), (2, 0)])
+        assert opened.error_code == 0 and opened.session_id != 0
+        marks = named(opened)
+        assert sorted(marks) == [0, 1, 2], "a full fetch names every partition"
+        caught_up = fetch(connection, opened.session_id, 1, sorted(marks.items()))
+        assert caught_up.error_code == 0 and named(caught_up) == {}, "read to the end, nothing new: nothing named"
+        produce_all(bootstrap, TOPIC, [(None, b"to-two")], partitioner="murmur2_random",
+                    **{"sticky.partitioning.linger.ms": 0})
+        grown = {index for index, hw in named(fetch(connection, opened.session_id, 2, [], max_wait_ms=2000)).items()
+                 if hw > marks[index]}
+        assert len(grown) == 1, "only the partition that got the record"
+        (moved,) = grown
+        gone = fetch(connection, opened.session_id, 3, [], forgotten=(moved,))
+        assert moved not in named(gone)
+        assert fetch(connection, opened.session_id, 3, []).error_code == ErrorCode.invalid_fetch_session_epoch
+        assert fetch(connection, opened.session_id, -1, [(0, 0)]).session_id == 0, "epoch -1 closes it"
+        assert fetch(connection, opened.session_id, 4, []).error_code == ErrorCode.fetch_session_id_not_found
+
+
+def test_kafka_python_reads_every_partition_through_a_fetch_session(broker_with_topic: BrokerProcess) -> None:
+    """kafka-python fetches with incremental sessions (its default): records produced to every
+    partition while it reads all reach it."""
+    bootstrap = broker_with_topic.bootstrap
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    got: set[bytes] = set()
+    try:
+        partitions = [TopicPartition(TOPIC, p) for p in range(3)]
+        consumer.assign(partitions)
+        consumer.seek_to_end()
+        for partition in partitions:  # resolve the end offsets now, before the records arrive
+            consumer.position(partition)
+        for round_ in range(3):  # the session carries on between rounds: later records too
+            values = {b"kp-%d-%d" % (round_, i) for i in range(30)}
+            produce_all(bootstrap, TOPIC, [(None, v) for v in sorted(values)], partitioner="random")
+            deadline = time.monotonic() + 20
+            while not values <= got and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=200).values():
+                    got.update(record.value for record in records)
+            assert values <= got, f"round {round_}: missing {len(values - got)}"
+    finally:
+        consumer.close()
+
+
+def test_a_broker_without_session_slots_answers_every_fetch_in_full() -> None:
+    with running_broker(config={"max.incremental.fetch.session.cache.slots": "0"}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+        admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(30)
+        with RawConnection(broker.bootstrap) as connection:
+            for _ in range(2):
+                answer = fetch(connection, 0, 0, [(0, 0), (1, 0), (2, 0)], max_wait_ms=0)
+                assert answer.error_code == 0 and answer.session_id == 0, "no session"
+                assert sorted(named(answer)) == [0, 1, 2]
