@@ -261,3 +261,9 @@ def test_the_console_logs_in_with_sasl_scram(tmp_path: Path) -> None:
         with running_console(sasl_bootstrap, "--command-config", str(properties)) as console:
             assert "secured" in {row[0] for row in cells(ok(console, "/topics"), "topics")}
             assert cells(ok(console, "/topics/secured/messages?partition=0"), "records")[0][2:4] == ["k", "v"]
+            sizes = {row[0]: row[5] for row in cells(ok(console, "/topics"), "topics")}
+            assert sizes["secured"].endswith(("B", "KiB")), "sizes come through logbus's own client, logged in too"
+        done = subprocess.run([sys.executable, "-m", "logbus", "log-dirs", "describe", "--bootstrap-server",
+                               sasl_bootstrap, "--command-config", str(properties), "--topic-list", "secured"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and '"secured-0"' in done.stdout, done.stderr

@@ -339,3 +339,24 @@ def test_a_cluster_replicates_over_an_ssl_inter_broker_listener(zookeeper: ZooKe
 def _replicated(data_dir: str) -> bool:
     directory = Path(data_dir) / "over-tls-0"
     return directory.is_dir() and sum(f.stat().st_size for f in directory.glob("*.log")) > 0
+
+
+def test_logbus_own_client_speaks_tls_for_the_cli_with_command_config(broker: BrokerProcess, certs: Path,
+                                                                        other_ca: Path, tmp_path: Path) -> None:
+    """`logbus log-dirs describe` (logbus's blocking client, not librdkafka) over the SSL listener
+    with `--command-config`; a CA that did not sign the broker's certificate is refused."""
+    produce_all(broker.bootstrap, "tls-log-dirs", [(None, b"v")])
+
+    def log_dirs(settings: dict[str, object]) -> subprocess.CompletedProcess:
+        properties = tmp_path / "client.properties"
+        properties.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return subprocess.run([sys.executable, "-m", "logbus", "log-dirs", "describe", "--bootstrap-server",
+                               ssl_bootstrap(broker), "--command-config", str(properties), "--topic-list",
+                               "tls-log-dirs", "--timeout", "10"], capture_output=True, text=True, timeout=60)
+
+    for settings in (librdkafka_tls(certs), librdkafka_tls(certs, client="alice")):
+        done = log_dirs(settings)
+        assert done.returncode == 0, done.stderr
+        assert '"partition":"tls-log-dirs-0"' in done.stdout.replace(" ", "")
+    refused = log_dirs(librdkafka_tls(certs, ca=other_ca))
+    assert refused.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr

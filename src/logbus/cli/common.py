@@ -84,6 +84,17 @@ def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     return {"bootstrap.servers": args.bootstrap_server, "log_level": 0, **settings, **extra}
 
 
+def protocol_client(args: argparse.Namespace) -> Any:
+    """logbus's own blocking Kafka client (`spark/client.py`, for the requests confluent-kafka's
+    AdminClient lacks) for `--bootstrap-server`, secured as `--command-config` says."""
+    from ..spark.client import Client, ClientSecurity, KafkaError
+
+    try:
+        return Client(args.bootstrap_server, args.timeout, ClientSecurity.from_settings(client_config(args)))
+    except KafkaError as exc:
+        raise CliError(f"--command-config: {exc}", EXIT_USAGE) from None
+
+
 def read_properties(path: str) -> dict[str, str]:
     """A Java-style properties file (`key=value` or `key: value`; `#` and `!` start comments), as
     Kafka's tools read `--command-config`."""

@@ -26,7 +26,7 @@ from ..broker.topic_configs import AlterOp, ResourceType
 from ..config import ConfigSource
 from ..protocol.codec import make
 from ..spark.client import Client, KafkaError
-from .common import EXIT_USAGE, CliError, add_connection_options
+from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 
 DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION = 32, 4
 ALTER_CONFIGS, ALTER_CONFIGS_VERSION = 44, 1
@@ -132,7 +132,7 @@ def _entity_names(client: Client, args: argparse.Namespace, kind: str) -> list[s
 
 def _connected(args: argparse.Namespace, action: Any) -> int:
     """Run `action(client)`; connection trouble becomes one CliError line."""
-    client = Client(args.bootstrap_server, args.timeout)
+    client = protocol_client(args)
     try:
         action(client)
     except OSError as exc:

@@ -23,7 +23,7 @@ from kio.static.constants import EntityType
 
 from ..protocol.codec import make
 from ..spark.client import Client, KafkaError
-from .common import EXIT_USAGE, CliError, add_connection_options
+from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_LOG_DIRS_VERSION = 2
@@ -63,7 +63,7 @@ def _broker_ids(text: str) -> list[int]:
 def run_describe(args: argparse.Namespace) -> int:
     topics = set(_names(args.topic_list))
     wanted = _broker_ids(args.broker_list)
-    client = Client(args.bootstrap_server, args.timeout)
+    client = protocol_client(args)
     try:
         print("Querying brokers for log directories information")
         document = describe(client, wanted, topics)

@@ -30,7 +30,7 @@ from kio.static.constants import EntityType
 from ..protocol.codec import make
 from ..security.quotas import CLIENT_ID, IP, USER
 from ..spark.client import Client, KafkaError
-from .common import EXIT_USAGE, CliError, add_connection_options
+from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 VERSION = 1
@@ -72,7 +72,7 @@ def _add_entity_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = Client(args.bootstrap_server, args.timeout)
+    client = protocol_client(args)
     try:
         args.action(client, args)
     except (OSError, KafkaError) as exc:

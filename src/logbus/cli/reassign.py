@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from ..cluster.assignment import assign_replicas
-from .common import CliError, add_connection_options, client_config, import_confluent_kafka
+from .common import CliError, add_connection_options, client_config, import_confluent_kafka, protocol_client
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -94,7 +94,7 @@ def _generate(args: argparse.Namespace, admin: Any) -> int:
 
 
 def _alter(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], list[int] | None]) -> int:
-    from ..spark.client import ALTER_REASSIGNMENTS, Client
+    from ..spark.client import ALTER_REASSIGNMENTS
 
     if not args.cancel:
         current = _current(args, admin, sorted({t for t, _ in targets}))
@@ -108,7 +108,7 @@ def _alter(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], 
     request = module.AlterPartitionReassignmentsRequest(
         timeout=datetime.timedelta(seconds=args.timeout),
         topics=tuple(module.ReassignableTopic(name=t, partitions=tuple(p)) for t, p in by_topic.items()))
-    client = Client(args.bootstrap_server, args.timeout)
+    client = protocol_client(args)
     answer = client.call_any(ALTER_REASSIGNMENTS, request)
     failed = [f"{t.name}-{p.partition_index}: {ErrorCode(p.error_code).name}"
               for t in answer.responses for p in t.partitions if p.error_code]
@@ -122,10 +122,10 @@ def _alter(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], 
 
 
 def _verify(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], list[int]]) -> int:
-    from ..spark.client import LIST_REASSIGNMENTS, Client
+    from ..spark.client import LIST_REASSIGNMENTS
 
     module = load_payload_module(LIST_REASSIGNMENTS, 0, EntityType.request)
-    client = Client(args.bootstrap_server, args.timeout)
+    client = protocol_client(args)
     answer = client.call_any(LIST_REASSIGNMENTS, module.ListPartitionReassignmentsRequest(
         timeout=datetime.timedelta(seconds=args.timeout), topics=None))
     ongoing = {(t.name, p.partition_index) for t in answer.topics for p in t.partitions}

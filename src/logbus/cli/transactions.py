@@ -42,7 +42,7 @@ from ..spark.client import (
     Client,
     KafkaError,
 )
-from .common import CliError, add_connection_options, non_negative_int
+from .common import CliError, add_connection_options, non_negative_int, protocol_client
 
 TRANSACTION_KEY_TYPE = 1  # FindCoordinator's key type for transactional ids
 # Kafka's admin client retries these until its timeout: the coordinator is loading or moving.
@@ -132,7 +132,7 @@ def _add_partition_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = Client(args.bootstrap_server, args.timeout)
+    client = protocol_client(args)
     try:
         args.action(client, args)
     finally:

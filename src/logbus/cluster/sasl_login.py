@@ -8,7 +8,8 @@ password="...";`. The user is an ordinary SCRAM user of the cluster (`logbus use
 
 Fresh connections of replica fetchers and broker clients run `SaslLogin.authenticate` (SaslHandshake
 v1, then SaslAuthenticate v2 tokens) before their first request; a refusal is a ConnectionError,
-retried as any failed connection is.
+retried as any failed connection is. The same login (`SaslLogin.steps`) serves the blocking client
+of the CLI, the console and Spark (`spark/client.py`), built from librdkafka-style settings.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import re
 import struct
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import scramp
 from kio.schema.errors import ErrorCode
@@ -69,22 +72,42 @@ class SaslLogin:
         username, password = parse_jaas(jaas, mechanism)
         return cls(mechanism, username, password)
 
-    async def authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
-        """Log in on a fresh connection; SaslLoginError when refused, ConnectionError when cut."""
-        exchange = _Exchange(reader, writer, client_id)
-        handshake = await exchange.call(SASL_HANDSHAKE, 1, mechanism=self.mechanism)
+    def steps(self) -> Generator[tuple[int, int, dict[str, object]], Any, None]:
+        """The login, sans I/O: each request as (api key, version, fields), sent by the caller,
+        whose response goes back in; SaslLoginError when refused. The event loop's connections
+        (`authenticate`) and blocking sockets (`spark/client.py`) drive the same steps."""
+        handshake = yield SASL_HANDSHAKE, 1, {"mechanism": self.mechanism}
         if handshake.error_code != ErrorCode.none:
             raise SaslLoginError(f"{self.mechanism} refused ({handshake.error_code.name}); the broker offers "
                                  f"{', '.join(handshake.mechanisms)}")
         if self.mechanism == PLAIN:
-            await exchange.token(f"\0{self.username}\0{self.password}".encode())
+            yield from _token(f"\0{self.username}\0{self.password}".encode())
             return
         client = scramp.ScramClient([self.mechanism], _sasl_name(self.username), self.password)
         try:
-            client.set_server_first((await exchange.token(client.get_client_first().encode())).decode())
-            client.set_server_final((await exchange.token(client.get_client_final().encode())).decode())
+            client.set_server_first((yield from _token(client.get_client_first().encode())).decode())
+            client.set_server_final((yield from _token(client.get_client_final().encode())).decode())
         except (scramp.ScramException, UnicodeDecodeError) as exc:
             raise SaslLoginError(f"the broker's SCRAM answer does not verify: {exc}") from None
+
+    async def authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+        """Log in on a fresh connection; SaslLoginError when refused, ConnectionError when cut."""
+        exchange = _Exchange(reader, writer, client_id)
+        steps = self.steps()
+        request = next(steps)
+        while True:
+            response = await exchange.call(*request)
+            try:
+                request = steps.send(response)
+            except StopIteration:
+                return
+
+
+def _token(token: bytes) -> Generator[tuple[int, int, dict[str, object]], Any, bytes]:
+    answer = yield SASL_AUTHENTICATE, 2, {"auth_bytes": token}
+    if answer.error_code != ErrorCode.none:
+        raise SaslLoginError(f"login refused: {answer.error_message or answer.error_code.name}")
+    return answer.auth_bytes
 
 
 def parse_jaas(text: str, mechanism: str) -> tuple[str, str]:
@@ -112,7 +135,7 @@ class _Exchange:
         self.reader, self.writer, self.client_id = reader, writer, client_id
         self.correlation_id = 0
 
-    async def call(self, api_key: int, version: int, **fields: object) -> object:
+    async def call(self, api_key: int, version: int, fields: dict[str, object]) -> object:
         self.correlation_id += 1
         cls = request_class(api_key, version)
         header = cls.__header_schema__(request_api_key=api_key, request_api_version=version,
@@ -128,9 +151,3 @@ class _Exchange:
         except asyncio.IncompleteReadError:
             raise ConnectionError("the broker closed the connection during the SASL login") from None
         return decode_response(response_class(api_key, version), frame, self.correlation_id)
-
-    async def token(self, token: bytes) -> bytes:
-        answer = await self.call(SASL_AUTHENTICATE, 2, auth_bytes=token)
-        if answer.error_code != ErrorCode.none:
-            raise SaslLoginError(f"login refused: {answer.error_message or answer.error_code.name}")
-        return answer.auth_bytes

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..cli.log_dirs import describe as describe_log_dirs
-from ..spark.client import Client
+from ..spark.client import Client, ClientSecurity, KafkaError
 
 T = TypeVar("T")
 CACHE_TTL_S = 1.5
@@ -212,15 +212,17 @@ class ClusterView:
         return self.offsets(keys, "latest")
 
     def partition_sizes(self) -> dict[tuple[str, int], int]:
-        """Bytes per partition (summed over brokers' log dirs), from DescribeLogDirs; empty when the
-        cluster cannot be asked that way (confluent-kafka has no DescribeLogDirs, and logbus's raw
-        client speaks PLAINTEXT only)."""
-        if self.config.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
-            return {}
+        """Bytes per partition (summed over brokers' log dirs), from DescribeLogDirs through logbus's
+        own client (confluent-kafka has no DescribeLogDirs), secured as the console's other
+        clients are; empty when the cluster does not answer it."""
         return self.cache.get("sizes", self._load_sizes)
 
     def _load_sizes(self) -> dict[tuple[str, int], int]:
-        client = Client(self.config["bootstrap.servers"], self.timeout_s)
+        try:
+            security = ClientSecurity.from_settings(self.config)
+        except KafkaError:
+            return {}
+        client = Client(self.config["bootstrap.servers"], self.timeout_s, security)
         try:
             document = describe_log_dirs(client, [], set())
         except Exception:  # noqa: BLE001 - sizes are optional: a page without them beats an error page

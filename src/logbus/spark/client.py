@@ -11,14 +11,21 @@ request at a time per connection, at fixed versions every Kafka broker since 3.0
 returned as the raw record-set bytes so that `logbus.spark.decode` can turn them into Arrow
 columns without a Python object per record. Partition leaders come from Metadata; requests go
 to the leader's connection, opened on first use.
+
+Secured listeners take the settings a librdkafka client would (`ClientSecurity.from_settings`):
+`security.protocol` SSL or SASL_SSL wraps each socket in TLS (`ssl.ca.location`, hostname checked
+unless `ssl.endpoint.identification.algorithm=none`, `ssl.certificate.location` and
+`ssl.key.location` for a client certificate); SASL_PLAINTEXT or SASL_SSL logs in first with
+`sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 as `sasl.username` / `sasl.password`.
 """
 
 from __future__ import annotations
 
 import datetime
 import socket
+import ssl
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +35,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
+from ..cluster.sasl_login import SaslLogin, SaslLoginError
 from ..protocol import tolerant
-from ..protocol.codec import ChunkSink, make
+from ..protocol.codec import ChunkSink, make, request_class
 from ..protocol.frames import MalformedRequestError
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
@@ -53,6 +61,45 @@ VERSIONS.update({PRODUCE: 9, OFFSET_FETCH: 7, INIT_PRODUCER_ID: 4, ADD_PARTITION
 
 class KafkaError(RuntimeError):
     """A request failed: connection trouble or an error code the caller cannot handle."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How to reach a secured listener: TLS around the socket, a SASL login on it, or both."""
+
+    tls: ssl.SSLContext | None = None
+    sasl: SaslLogin | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> ClientSecurity:
+        """From librdkafka-style settings (those of `--command-config`); KafkaError when unusable."""
+        protocol = str(settings.get("security.protocol", "plaintext")).upper()
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise KafkaError(f"security.protocol={protocol} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+        return cls(_tls_context(settings) if protocol.endswith("SSL") else None,
+                   _sasl_login(settings) if protocol.startswith("SASL") else None)
+
+
+def _tls_context(settings: Mapping[str, Any]) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=settings.get("ssl.ca.location") or None)
+        if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+            context.check_hostname = False
+        if settings.get("ssl.certificate.location"):
+            context.load_cert_chain(settings["ssl.certificate.location"], settings.get("ssl.key.location"),
+                                    settings.get("ssl.key.password"))
+    except (OSError, ssl.SSLError) as exc:
+        raise KafkaError(f"cannot set up TLS: {exc}") from None
+    return context
+
+
+def _sasl_login(settings: Mapping[str, Any]) -> SaslLogin:
+    mechanism = str(settings.get("sasl.mechanism", "GSSAPI")).upper()
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise KafkaError(f"sasl.mechanism={mechanism}: this client logs in with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    if not settings.get("sasl.username"):
+        raise KafkaError("SASL needs sasl.username and sasl.password")
+    return SaslLogin(mechanism, str(settings["sasl.username"]), str(settings.get("sasl.password", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +178,31 @@ MAX_RESPONSE_BYTES = 1 << 30  # far above any answer this client asks for: a lar
 class Connection:
     """One blocking socket to one broker; requests are strictly one after the other."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, security: ClientSecurity | None = None) -> None:
         self.address = (host, port)
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.correlation = 0
+        security = security or ClientSecurity()
+        try:
+            if security.tls is not None:
+                self.sock = security.tls.wrap_socket(self.sock, server_hostname=host)
+            if security.sasl is not None:
+                self._log_in(security.sasl)
+        except (ssl.SSLError, SaslLoginError) as exc:
+            self.sock.close()
+            raise KafkaError(f"{host}:{port}: {exc}") from None
+
+    def _log_in(self, login: SaslLogin) -> None:
+        steps = login.steps()
+        request = next(steps)
+        while True:
+            api_key, version, fields = request
+            answer = self.call(api_key, make(request_class(api_key, version), **fields), version)
+            try:
+                request = steps.send(answer)
+            except StopIteration:
+                return
 
     def call(self, api_key: int, body: Any, version: int | None = None) -> Any:
         """Send `body` (a kio request of `version`, by default VERSIONS') and return the answer."""
@@ -182,9 +249,10 @@ class Connection:
 class Client:
     """Metadata, offsets and fetches against a cluster, routed to partition leaders."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap_servers: str, timeout: float = 30.0, security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.timeout = timeout
+        self.security = security
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.replicas: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -194,7 +262,7 @@ class Client:
 
     def _connection(self, address: tuple[str, int]) -> Connection:
         if address not in self._connections:
-            self._connections[address] = Connection(*address, self.timeout)
+            self._connections[address] = Connection(*address, self.timeout, self.security)
         return self._connections[address]
 
     def _any_connection(self) -> Connection:

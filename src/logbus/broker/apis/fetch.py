@@ -77,7 +77,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
             break
         _close_regions(topics)
-        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, read_committed)
+        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, read_committed,
+                               follower=replica_id(request) >= 0)
     topics = await _read_cold(ctx, topics)
     if ctx.broker.metrics is not None and replica_id(request) < 0:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
@@ -391,15 +392,18 @@ def _aborted(module: Any, aborted: list[tuple[int, int]] | None) -> tuple | None
 
 async def _wait_for_enough(
     ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float,
-    read_committed: bool,
+    read_committed: bool, follower: bool,
 ) -> None:
-    """Wait until the bytes appended to the partitions since now could make up `missing` bytes
-    (each partition counted up to its max bytes), or a high watermark moved (which may make
-    bytes appended earlier readable to a consumer), or the deadline, or the broker stops.
+    """Wait until what the fetcher may read could make up `missing` bytes, or the deadline, or
+    the broker stops. As Kafka's DelayedFetch: a follower reads to the log end, so the bytes
+    appended since now count (each partition up to its max bytes), and a moved high watermark
+    answers it too (the HW it knows moves on: KIP-392's case); a consumer reads below the high
+    watermark, so only a moved HW wakes it (bytes appended above the HW of a replicated
+    partition are not its to read yet; a lone leader's HW moves with every append).
 
-    For a read_committed consumer only the last stable offset counts: bytes appended lie above
-    it until it moves (when the HW passes a transaction's marker, or records no transaction holds
-    back), so the appends of an open transaction do not wake it.
+    For a read_committed consumer the last stable offset counts instead: bytes appended lie
+    above it until it moves (when the HW passes a transaction's marker, or records no transaction
+    holds back), so the appends of an open transaction do not wake it.
 
     A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
     caller then reads for real, which may still find too little (an estimate: bytes appended
@@ -415,9 +419,9 @@ async def _wait_for_enough(
             min(partition.appended_bytes - before, max_bytes)
             for (partition, max_bytes), before in zip(partitions, start, strict=True)
         )
-        if (arrived >= missing and not read_committed) or any(
+        if (follower and arrived >= missing) or any(
             bound(partition) != mark for (partition, _), mark in zip(partitions, marks, strict=True)
-        ):  # a moved HW (LSO) may have made appended bytes readable (a consumer reads below it)
+        ):
             return
 
 
