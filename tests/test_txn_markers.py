@@ -65,10 +65,11 @@ def last_batch(partition: Partition) -> tuple[object, object]:
 def test_a_leader_appends_a_marker_at_its_epoch_and_the_hw_waits_for_the_isr(tmp_path: Path) -> None:
     async def scenario() -> None:
         partition = open_partition(tmp_path, 1, PartitionState(1, 4, [1, 2], [1, 2]))
-        woken = partition.data_arrived()
+        woken = asyncio.get_running_loop().create_future()
+        partition.wake_on_data(woken)
         info = partition.append_control_marker(7, 0, True, 3)
         assert (info.base_offset, partition.log.log_end_offset) == (0, 1)
-        assert woken.is_set(), "followers waiting in a fetch are woken"
+        assert woken.done(), "followers waiting in a fetch are woken"
         header, marker = last_batch(partition)
         assert header.is_control and header.producer_id == 7 and header.partition_leader_epoch == 4
         assert marker is not None and marker.commit and marker.coordinator_epoch == 3
