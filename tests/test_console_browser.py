@@ -75,8 +75,11 @@ def test_every_page_renders(browser: object, console: ConsoleProcess) -> None:
 
 
 def plotted_lag(driver: object) -> list[float]:
-    values = driver.find_element(By.CSS_SELECTOR, "#lag polyline").get_attribute("data-values") or ""
-    return [float(value) for value in values.split()]
+    """The lag values the live chart plots. Read in one script call: the page's refresh swaps the
+    chart in anew every few seconds, so an element found first and read after may be gone."""
+    values = driver.execute_script(
+        "const line = document.querySelector('#lag polyline'); return line ? line.getAttribute('data-values') : '';")
+    return [float(value) for value in (values or "").split()]
 
 
 def test_lag_plot_rises_while_the_consumer_is_paused_and_falls_when_it_resumes(
