@@ -93,10 +93,10 @@ class FetchSession:
                     self.partitions[(key, fetch.partition)] = CachedPartition(fetch)
                 else:
                     cached.fetch = fetch
-        for partition_key in forgotten:
-            self.partitions.pop(partition_key, None)
-        live = {key for key, _ in self.partitions}
-        self.topics = {key: topic for key, topic in self.topics.items() if key in live}
+        removed = [key for key in forgotten if self.partitions.pop(key, None) is not None]
+        if removed:  # a topic left without partitions is forgotten too
+            live = {key for key, _ in self.partitions}
+            self.topics = {key: topic for key, topic in self.topics.items() if key in live}
 
     def wanted(self) -> list[tuple[Any, Any, list[Any]]]:
         """Every partition of the session as (request topic, topic key, fetch partitions), by topic."""
@@ -123,9 +123,6 @@ class FetchSessionCache:
         self._rng = rng or random.SystemRandom()
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
 
-    def __len__(self) -> int:
-        return len(self._sessions)
-
     def get(self, session_id: int) -> FetchSession | None:
         return self._sessions.get(session_id)
 
@@ -147,8 +144,9 @@ class FetchSessionCache:
         if session.uses_topic_ids != uses_topic_ids:
             raise SessionError(ErrorCode.fetch_session_topic_id_error)
         session.epoch = 1 if epoch >= _MAX_EPOCH else epoch + 1
+        size_before = len(session.partitions)
         session.update(wanted, forgotten)
-        if self.cached_partitions() > self.max_partitions:
+        if len(session.partitions) > size_before and self.cached_partitions() > self.max_partitions:
             self.remove(session_id)
             raise SessionError(ErrorCode.fetch_session_id_not_found)
         self._touch(session)

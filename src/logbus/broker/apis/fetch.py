@@ -64,11 +64,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     try:
-        session, incremental = _session_of(ctx, request)
+        session, incremental, entries = _session_of(ctx, request)
     except SessionError as exc:
         return make(response_class(API_KEY, ctx.api_version), error_code=exc.code, session_id=0, responses=(),
                     node_endpoints=())
-    wanted = _resolved(ctx, session.wanted() if incremental and session else _request_entries(request))
+    wanted = _resolved(ctx, entries)
     read_committed = replica_id(request) < 0 and request.isolation_level == READ_COMMITTED
     refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
     while True:
@@ -90,19 +90,22 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None, bool]:
-    """The fetch session this fetch opens or continues (None: none), and whether it is
-    incremental; SessionError for an unknown session or a wrong epoch (see fetch_sessions)."""
+def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None, bool, list[tuple[Any, Any, list]]]:
+    """The fetch session this fetch opens or continues (None: none), whether it is incremental,
+    and the partitions to read: those the request names, or for an incremental fetch all of the
+    session's. SessionError for an unknown session or a wrong epoch (see fetch_sessions)."""
     session_id, epoch = getattr(request, "session_id", 0), getattr(request, "session_epoch", FINAL_EPOCH)
     cache = ctx.broker.fetch_sessions
     uses_topic_ids = ctx.api_version >= TOPIC_ID_VERSION
+    named = _request_entries(request)
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch; an earlier session of this fetcher ends
         if session_id:
             cache.remove(session_id)
         if epoch == FINAL_EPOCH:
-            return None, False
-        return cache.maybe_create(replica_id(request) >= 0, uses_topic_ids, _request_entries(request)), False
-    return cache.incremental(session_id, epoch, uses_topic_ids, _request_entries(request), _forgotten(request)), True
+            return None, False, named
+        return cache.maybe_create(replica_id(request) >= 0, uses_topic_ids, named), False, named
+    session = cache.incremental(session_id, epoch, uses_topic_ids, named, _forgotten(request))
+    return session, True, session.wanted()
 
 
 def _request_entries(request: Any) -> list[tuple[Any, Any, list[Any]]]:
