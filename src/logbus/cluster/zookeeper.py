@@ -374,8 +374,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def alter_scram_credentials(self, changes: CredentialChanges) -> None:
         await self._write_in_thread(write_scram_credentials, self.client, changes)
         expected = {user: apply_credential_changes(self._users, changes).get(user, {}) for user in changes}
-        if not await self.wait_for(lambda: all(self._users.get(u, {}) == c for u, c in expected.items())):
-            raise MetadataWriteError(f"credentials written but not seen within {CHANGE_TIMEOUT_S} s")
+        await self._see("credentials", lambda: all(self._users.get(u, {}) == c for u, c in expected.items()))
 
     def _watch_user_clients(self, user: str) -> None:
         """/config/users/<user>/clients may come and go: its children are watched while it exists."""
@@ -437,8 +436,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def alter_client_quotas(self, changes: QuotaChanges) -> None:
         await self._write_in_thread(write_client_quotas, self.client, changes)
         expected = apply_quota_changes(self._quotas, changes)
-        if not await self.wait_for(lambda: all(self._quotas.get(e, {}) == expected.get(e, {}) for e in changes)):
-            raise MetadataWriteError(f"quotas written but not seen within {CHANGE_TIMEOUT_S} s")
+        await self._see("quotas", lambda: all(self._quotas.get(e, {}) == expected.get(e, {}) for e in changes))
 
     def _on_controller(self, data: bytes | None, _stat: object, *_event: object) -> None:
         controller = -1
@@ -536,8 +534,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             notification = await self._write_in_thread(self._write_acls, pattern, *mine)
             if notification is not None:
                 notifications.append(notification)
-        if not await self.wait_for(lambda: all(n in self._seen_acl_changes for n in notifications)):
-            raise MetadataWriteError(f"ACLs written but not seen within {CHANGE_TIMEOUT_S} s")
+        await self._see("ACLs", lambda: all(n in self._seen_acl_changes for n in notifications))
 
     def _write_acls(self, pattern: ResourcePattern, added: list[AclBinding], removed: list[AclBinding]) -> str | None:
         """Update one resource's ACL znode on its version (again on a lost race); returns the change
@@ -674,6 +671,11 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _view_changed(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+    async def _see(self, what: str, written: Callable[[], bool]) -> None:
+        """After a write: wait until the view shows it (`written()`), else MetadataWriteError."""
+        if not await self.wait_for(written):
+            raise MetadataWriteError(f"{what} written but not seen within {CHANGE_TIMEOUT_S} s")
 
     async def wait_for(self, condition: Callable[[], bool], timeout: float = CHANGE_TIMEOUT_S) -> bool:
         """Wait until `condition()` holds for the view (True) or `timeout` passes (False)."""
@@ -835,8 +837,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             assignments = assign_replicas(live, total - count, replication, count)
         added = [_initial_state(replicas, set(live)) for replicas in assignments]
         await self._write_in_thread(self._write_partitions, current, added)
-        if not await self.wait_for(lambda: len(self._require(name).partitions) >= total):
-            raise MetadataWriteError(f"partitions of {name} written but not seen within {CHANGE_TIMEOUT_S} s")
+        await self._see(f"partitions of {name}", lambda: len(self._require(name).partitions) >= total)
         return self._topics[name]
 
     def _write_partitions(self, current: TopicMetadata, added: list[PartitionState]) -> None:
@@ -857,8 +858,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         self._require(name)
         await self._write_in_thread(self._write_configs, name, configs)
-        if not await self.wait_for(lambda: name in self._topics and self._topics[name].configs == configs):
-            raise MetadataWriteError(f"configs of {name} written but not seen within {CHANGE_TIMEOUT_S} s")
+        await self._see(f"configs of {name}", lambda: name in self._topics and self._topics[name].configs == configs)
         return self._topics[name]
 
     def _write_configs(self, name: str, configs: dict[str, str]) -> None:
