@@ -9,9 +9,11 @@ Latency payloads start with the send time from CLOCK_MONOTONIC (one clock for al
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import json
+import math
 import struct
 import sys
 import time
@@ -44,12 +46,31 @@ def _percentiles(latencies_ns: list[int]) -> dict[str, float]:
     return {"p50_ms": pick(0.5), "p99_ms": pick(0.99), "p999_ms": pick(0.999), "samples": len(ordered)}
 
 
-def _keep_after_warmup(pairs: list[tuple[int, int]]) -> list[int]:
-    """Latencies of records sent after the first second (connection set-up and first fetches excluded)."""
-    if not pairs:
-        return []
-    start = min(sent for sent, _ in pairs) + int(WARMUP_S * 1e9)
-    return [received - sent for sent, received in pairs if sent >= start]
+class Stamps:
+    """Send and receive times of each record, in two arrays of ints.
+
+    Not a list of tuples: every tuple is an object the consumer's garbage collector walks, and
+    its full collection of ~50k of them paused the measuring consumer ~50 ms, which showed as
+    latency of the system measured.
+    """
+
+    def __init__(self) -> None:
+        self.sent = array.array("q")
+        self.received = array.array("q")
+
+    def add(self, sent_ns: int, received_ns: int) -> None:
+        self.sent.append(sent_ns)
+        self.received.append(received_ns)
+
+    def after_warmup(self) -> list[int]:
+        """Latencies of records sent after the first second (connection set-up and first fetches excluded)."""
+        if not self.sent:
+            return []
+        start = min(self.sent) + int(WARMUP_S * 1e9)
+        return [received - sent for sent, received in zip(self.sent, self.received, strict=True) if sent >= start]
+
+
+TICK_S = 0.001
 
 
 class Pacer:
@@ -64,8 +85,13 @@ class Pacer:
         return max(int((time.monotonic() - self.started) * self.rate) - self.sent, 0)
 
     def wait(self) -> float:
-        """Seconds until the next record is due."""
-        return max((self.sent + 1) / self.rate - (time.monotonic() - self.started), 0.0)
+        """Seconds until the next tick's records are due.
+
+        A tick is 1 ms (at least one record): a sender woken for every record at 10k/s would
+        spend most of a core waking, and that core is taken from the servers it measures.
+        """
+        per_tick = max(int(self.rate * TICK_S), 1)
+        return max((self.sent + per_tick) / self.rate - (time.monotonic() - self.started), 0.0)
 
 
 # --- Redis Streams (redis-py, pipelined) --------------------------------------------------------------------
@@ -105,16 +131,16 @@ def redis_latency_consume(port: int, stream: str, seconds: float) -> dict:
     import redis
 
     client = redis.Redis(port=port)
-    last, pairs = "0-0", []
+    last, stamps = "0-0", Stamps()
     _ready()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for _, entries in client.xread({stream: last}, count=1000, block=100):
             now = time.monotonic_ns()
             for entry_id, fields in entries:
-                pairs.append((STAMP.unpack_from(fields[b"d"])[0], now))
+                stamps.add(STAMP.unpack_from(fields[b"d"])[0], now)
                 last = entry_id
-    return _percentiles(_keep_after_warmup(pairs))
+    return _percentiles(stamps.after_warmup())
 
 
 def redis_latency_produce(port: int, stream: str, size: int, rate: int, seconds: float) -> dict:
@@ -183,17 +209,17 @@ async def _nats_consume(port: int, subject: str, count: int, seconds: float) -> 
 
 async def _nats_latency_consume(port: int, subject: str, seconds: float) -> dict:
     client, js = await _nats(port)
-    pairs: list[tuple[int, int]] = []
+    stamps = Stamps()
 
     async def on_message(message) -> None:
-        pairs.append((STAMP.unpack_from(message.data)[0], time.monotonic_ns()))
+        stamps.add(STAMP.unpack_from(message.data)[0], time.monotonic_ns())
 
     subscription = await js.subscribe(subject, cb=on_message, ordered_consumer=True)
     _ready()
     await asyncio.sleep(seconds)
     await subscription.unsubscribe()
     await client.close()
-    return _percentiles(_keep_after_warmup(pairs))
+    return _percentiles(stamps.after_warmup())
 
 
 async def _nats_latency_produce(port: int, subject: str, size: int, rate: int, seconds: float) -> dict:
@@ -249,7 +275,7 @@ def kafka_latency_consume(bootstrap: str, topic: str, seconds: float) -> dict:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "latency", "enable.auto.commit": False,
                          "log_level": 0})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    pairs: list[tuple[int, int]] = []
+    stamps = Stamps()
     consumer.consume(1, 0.5)  # joins the partition: the fetch session exists before the producer starts
     _ready()
     end = time.monotonic() + seconds
@@ -259,9 +285,9 @@ def kafka_latency_consume(bootstrap: str, topic: str, seconds: float) -> dict:
             continue
         for message in [first, *consumer.consume(1000, 0)]:
             if message.error() is None:
-                pairs.append((STAMP.unpack_from(message.value())[0], time.monotonic_ns()))
+                stamps.add(STAMP.unpack_from(message.value())[0], time.monotonic_ns())
     consumer.close()
-    return _percentiles(_keep_after_warmup(pairs))
+    return _percentiles(stamps.after_warmup())
 
 
 def kafka_latency_produce(bootstrap: str, topic: str, size: int, rate: int, seconds: float, acks: str = "1") -> dict:
@@ -274,7 +300,7 @@ def kafka_latency_produce(bootstrap: str, topic: str, size: int, rate: int, seco
         for _ in range(due):
             producer.produce(topic, _stamped(size), partition=0)
         pacer.sent += due
-        producer.poll(pacer.wait() if not due else 0)
+        producer.poll(math.ceil(pacer.wait() * 1000) / 1000 if not due else 0)  # librdkafka waits whole ms
     producer.flush(30)
     return {"records": pacer.sent, "seconds": time.monotonic() - pacer.started}
 
