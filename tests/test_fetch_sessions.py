@@ -173,6 +173,18 @@ def test_an_incremental_fetch_answers_only_what_changed(broker_with_topic: Broke
         assert fetch(connection, opened.session_id, 4, []).error_code == ErrorCode.fetch_session_id_not_found
 
 
+def test_a_quiet_partition_still_answers_an_error_for_an_impossible_position(broker_with_topic: BrokerProcess) -> None:
+    """A partition with nothing new is left out unread, but only while its position is readable:
+    named past the log end, it answers OFFSET_OUT_OF_RANGE."""
+    with RawConnection(broker_with_topic.bootstrap) as connection:
+        opened = fetch(connection, 0, 0, [(0, 0), (1, 0)])
+        marks = named(opened)
+        assert named(fetch(connection, opened.session_id, 1, sorted(marks.items()))) == {}
+        beyond = fetch(connection, opened.session_id, 2, [(1, marks[1] + 1000)])
+        errors = {p.partition_index: p.error_code for t in beyond.responses for p in t.partitions}
+        assert errors == {1: ErrorCode.offset_out_of_range}
+
+
 def test_kafka_python_reads_every_partition_through_a_fetch_session(broker_with_topic: BrokerProcess) -> None:
     """kafka-python fetches with incremental sessions (its default): records produced to every
     partition while it reads all reach it."""

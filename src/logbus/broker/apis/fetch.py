@@ -2,8 +2,9 @@
 
 v13+ names topics by id. v7+ fetchers may open an incremental fetch session (KIP-227, see
 `broker/fetch_sessions.py`): then each fetch names only the partitions whose position changed,
-the broker reads every partition of the session, and answers with only those that have news
-(fetchers without a session send and get every partition each time, as before). Each partition
+the broker reads every partition of the session that may have news (one with nothing to read and
+no offset moved since the fetcher was last told is skipped unread), and answers with only those
+that have news (fetchers without a session send and get every partition each time, as before). Each partition
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
 response's `max_bytes` (for a consumer under a consumer_byte_rate quota, at most what its quota
@@ -47,7 +48,7 @@ from ...storage.log import OffsetOutOfRangeError
 from ...storage.segment import FileRegion, ReadSlice
 from ..authorization import authorize_cluster, authorized_names
 from ..context import RequestContext
-from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSession, SessionError
+from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession, SessionError
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -73,7 +74,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
     while True:
         await _load_uncached_read_starts(ctx, wanted)
-        topics, total, partitions = _read_all(ctx, request, wanted, read_committed, refused)
+        topics, total, partitions = _read_all(ctx, request, wanted, read_committed, refused,
+                                              session if incremental else None)
         if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
             break
         _close_regions(topics)
@@ -197,9 +199,14 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, wanted: list, read_committed: bool, refused: frozenset[str] | set[str]
+    ctx: RequestContext, request: Any, wanted: list, read_committed: bool, refused: frozenset[str] | set[str],
+    session: FetchSession | None = None,
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
-    """The answer per topic, the bytes in it, and each hosted partition with its max bytes."""
+    """The answer per topic, the bytes in it, and each hosted partition with its max bytes.
+
+    For an incremental `session` a partition with nothing new for its fetcher is left out before
+    it is read (see `_quiet`), as its answer would be dropped anyway.
+    """
     module = response_module(API_KEY, ctx.api_version)
     budget = _quota_bounded_max_bytes(ctx, request)
     total = 0
@@ -214,7 +221,11 @@ def _read_all(
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
-            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget, read_committed)
+            cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
+            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget, read_committed,
+                                           cached)
+            if answer is None:
+                continue
             budget = max(budget - size, 0)
             total += size
             answers.append(answer)
@@ -238,7 +249,10 @@ def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
 def _read_partition(
     module: Any, ctx: RequestContext, request: Any, name: str | None,
     partition: Partition | None, fetch: Any, budget: int, read_committed: bool,
+    cached: CachedPartition | None = None,
 ) -> tuple[Any, int]:
+    """The partition's answer and its record bytes; (None, 0) when `cached` says the fetcher has
+    been told everything there is (an incremental session's quiet partition)."""
     if partition is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
         return _answer(module, fetch.partition, error), 0
@@ -256,6 +270,8 @@ def _read_partition(
             return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
                            partition.last_stable_offset, partition.log.log_start_offset, diverging=diverging), 0
         partition.update_follower(replica, fetch.fetch_offset)
+    if cached is not None and _quiet(cached, partition, fetch.fetch_offset, replica >= 0, read_committed):
+        return None, 0
     max_bytes = min(fetch.partition_max_bytes, budget)
     try:
         data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0, read_committed=read_committed)
@@ -271,6 +287,20 @@ def _read_partition(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
         data.log_start_offset, records, aborted=data.aborted_transactions,
     ), len(records)
+
+
+def _quiet(cached: CachedPartition, partition: Partition, offset: int, follower: bool, read_committed: bool) -> bool:
+    """Nothing to read from `offset` (and no error to answer), and the HW, LSO and log start are
+    what the fetcher was last told: a follower session's many idle partitions are skipped without
+    a read or an answer built only to be dropped."""
+    log, high_watermark = partition.log, partition.high_watermark
+    stable = partition.last_stable_offset
+    readable_end = log.log_end_offset if follower else stable if read_committed else high_watermark
+    return (
+        readable_end <= offset <= log.log_end_offset and offset >= log.log_start_offset
+        and cached.high_watermark == high_watermark and cached.last_stable_offset == stable
+        and cached.log_start_offset == log.log_start_offset
+    )
 
 
 class _ColdRecords:
