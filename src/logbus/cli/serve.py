@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 import resource
@@ -132,6 +133,17 @@ def keep_freed_memory_for_reuse() -> None:
     mallopt(_M_TRIM_THRESHOLD, 64 << 20)
 
 
+def leave_start_up_objects_out_of_collections() -> None:
+    """Move what start-up left alive (modules, protocol schemas, the recovered logs' state) out of
+    the cyclic garbage collector's reach (`gc.freeze`), after collecting start-up's garbage.
+
+    A full collection walks every tracked object: with those included it paused the event loop
+    ~30 ms now and then (measured in a 3-broker cluster), which every request in flight waited out.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettings, log_dirs: list[str]) -> int:
     from ..broker.broker import Broker
     from ..cluster.metadata import BrokerIdInUseError
@@ -161,6 +173,7 @@ async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettin
         print(f"logbus: cannot start: {where}: {exc.strerror}", file=sys.stderr)
         return 1
     print(_ready_lines(broker_id, bound, broker.metrics.server if broker.metrics else None), flush=True)
+    leave_start_up_objects_out_of_collections()
     await stop.wait()
     await broker.stop()
     return 0
