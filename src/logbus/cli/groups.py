@@ -24,6 +24,7 @@ from .common import (
     import_confluent_kafka,
     unreachable,
 )
+from .offset_reset import reset_targets
 
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 
@@ -207,13 +208,10 @@ def run_reset_offsets(args: argparse.Namespace) -> int:
 
 
 def _targets(admin: Any, args: argparse.Namespace, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    earliest = _offsets(admin, args, keys, "earliest")
-    latest = _offsets(admin, args, keys, "latest")
-    if args.to_earliest:
-        return earliest
-    if args.to_latest:
-        return latest
-    if args.to_offset is not None:
-        return {key: min(max(args.to_offset, earliest[key]), latest[key]) for key in keys}
-    found = _offsets(admin, args, keys, int(args.to_datetime.timestamp() * 1000))
-    return {key: found[key] if found[key] >= 0 else latest[key] for key in keys}
+    if args.to_earliest or args.to_latest:
+        target, value = ("earliest" if args.to_earliest else "latest"), None
+    elif args.to_offset is not None:
+        target, value = "offset", args.to_offset
+    else:
+        target, value = "timestamp", int(args.to_datetime.timestamp() * 1000)
+    return reset_targets(keys, target, value, lambda wanted, spec: _offsets(admin, args, wanted, spec))

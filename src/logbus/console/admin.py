@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cli.offset_reset import reset_targets
 from .cluster_view import ClusterView, ConsoleError
-
-RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
 
 
 @dataclass(frozen=True, slots=True)
 class ResetRequest:
     group: str
     topic: str
-    target: str  # one of RESET_TARGETS
+    target: str  # one of offset_reset.TARGETS
     value: int | None = None  # the offset, or the timestamp in ms
 
 
@@ -77,15 +76,7 @@ class Actions:
     def reset_targets(self, request: ResetRequest) -> dict[tuple[str, int], int]:
         """The new offset per partition, kept within each partition's log (as Kafka's tool keeps them)."""
         keys = [(request.topic, p.id) for p in self.view.topic(request.topic).partitions]
-        earliest = self.view.offsets(keys, "earliest")
-        latest = self.view.offsets(keys, "latest")
-        if request.target == "earliest":
-            return earliest
-        if request.target == "latest":
-            return latest
-        if request.value is None:
-            raise ConsoleError(f"resetting to an {request.target} needs a value")
-        if request.target == "offset":
-            return {key: min(max(request.value, earliest[key]), latest[key]) for key in keys}
-        found = self.view.offsets(keys, request.value)
-        return {key: found[key] if found[key] >= 0 else latest[key] for key in keys}
+        try:
+            return reset_targets(keys, request.target, request.value, self.view.offsets)
+        except ValueError as exc:
+            raise ConsoleError(str(exc)) from None
