@@ -23,6 +23,7 @@ from kio.serial import entity_reader
 
 from ..protocol import bounds
 from ..protocol.codec import encode, request_class, response_class
+from .frame_stream import FrameStream, open_frame_stream
 from .metadata import BrokerInfo, MetadataStore
 
 if TYPE_CHECKING:
@@ -55,10 +56,8 @@ def decode_response(cls: type, frame: bytes, correlation_id: int) -> Any:
 class _Connection:
     """One TCP connection and the requests awaiting an answer on it."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_response_bytes: int) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.max_response_bytes = max_response_bytes
+    def __init__(self, stream: FrameStream) -> None:
+        self.stream = stream
         self.pending: dict[int, tuple[asyncio.Future, type]] = {}
         self.failed = False
         self.task = asyncio.get_running_loop().create_task(self._read_responses())
@@ -67,17 +66,15 @@ class _Connection:
         """Queue one request frame; the future its response completes."""
         future = asyncio.get_running_loop().create_future()
         self.pending[correlation_id] = (future, cls)
-        self.writer.write(_SIZE.pack(sum(len(chunk) for chunk in payload)))
-        self.writer.writelines(payload)
+        self.stream.write(b"".join([_SIZE.pack(sum(len(chunk) for chunk in payload)), *payload]))
         return future
 
     async def _read_responses(self) -> None:
         try:
             while True:
-                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-                if not 4 <= size <= self.max_response_bytes:
-                    raise ConnectionError(f"response frame of {size} bytes")
-                frame = await self.reader.readexactly(size)
+                frame = await self.stream.read_frame()
+                if len(frame) < 4:
+                    raise ConnectionError(f"a response frame of {len(frame)} bytes")
                 (correlation_id,) = _SIZE.unpack_from(frame)
                 if correlation_id not in self.pending:
                     raise ConnectionError(f"a response to no request (correlation id {correlation_id})")
@@ -85,15 +82,15 @@ class _Connection:
                 future, _ = self.pending.pop(correlation_id)
                 if not future.done():  # (a request cancelled meanwhile)
                     future.set_result(response)
-        except (OSError, EOFError) as exc:  # EOFError: asyncio.IncompleteReadError, the peer closed
-            self.fail(exc if isinstance(exc, OSError) else ConnectionError(f"connection closed: {exc}"))
+        except OSError as exc:  # ConnectionError: the peer closed, or sent what no answer is
+            self.fail(exc)
 
     def fail(self, exc: OSError) -> None:
         """Close the connection; every request awaiting an answer gets `exc`."""
         if self.failed:
             return
         self.failed = True
-        self.writer.close()
+        self.stream.close()
         if self.task is not asyncio.current_task():
             self.task.cancel()
         for future, _ in self.pending.values():
@@ -146,7 +143,6 @@ class BrokerClient:
         future = connection.send(self._correlation, [*encode(header), *encode(request)],
                                  response_class(api_key, version))
         try:
-            await connection.writer.drain()
             return await future
         finally:
             future.cancel()  # no-op once answered; a request given up leaves nothing to complete
@@ -155,17 +151,15 @@ class BrokerClient:
         async with self._connecting:
             self._refuse_if_closed()
             if self._connection is None or self._connection.failed:
-                reader, writer = await asyncio.open_connection(*self.address, ssl=self.tls)
-                if self.sasl is not None:
-                    try:
-                        await self.sasl.authenticate(reader, writer, self.client_id)
-                    except BaseException:
-                        writer.close()
-                        raise
-                if self._closed:  # while connecting
-                    writer.close()
-                self._refuse_if_closed()
-                self._connection = _Connection(reader, writer, self.max_response_bytes)
+                stream = await open_frame_stream(*self.address, self.max_response_bytes, self.tls)
+                try:
+                    if self.sasl is not None:
+                        await self.sasl.authenticate(stream, self.client_id)
+                    self._refuse_if_closed()  # closed while connecting
+                except BaseException:
+                    stream.close()
+                    raise
+                self._connection = _Connection(stream)
             return self._connection
 
     def _refuse_if_closed(self) -> None:

@@ -42,6 +42,7 @@ from ..protocol.codec import ChunkSink, make
 from ..protocol.records import BatchHeader, validate_batches, whole_batches_length
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import FollowerAppendError
+from .frame_stream import FrameStream, open_frame_stream
 from .partition import Partition
 
 if TYPE_CHECKING:
@@ -93,8 +94,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader: asyncio.StreamReader | None = None
+        self._stream: FrameStream | None = None
         self._correlation = 0
         self._failing = False
         self._delayed: dict[tuple[str, int], float] = {}  # partition -> loop time its fetching resumes
@@ -121,9 +121,9 @@ class ReplicaFetcher:
         self._close()
 
     def _close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._stream is not None:
+            self._stream.close()
+        self._stream = None
         self._session.reset()
 
     # ------------------------------------------------------------------ the loop
@@ -142,7 +142,7 @@ class ReplicaFetcher:
                     async with asyncio.timeout(wait):
                         await self._wakeup.wait()
                 continue
-            reused = self._writer is not None
+            reused = self._stream is not None
             try:
                 response = await self._fetch(wanted)
                 if not self._session.answered(ErrorCode(response.error_code), response.session_id):
@@ -154,7 +154,7 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure: reconnect after a pause
-                if reused and isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
+                if reused and isinstance(exc, ConnectionError):
                     # a connection from before the leader restarted: a new one at once, no pause
                     log.info("%s: connection to broker %d lost (%s); reconnecting", self.name, self.leader_id, exc)
                     self._close()
@@ -167,13 +167,17 @@ class ReplicaFetcher:
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 
     async def _fetch(self, partitions: list[Partition]) -> Any:
-        if self._writer is None:
+        if self._stream is None:
             async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
-                self._reader, self._writer = await asyncio.open_connection(
-                    self.address.host, self.address.port, ssl=self.tls if self.address.tls else None)
-                if self.sasl is not None:
-                    await self.sasl.authenticate(self._reader, self._writer,
-                                                 f"logbus-replica-fetcher-{self.config.broker_id}")
+                stream = await open_frame_stream(self.address.host, self.address.port, self._max_response_frame(),
+                                                 self.tls if self.address.tls else None)
+                try:
+                    if self.sasl is not None:
+                        await self.sasl.authenticate(stream, f"logbus-replica-fetcher-{self.config.broker_id}")
+                except BaseException:
+                    stream.close()
+                    raise
+                self._stream = stream
         self._correlation += 1
         sink = ChunkSink()
         _WRITE_HEADER(sink, _REQUEST.RequestHeader(
@@ -182,7 +186,7 @@ class ReplicaFetcher:
         named, forgotten = self._session.plan({(p.topic, p.index): _position(p) for p in partitions})
         _WRITE_BODY(sink, self._request([p for p in partitions if (p.topic, p.index) in named], forgotten))
         payload = b"".join(sink)
-        self._writer.write(_SIZE.pack(len(payload)) + payload)
+        self._stream.write(_SIZE.pack(len(payload)) + payload)
         async with asyncio.timeout((self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000):
             return await self._response()
 
@@ -202,11 +206,12 @@ class ReplicaFetcher:
             forgotten_topics_data=_forgotten_topics(forgotten), rack_id="")
 
     async def _response(self) -> Any:
-        assert self._reader is not None
-        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-        if not 0 <= size <= self.config.response_max_bytes + (1 << 20):
-            raise ConnectionError(f"response of {size} bytes")
-        return decode_fetch_response(await self._reader.readexactly(size), self._correlation)
+        assert self._stream is not None
+        return decode_fetch_response(await self._stream.read_frame(), self._correlation)
+
+    def _max_response_frame(self) -> int:
+        """The largest answer taken: the request's max bytes, and room for a first batch over it (KIP-74)."""
+        return self.config.response_max_bytes + (1 << 20)
 
     # ------------------------------------------------------------------ answers
 

@@ -14,7 +14,6 @@ of the CLI, the console and Spark (`spark/client.py`), built from librdkafka-sty
 
 from __future__ import annotations
 
-import asyncio
 import re
 import struct
 from collections.abc import Generator
@@ -30,6 +29,7 @@ from ..security.listeners import ListenerSettings
 from ..security.sasl import PLAIN
 from ..security.sasl_session import SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_PROTOCOLS
 from .broker_client import decode_response
+from .frame_stream import FrameStream
 
 LOGIN_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": (PLAIN,),
@@ -90,9 +90,9 @@ class SaslLogin:
         except (scramp.ScramException, UnicodeDecodeError) as exc:
             raise SaslLoginError(f"the broker's SCRAM answer does not verify: {exc}") from None
 
-    async def authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+    async def authenticate(self, stream: FrameStream, client_id: str) -> None:
         """Log in on a fresh connection; SaslLoginError when refused, ConnectionError when cut."""
-        exchange = _Exchange(reader, writer, client_id)
+        exchange = _Exchange(stream, client_id)
         steps = self.steps()
         request = next(steps)
         while True:
@@ -131,8 +131,8 @@ def _sasl_name(username: str) -> str:
 class _Exchange:
     """Requests one at a time on a connection nothing else uses yet."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
-        self.reader, self.writer, self.client_id = reader, writer, client_id
+    def __init__(self, stream: FrameStream, client_id: str) -> None:
+        self.stream, self.client_id = stream, client_id
         self.correlation_id = 0
 
     async def call(self, api_key: int, version: int, fields: dict[str, object]) -> object:
@@ -141,13 +141,11 @@ class _Exchange:
         header = cls.__header_schema__(request_api_key=api_key, request_api_version=version,
                                        correlation_id=self.correlation_id, client_id=self.client_id)
         payload = b"".join([*encode(header), *encode(make(cls, **fields))])
-        self.writer.write(struct.pack(">i", len(payload)) + payload)
-        await self.writer.drain()
+        self.stream.write(struct.pack(">i", len(payload)) + payload)
         try:
-            size = struct.unpack(">i", await self.reader.readexactly(4))[0]
-            if not 0 <= size <= MAX_TOKEN_FRAME:
-                raise ConnectionError(f"a {size}-byte answer to a SASL request")
-            frame = await self.reader.readexactly(size)
-        except asyncio.IncompleteReadError:
-            raise ConnectionError("the broker closed the connection during the SASL login") from None
+            frame = await self.stream.read_frame()
+        except ConnectionError as exc:
+            raise ConnectionError(f"the SASL login was cut off: {exc}") from None
+        if len(frame) > MAX_TOKEN_FRAME:
+            raise ConnectionError(f"a {len(frame)}-byte answer to a SASL request")
         return decode_response(response_class(api_key, version), frame, self.correlation_id)

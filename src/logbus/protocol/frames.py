@@ -24,6 +24,11 @@ _MIN_READ, _MAX_READ = 4096, 1 << 20  # free room offered to a read (the event l
 class FrameError(ValueError):
     """The byte stream cannot be framed (negative or oversized frame)."""
 
+    def __init__(self, size: int, max_size: int) -> None:
+        super().__init__(f"frame of {size} bytes (socket.request.max.bytes={max_size})")
+        self.size = size
+        self.max_size = max_size
+
 
 class MalformedRequestError(ValueError):
     """A frame that does not decode as the request its header names."""
@@ -106,7 +111,7 @@ class FrameSplitter:
         while self._end - self._start >= 4:
             (size,) = _SIZE.unpack_from(self._buffer, self._start)
             if size < 0 or size > self.max_size:
-                raise FrameError(f"frame of {size} bytes (socket.request.max.bytes={self.max_size})")
+                raise FrameError(size, self.max_size)
             if self._end - self._start < 4 + size:
                 break
             begin = self._start + 4
