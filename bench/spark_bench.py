@@ -70,7 +70,7 @@ def fill_topic(bootstrap: str, rows: int) -> None:
 
 def bench_decode(bootstrap: str, rows_per_partition: int) -> dict:
     """One partition into Arrow batches: logbus client + numpy decode vs confluent-kafka."""
-    task = OffsetRange(bootstrap, TOPIC, 0, 0, rows_per_partition, False, True)
+    task = OffsetRange({"bootstrap.servers": bootstrap}, TOPIC, 0, 0, rows_per_partition, False, True)
     began = time.perf_counter()
     own = sum(batch.num_rows for batch in read_range(task))
     own_s = time.perf_counter() - began

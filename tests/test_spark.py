@@ -15,21 +15,30 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from helpers import QUIET, wait_until
+from test_sasl import add_user
+from test_tls import certs, tls_config  # noqa: F401 - certs: the fixture
 
 from logbus.testing import BrokerProcess, running_broker
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
 from pyspark.sql.utils import StreamingQueryException  # noqa: E402
 
 import logbus.spark  # noqa: E402
 from logbus.protocol.records import build_batch  # noqa: E402
+from logbus.spark.client import AuthenticationError  # noqa: E402
 from logbus.spark.decode import decode  # noqa: E402
+from logbus.spark.options import client_config  # noqa: E402
+from logbus.spark.sink import WriteError, parse_target, produce_batches  # noqa: E402
+from logbus.spark.txn_client import TxnClient  # noqa: E402
 
 pytestmark = pytest.mark.spark
 HEADERS = "headers"
@@ -419,3 +428,78 @@ def expected_windows(broker: BrokerProcess) -> list[tuple]:
         windows.setdefault((start, event["region"]), []).append(event["amount"])
     return [(start, region, len(amounts), sum(amounts), max(amounts))
             for (start, region), amounts in windows.items() if start + 60_000 <= watermark]
+
+
+# ---------------------------------------------------------------- secured listeners
+
+PASSWORD = "alice-secret"
+
+
+@pytest.fixture(scope="module")
+def secured(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:  # noqa: F811
+    """SASL_SSL (SCRAM-SHA-512, certificates from `logbus certs`) beside PLAINTEXT; user `alice`
+    made with `logbus users set` before the broker started."""
+    data = tmp_path_factory.mktemp("secured") / "data"
+    add_user(["--data-dir", str(data)], "alice", PASSWORD, data.parent, mechanisms=("SCRAM-SHA-512",))
+    config = tls_config(certs, listeners="PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                        **{"sasl.enabled.mechanisms": "SCRAM-SHA-512", "num.partitions": "1"})
+    with running_broker(config, data_dir=str(data)) as started:
+        yield started
+
+
+def java_security(broker: BrokerProcess, certs: Path, password: str = PASSWORD) -> dict[str, str]:  # noqa: F811
+    """The SASL_SSL listener as Spark's Kafka source is told about it: Java client names."""
+    return {"kafka.bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_SSL']}", "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                      f'username="alice" password="{password}";',
+            "kafka.ssl.truststore.location": str(certs / "ca.pem"), "kafka.ssl.truststore.type": "PEM"}
+
+
+def test_source_and_sinks_work_through_sasl_ssl_with_java_style_options(spark, secured, certs,  # noqa: F811
+                                                                         tmp_path) -> None:
+    """A batch read, a batch write (at least once) and an exactly-once streaming write, all over
+    SASL_SSL; writes checked over PLAINTEXT. A wrong password fails the query, naming the refusal."""
+    options = java_security(secured, certs)
+    for topic in ("sec-in", "sec-out", "sec-eo"):
+        create_topic(secured, topic, 2)
+    produce(secured, "sec-in", [{"key": b"k%d" % i, "value": b"v%d" % i} for i in range(100)])
+    expected = sorted(b"v%d" % i for i in range(100))
+    rows = spark.read.format("logbus").options(**options, subscribe="sec-in").load().collect()
+    assert sorted(bytes(row.value) for row in rows) == expected
+
+    written = spark.createDataFrame([(b"w%d" % i,) for i in range(50)], "value binary")
+    written.write.format("logbus").mode("append").options(**options, topic="sec-out").save()
+    stream = spark.readStream.format("logbus").options(**options, subscribe="sec-in", startingOffsets="earliest").load()
+    query = (stream.select("key", "value").writeStream.format("logbus").options(**options, topic="sec-eo")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(bytes(r.value) for r in reader(spark, secured, subscribe="sec-out").load().collect()) == sorted(
+        b"w%d" % i for i in range(50))
+    committed = reader(spark, secured, subscribe="sec-eo", **{"isolation.level": "read_committed"}).load().collect()
+    assert sorted(bytes(row.value) for row in committed) == expected
+
+    wrong = java_security(secured, certs, password="wrong")
+    with pytest.raises(Exception, match="Authentication failed"):
+        spark.read.format("logbus").options(**wrong, subscribe="sec-in").load().collect()
+
+
+@pytest.mark.parametrize("sink", ["at-least-once", "exactly-once"])
+def test_sinks_give_up_at_once_on_a_wrong_password(secured, certs, sink: str) -> None:  # noqa: F811
+    """librdkafka retries a refused login until its records time out (5 minutes), the transactional
+    client retries lost connections for a minute: both sinks fail on the first refusal instead."""
+    options = {**java_security(secured, certs, password="wrong"), "topic": "sec-in"}
+    began = time.monotonic()
+    if sink == "at-least-once":
+        target = parse_target(options, StructType([StructField("value", BinaryType())]))
+        with pytest.raises(WriteError, match="Authentication failed"):
+            produce_batches(target, iter([pa.RecordBatch.from_pydict({"value": [b"x"]})]))
+    else:
+        client = TxnClient.from_settings(client_config(options))
+        try:
+            with pytest.raises(AuthenticationError, match="Authentication failed"):
+                client.init_producer_id("sec-0", 60_000)
+        finally:
+            client.close()
+    assert time.monotonic() - began < 15

@@ -260,8 +260,8 @@ def test_driver_commits_and_a_later_abort_leaves_the_commit(broker) -> None:
     finally:
         client.close()
     prepared = [exactly_once.Prepared(producer, (("txn-end", 0),), 1), exactly_once.Prepared(None, (), 0), None]
-    exactly_once.end_transactions(broker.bootstrap, prepared, commit=True)
-    exactly_once.end_transactions(broker.bootstrap, prepared, commit=False)
+    exactly_once.end_transactions({"bootstrap.servers": broker.bootstrap}, prepared, commit=True)
+    exactly_once.end_transactions({"bootstrap.servers": broker.bootstrap}, prepared, commit=False)
     assert log_outcome(broker.bootstrap, "txn-end").committed == [b"kept"]
     task = exactly_once.TaskIdentity("end-0", 0, 3)
     exactly_once._check_replay(task, '{"rows": 1}', 1)

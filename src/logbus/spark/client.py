@@ -27,7 +27,7 @@ import ssl
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
@@ -61,6 +61,11 @@ VERSIONS.update({PRODUCE: 9, OFFSET_FETCH: 7, INIT_PRODUCER_ID: 4, ADD_PARTITION
 
 class KafkaError(RuntimeError):
     """A request failed: connection trouble or an error code the caller cannot handle."""
+
+
+class AuthenticationError(KafkaError):
+    """The TLS handshake failed or the broker refused the SASL login (Kafka's AuthenticationException):
+    trying again with the same settings cannot help, so callers that retry lost connections do not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +196,7 @@ class Connection:
                 self._log_in(security.sasl)
         except (ssl.SSLError, SaslLoginError) as exc:
             self.sock.close()
-            raise KafkaError(f"{host}:{port}: {exc}") from None
+            raise AuthenticationError(f"{host}:{port}: {exc}") from None
 
     def _log_in(self, login: SaslLogin) -> None:
         steps = login.steps()
@@ -257,6 +262,12 @@ class Client:
         self.leaders: dict[tuple[str, int], int] = {}
         self.replicas: dict[tuple[str, int], tuple[int, ...]] = {}
         self._connections: dict[tuple[str, int], Connection] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], **options: Any) -> Self:
+        """A client of `settings["bootstrap.servers"]`, secured as its librdkafka-style settings say
+        (`ClientSecurity.from_settings`: KafkaError when unusable); `options` go to the constructor."""
+        return cls(settings["bootstrap.servers"], security=ClientSecurity.from_settings(settings), **options)
 
     # ---------------------------------------------------------------- connections
 

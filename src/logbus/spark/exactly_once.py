@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 
@@ -95,7 +95,7 @@ def write_transaction(target: Target, settings: ExactlyOnce, batches: Iterator[p
     if first is None:
         return Prepared(None, (), 0)
     task = TaskIdentity.current(settings.prefix)
-    client = TxnClient(target.config["bootstrap.servers"])
+    client = TxnClient.from_settings(target.config)
     try:
         producer = client.init_producer_id(task.transactional_id, settings.transaction_timeout_ms)
         committed_batch, metadata = max(client.committed_offsets(task.group_id).values(), default=(-1, ""))
@@ -155,13 +155,14 @@ def _check_replay(task: TaskIdentity, metadata: str, rows: int) -> None:
         )
 
 
-def end_transactions(bootstrap: str, messages: Sequence[WriterCommitMessage | None], commit: bool) -> None:
-    """The driver's part: EndTxn for every prepared transaction. An abort tolerates transactions
-    already ended or taken over (Spark may abort after a commit that went through)."""
+def end_transactions(config: Mapping[str, str], messages: Sequence[WriterCommitMessage | None], commit: bool) -> None:
+    """The driver's part: EndTxn for every prepared transaction, through a client of `config` (the
+    sink's settings). An abort tolerates transactions already ended or taken over (Spark may abort
+    after a commit that went through)."""
     prepared = [m.producer for m in messages if isinstance(m, Prepared) and m.producer is not None]
     if not prepared:
         return
-    client = TxnClient(bootstrap)
+    client = TxnClient.from_settings(config)
     try:
         for producer in prepared:
             try:

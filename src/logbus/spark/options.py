@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..cluster.sasl_login import parse_jaas
+from ..config import ConfigError
 from .client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
 
 TopicPartition = tuple[str, int]
@@ -189,8 +191,11 @@ def exactly_once(options: Mapping[str, str]) -> ExactlyOnce | None:
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
-    """Options prefixed `kafka.` or `logbus.` go to the producer, as in Spark's Kafka sink
-    (except the sink's own: `logbus.exactlyOnce`, `logbus.transactional.id.prefix`)."""
+    """librdkafka settings from the options prefixed `kafka.` or `logbus.` (the prefix stripped,
+    Java client names translated: `librdkafka_names`), as Spark's Kafka sink hands them to its
+    producer (except the sink's own: `logbus.exactlyOnce`, `logbus.transactional.id.prefix`).
+    The at-least-once sink's producer takes them all; logbus's own client (the source, the
+    exactly-once sink) reads its security settings from them."""
     config = {}
     for name, value in options.items():
         if name.lower() in _SINK_OPTIONS:
@@ -198,8 +203,59 @@ def client_config(options: Mapping[str, str]) -> dict[str, str]:
         for prefix in ("kafka.", "logbus."):
             if name.lower().startswith(prefix):
                 config[name[len(prefix):]] = value
+    config = librdkafka_names(config)
     config["bootstrap.servers"] = bootstrap_servers(options)
     return config
+
+
+# Spark users bring the Java client's security settings; librdkafka refuses names it does not know.
+_JAAS_CONFIG = "sasl.jaas.config"
+_ENDPOINT_CHECK = "ssl.endpoint.identification.algorithm"
+_PEM_STORES = {  # Java's store -> the librdkafka settings that name its PEM file
+    "truststore": ("ssl.ca.location",),
+    "keystore": ("ssl.certificate.location", "ssl.key.location"),  # one file: the key and its certificate chain
+}
+_JAVA_ONLY = frozenset({_JAAS_CONFIG, "ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
+                        "ssl.keystore.type"})
+
+
+def librdkafka_names(settings: Mapping[str, str]) -> dict[str, str]:
+    """`settings` with the Java client's security settings in librdkafka's names: the login of
+    `sasl.jaas.config`, PEM trust and key stores, and `""` for no host name check. Where both
+    name the same thing, the librdkafka setting wins. OptionError for what cannot be translated."""
+    native = {name: value for name, value in settings.items() if name not in _JAVA_ONLY}
+    if _ENDPOINT_CHECK in native and not native[_ENDPOINT_CHECK].strip():
+        native[_ENDPOINT_CHECK] = "none"  # Java's "" (no check) is librdkafka's "none"
+    translated = _jaas_login(settings)
+    for store, names in _PEM_STORES.items():
+        translated.update(_pem_store(settings, store, names))
+    return {**translated, **native}
+
+
+def _jaas_login(settings: Mapping[str, str]) -> dict[str, str]:
+    """`sasl.username` and `sasl.password` from a PlainLoginModule or ScramLoginModule line."""
+    if not settings.get(_JAAS_CONFIG):
+        return {}
+    mechanism = settings.get("sasl.mechanism", "GSSAPI").strip().upper()  # GSSAPI: the default of both clients
+    try:
+        username, password = parse_jaas(settings[_JAAS_CONFIG], mechanism)
+    except ConfigError as exc:  # its messages never quote the line, which holds the password
+        raise OptionError(f'option "kafka.{_JAAS_CONFIG}" (sasl.mechanism {mechanism}) is not usable: {exc}') from None
+    return {"sasl.username": username, "sasl.password": password}
+
+
+def _pem_store(settings: Mapping[str, str], store: str, names: tuple[str, ...]) -> dict[str, str]:
+    """`ssl.<store>.location` as the librdkafka settings `names`, for a PEM store only: Python's ssl
+    reads neither JKS (Java's default type) nor PKCS12."""
+    location = settings.get(f"ssl.{store}.location")
+    if not location:
+        return {}
+    kind = settings.get(f"ssl.{store}.type", "JKS (the default)")
+    if kind.strip().upper() != "PEM":
+        raise OptionError(f'option "kafka.ssl.{store}.type" is {kind}: only PEM {store}s are supported, as Python\'s '
+                          f'ssl cannot read JKS or PKCS12 (convert the {store} to PEM, or set '
+                          f'{" and ".join(f"kafka.{name}" for name in names)})')
+    return dict.fromkeys(names, location)
 
 
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:

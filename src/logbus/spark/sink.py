@@ -11,8 +11,10 @@ and for streams with `logbus.exactlyOnce=false`.
 
 Each Spark task produces its rows with confluent-kafka (`partitioner=murmur2_random`: a keyed
 row lands where Java's default partitioner would put it; unkeyed rows spread randomly),
-waits for every acknowledgement and fails the task on any delivery error. Options prefixed
-`kafka.` (or `logbus.`) go to the producer (e.g. `kafka.linger.ms`, `kafka.enable.idempotence`).
+waits for every acknowledgement and fails the task on any delivery error (or at once on a
+refused login or TLS handshake). Options prefixed `kafka.` (or `logbus.`) go to the producer
+(e.g. `kafka.linger.ms`, `kafka.enable.idempotence`), the Java client's security settings in
+librdkafka's names (`options.librdkafka_names`).
 
 Delivery is at least once, as with Spark's Kafka sink. Nothing is staged: what a task sent is
 visible to consumers at once, and `commit`/`abort` have nothing to undo. So duplicates appear
@@ -25,8 +27,10 @@ acknowledgement was lost (unless `kafka.enable.idempotence=true`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +38,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from . import options as opts
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Producer
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -79,32 +86,60 @@ def produce_batches(target: Target, batches: Iterator[pa.RecordBatch]) -> Writte
     """Send every row, wait for all acknowledgements, fail on any delivery error."""
     from confluent_kafka import Producer
 
-    producer = Producer(target.config)
-    errors: list[str] = []
-
-    def delivered(error: object, _message: object) -> None:
-        if error is not None:
-            errors.append(str(error))
-
+    acks = _Acks()
+    producer = Producer({**target.config, "error_cb": acks.client_error})
     rows = 0
     for batch in batches:
-        rows += _produce_batch(producer, target, batch, delivered)
-        if errors:
+        rows += _produce_batch(producer, target, batch, acks)
+        if acks.failed:
             break
-    left = producer.flush(FLUSH_TIMEOUT_S)
-    if errors or left:
-        raise WriteError(f"{len(errors)} records failed ({errors[:3]}), {left} unacknowledged")
+    left = _flush(producer, acks)
+    if acks.failed or left:
+        raise WriteError(f"{len(acks.failed)} records failed ({acks.failed[:3]}), {left} unacknowledged")
     return Written(rows)
 
 
-def _produce_batch(producer: object, target: Target, batch: pa.RecordBatch, delivered: object) -> int:
+class _Acks:
+    """What the producer reports: failed deliveries, and a failed login or TLS handshake. librdkafka
+    retries those until the records time out (`message.timeout.ms`, 5 minutes by default), so the
+    write gives up on the first one instead."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+        self.refused: str | None = None
+
+    def delivered(self, error: object, _message: object) -> None:
+        if error is not None:
+            self.failed.append(str(error))
+
+    def client_error(self, error: KafkaError) -> None:
+        if error.name() in ("_AUTHENTICATION", "_SSL"):
+            self.refused = error.str()
+
+    def check_refused(self) -> None:
+        if self.refused is not None:
+            raise WriteError(f"the producer cannot connect: {self.refused}")
+
+
+def _flush(producer: Producer, acks: _Acks) -> int:
+    """Wait up to FLUSH_TIMEOUT_S for the acknowledgements, a second at a time to notice a refusal;
+    how many records are left unacknowledged."""
+    deadline = time.monotonic() + FLUSH_TIMEOUT_S
+    while True:
+        left = producer.flush(min(1.0, max(deadline - time.monotonic(), 0.0)))
+        acks.check_refused()
+        if not left or time.monotonic() >= deadline:
+            return left
+
+
+def _produce_batch(producer: Producer, target: Target, batch: pa.RecordBatch, acks: _Acks) -> int:
     count = batch.num_rows
     values = binary_column(batch, "value")
     keys = binary_column(batch, "key") if target.has_key else [None] * count
     topics = [target.topic] * count if target.topic else batch.column("topic").to_pylist()
     partitions = batch.column("partition").to_pylist() if target.has_partition else [None] * count
     headers = batch.column("headers").to_pylist() if target.has_headers else [None] * count
-    produce = producer.produce  # type: ignore[attr-defined]
+    produce = producer.produce
     for key, value, topic, partition, header in zip(keys, values, topics, partitions, headers, strict=True):
         if topic is None:
             raise WriteError("a row has a null topic and no topic option is set")
@@ -113,11 +148,13 @@ def _produce_batch(producer: object, target: Target, batch: pa.RecordBatch, deli
             extra["headers"] = [(h["key"], h["value"]) for h in header]
         while True:
             try:
-                produce(topic, value=value, key=key, on_delivery=delivered, **extra)
+                produce(topic, value=value, key=key, on_delivery=acks.delivered, **extra)
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.05)  # type: ignore[attr-defined]
-    producer.poll(0)  # type: ignore[attr-defined]
+                producer.poll(0.05)
+                acks.check_refused()
+    producer.poll(0)
+    acks.check_refused()
     return count
 
 
@@ -171,4 +208,4 @@ class LogbusStreamWriter(DataSourceStreamArrowWriter):
         if self.exactly_once is not None:
             from .exactly_once import end_transactions
 
-            end_transactions(self.target.config["bootstrap.servers"], messages, commit)
+            end_transactions(self.target.config, messages, commit)

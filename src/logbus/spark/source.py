@@ -2,7 +2,8 @@
 
 Planning happens on the driver (Metadata and ListOffsets through `logbus.spark.client`); each
 Spark input partition is an offset range of one topic partition, read on an executor by
-`read_range`, which fetches raw record sets and yields Arrow record batches (`decode`).
+`read_range`, which fetches raw record sets and yields Arrow record batches (`decode`). Both
+reach secured listeners as the `kafka.`-prefixed security options say (`options.client_config`).
 
 Data loss (records a query needs are gone: deleted by retention or DeleteRecords, or the
 topic was deleted or recreated) is detected on the driver when planning and again on the
@@ -61,9 +62,10 @@ class DataLossError(RuntimeError):
 
 @dataclass(frozen=True)
 class OffsetRange(InputPartition):
-    """One Spark task's work: offsets [start, end) of one topic partition."""
+    """One Spark task's work: offsets [start, end) of one topic partition, and how to reach the
+    cluster (`client_config`: settings, as a ClientSecurity's SSL context cannot be pickled)."""
 
-    bootstrap: str
+    client_config: dict[str, str]
     topic: str
     partition: int
     start: int
@@ -111,7 +113,7 @@ class _Planner:
     """What batch and stream readers share: the options, a client, offset resolution."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.bootstrap = opts.bootstrap_servers(options)
+        self.client_config = opts.client_config(options)
         self.subscription = opts.subscription(options)
         self.include_headers = opts.flag(options, "includeHeaders", False)
         self.fail_on_data_loss = opts.flag(options, "failOnDataLoss", True)
@@ -129,7 +131,7 @@ class _Planner:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.bootstrap)
+            self._client = Client.from_settings(self.client_config)
         return self._client
 
     def close(self) -> None:
@@ -180,7 +182,7 @@ class _Planner:
             first = start.get(tp, earliest[tp])  # a partition new since `start`: from its beginning
             first = self._check_loss(tp, first, end[tp], earliest[tp])
             if first < end[tp]:
-                ranges.append(OffsetRange(self.bootstrap, tp[0], tp[1], first, end[tp],
+                ranges.append(OffsetRange(self.client_config, tp[0], tp[1], first, end[tp],
                                           self.include_headers, self.fail_on_data_loss, self.isolation_level))
         for tp in sorted(set(start) - set(end)):
             self._lost(f"{tp[0]}-{tp[1]} is gone (topic deleted?) while the query still had to read from offset "
@@ -359,7 +361,7 @@ def prorate(begin: opts.Offsets, end: opts.Offsets, backlog: dict, total: int, l
 def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches holding offsets [task.start, task.end) of one partition."""
     _exempt_imports_from_gc()
-    client = Client(task.bootstrap)
+    client = Client.from_settings(task.client_config)
     try:
         yield from _fetch_range(client, task)
     finally:

@@ -33,7 +33,9 @@ from .client import (
     OFFSET_FETCH,
     PRODUCE,
     TXN_OFFSET_COMMIT,
+    AuthenticationError,
     Client,
+    ClientSecurity,
     KafkaError,
     _module,
 )
@@ -72,8 +74,9 @@ class ProducerId:
 class TxnClient(Client):
     """The transactional requests, routed to the coordinators FindCoordinator names."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 30.0, retry_for_s: float = RETRY_FOR_S) -> None:
-        super().__init__(bootstrap_servers, timeout)
+    def __init__(self, bootstrap_servers: str, timeout: float = 30.0, retry_for_s: float = RETRY_FOR_S,
+                 security: ClientSecurity | None = None) -> None:
+        super().__init__(bootstrap_servers, timeout, security)
         self.retry_for_s = retry_for_s
         self._coordinators: dict[tuple[int, str], tuple[str, int]] = {}
 
@@ -81,8 +84,8 @@ class TxnClient(Client):
 
     def retrying(self, what: str, attempt: Callable[[], ErrorCode], coordinator: tuple[int, str] | None = None) -> None:
         """Run `attempt` until it answers NONE; retry retriable codes and lost connections (with
-        backoff) until `retry_for_s` has passed, raise on anything else. An answer that the
-        `coordinator` (key type, key) moved makes the next attempt look it up again."""
+        backoff) until `retry_for_s` has passed, raise on anything else (a refused login at once).
+        An answer that the `coordinator` (key type, key) moved makes the next attempt look it up again."""
         deadline = time.monotonic() + self.retry_for_s
         backoff = _FIRST_BACKOFF_S
         while True:
@@ -90,7 +93,7 @@ class TxnClient(Client):
                 error = attempt()
                 failure: object = error.name.upper()
             except (OSError, KafkaError) as exc:
-                if isinstance(exc, TxnError):
+                if isinstance(exc, TxnError | AuthenticationError):
                     raise
                 error, failure = ErrorCode.request_timed_out, exc
             if error is ErrorCode.none:
