@@ -27,6 +27,7 @@ from ..security.listeners import WILDCARD_HOSTS, ListenerEndpoint, ListenerSetti
 from ..security.quotas import ClientQuotas, WindowConfig
 from ..security.tls import ListenerTls, client_context
 from ..storage.manager import LogManager
+from .apis import registry
 from .authorization import make_authorizer
 from .context import RawResponse
 from .fetch_sessions import FetchSessionCache
@@ -131,6 +132,8 @@ class Broker:
         self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
         self.metadata.add_acl_listener(self.metadata_cache.clear)
         self.logs.open(self.broker_id, self.metadata.cluster_id)
+        registry()  # the APIs found before any connection: finding them lists a directory, which
+        # takes a descriptor, and a first connection may come when they have all run out
         self._bind_listeners()
         local_host = socket.getfqdn() if any(e.host in WILDCARD_HOSTS for e in self.listeners) else ""
         advertised = self.listener_settings.advertise(self.listeners, local_host)

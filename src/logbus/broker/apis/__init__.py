@@ -47,6 +47,8 @@ def registry() -> dict[int, ApiSpec]:
             getattr(module, "MIN_SERVED", module.MIN_VERSION), module.handle,
             getattr(module, "metric_names", None) or _named(info.name),
         )
+    if not specs:  # listing the package failed (pkgutil hides the OSError): never cache an empty registry
+        raise RuntimeError(f"no Kafka API modules found in {__path__}")
     return specs
 
 
