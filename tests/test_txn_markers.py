@@ -30,6 +30,7 @@ from logbus.broker.broker import Broker
 from logbus.cluster.broker_client import BrokerClient
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import MARKER_BATCH_BYTES, NotEnoughReplicasError, NotLeaderError, Partition
+from logbus.cluster.sasl_login import SaslLogin
 from logbus.cluster.txn_markers import write_marker
 from logbus.config import BrokerConfig
 from logbus.errors import KafkaApiError
@@ -329,6 +330,19 @@ def test_a_broker_client_drops_a_connection_that_answers_wrongly(answer: bytes, 
         async with hostile_peer(answer) as address:
             client = BrokerClient(address, "logbus-test", 10.0, max_response_bytes=1 << 20)
             with pytest.raises(ConnectionError, match=refusal):
+                await client.request(API_VERSIONS, 3, api_versions_request())
+            client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_sasl_login_refuses_an_answer_larger_than_a_token_before_reading_it() -> None:
+    """During the login the bound is the SASL one (64 KB), not the connection's larger one."""
+    async def scenario() -> None:
+        async with hostile_peer((1 << 20).to_bytes(4, "big")) as address:
+            client = BrokerClient(address, "logbus-test", 10.0, max_response_bytes=4 << 20,
+                                  sasl=SaslLogin("PLAIN", "broker", "secret"))
+            with pytest.raises(ConnectionError, match="response frame of 1048576 bytes \\(at most 65536 taken\\)"):
                 await client.request(API_VERSIONS, 3, api_versions_request())
             client.close()
 

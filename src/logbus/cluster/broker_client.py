@@ -143,6 +143,7 @@ class BrokerClient:
         future = connection.send(self._correlation, [*encode(header), *encode(request)],
                                  response_class(api_key, version))
         try:
+            await connection.stream.drain()
             return await future
         finally:
             future.cancel()  # no-op once answered; a request given up leaves nothing to complete

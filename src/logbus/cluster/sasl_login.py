@@ -95,12 +95,13 @@ class SaslLogin:
         exchange = _Exchange(stream, client_id)
         steps = self.steps()
         request = next(steps)
-        while True:
-            response = await exchange.call(*request)
-            try:
-                request = steps.send(response)
-            except StopIteration:
-                return
+        with stream.frames_at_most(MAX_TOKEN_FRAME):
+            while True:
+                response = await exchange.call(*request)
+                try:
+                    request = steps.send(response)
+                except StopIteration:
+                    return
 
 
 def _token(token: bytes) -> Generator[tuple[int, int, dict[str, object]], Any, bytes]:
@@ -141,11 +142,10 @@ class _Exchange:
         header = cls.__header_schema__(request_api_key=api_key, request_api_version=version,
                                        correlation_id=self.correlation_id, client_id=self.client_id)
         payload = b"".join([*encode(header), *encode(make(cls, **fields))])
-        self.stream.write(struct.pack(">i", len(payload)) + payload)
         try:
+            self.stream.write(struct.pack(">i", len(payload)) + payload)
+            await self.stream.drain()
             frame = await self.stream.read_frame()
         except ConnectionError as exc:
             raise ConnectionError(f"the SASL login was cut off: {exc}") from None
-        if len(frame) > MAX_TOKEN_FRAME:
-            raise ConnectionError(f"a {len(frame)}-byte answer to a SASL request")
         return decode_response(response_class(api_key, version), frame, self.correlation_id)
