@@ -81,14 +81,16 @@ def consume(config: dict[str, Any], topic: str, records: int, **settings: Any) -
 
 def timed(pid: int, work: Callable[[], None], records: int, record_bytes: int | None = None) -> dict[str, float]:
     """Run `work` (`records` records); its rate, MB/s when `record_bytes` is given, and the CPU
-    seconds process `pid` (the broker) spent meanwhile."""
-    cpu_before, started = cpu_seconds(pid), time.perf_counter()
+    seconds process `pid` (the broker) and this process (the client: librdkafka's threads are
+    this process's) spent meanwhile."""
+    cpu_before, client_before, started = cpu_seconds(pid), time.process_time(), time.perf_counter()
     work()
     elapsed = time.perf_counter() - started
     result = {"records_s": round(records / elapsed)}
     if record_bytes is not None:
         result["mb_s"] = round(records * record_bytes / elapsed / 1e6, 1)
     result["broker_cpu_s"] = round(cpu_seconds(pid) - cpu_before, 2)
+    result["client_cpu_s"] = round(time.process_time() - client_before, 2)
     return result
 
 

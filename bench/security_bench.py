@@ -8,7 +8,10 @@ One broker with four listeners, PLAINTEXT, SSL, SASL_SSL and SASL_PLAINTEXT (cer
 
 1. Produce: 1 KB records (`linger.ms` 5, acks=all on one broker) into a fresh one-partition
    topic per run, over SSL, SASL_SSL (SCRAM-SHA-512) and PLAINTEXT in turn (target: TLS >= 0.6x
-   plaintext).
+   plaintext). The client's CPU seconds are recorded too, and one more produce goes through
+   a relay that reads the sizes of the TLS records the client sends (`bench/tls_records.py`):
+   OpenSSL's own cost of decrypting records of those sizes, with the client's CPU over TLS and
+   the broker's over plaintext, bounds the ratio two cores can give (`ceiling`, below).
 2. Consume: one topic filled once, read from the start in batches of 10,000 (`consume`) over
    the same three in turn (target >= 0.6x). On loopback the broker copies fetched bytes on every
    listener (`socket.sendfile=remote`), so the ratio is the cost of TLS itself.
@@ -18,6 +21,11 @@ One broker with four listeners, PLAINTEXT, SSL, SASL_SSL and SASL_PLAINTEXT (cer
 
 The broker's CPU seconds are recorded for each run. Loopback only; every loop is bounded by its
 record count and a deadline.
+
+The produce `ceiling`: over TLS the client spends its measured CPU, and the broker at least what
+it spends over plaintext plus OpenSSL's decryption of the records received. With both cores
+busy all the time (never quite so), a TLS run takes at least the sum of those over the core
+count, so the ratio can be at most plaintext's time over that.
 """
 
 from __future__ import annotations
@@ -35,8 +43,10 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.one_broker import QUIET, consume, cpu_seconds, new_topic, produce, timed, write_results  # noqa: E402
-from logbus.cluster.sasl_login import SaslLogin  # noqa: E402
-from logbus.testing import BrokerProcess, running_broker  # noqa: E402
+from bench.tls_records import RecordTap, decrypt_seconds  # noqa: E402
+from logbus.cluster.frame_stream import open_frame_stream  # noqa: E402
+from logbus.cluster.sasl_login import MAX_TOKEN_FRAME, SaslLogin  # noqa: E402
+from logbus.testing import BrokerProcess, free_test_port, running_broker  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 VALUE = b"v" * 1024
@@ -45,6 +55,7 @@ USER, PASSWORD = "bench", "bench-secret"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 LOGIN_CONCURRENCY = 8
 LOGIN_SECONDS = 5.0
+PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,TAPPED:SSL"
 
 
 def make_certs(directory: str) -> None:
@@ -78,6 +89,41 @@ def compare(name: str, runs: dict[str, list[dict[str, float]]]) -> dict[str, Any
     return {"median_records_s": rates, "ratio": ratios["SSL"], "ratios": ratios, "runs": runs}
 
 
+def tls_record_floor(broker: BrokerProcess, tap_port: int, certs: str, records: int) -> dict[str, Any]:
+    """Produce `records` records through the relay in front of the TAPPED listener (an SSL one
+    advertised at `tap_port`), and what OpenSSL alone spends decrypting records of the sizes seen."""
+    tap = RecordTap(tap_port, broker.ports["TAPPED"])
+    try:
+        config = {**client_config(broker, "SSL", certs), "bootstrap.servers": f"127.0.0.1:{tap_port}"}
+        produce(config, new_topic(client_config(broker, "PLAINTEXT", certs)), records, VALUE)
+    finally:
+        tap.close()
+    sizes = tap.sizes
+    floor = decrypt_seconds(sizes, os.path.join(certs, "broker.pem"), os.path.join(certs, "ca.pem"))
+    small = sum(1 for size in sizes if size < 1024) / max(len(sizes), 1)
+    print(f"TLS records from the producer: {len(sizes):,} for {records:,} records, mean "
+          f"{statistics.mean(sizes):,.0f} B, {small:.0%} under 1 KB; OpenSSL decrypts them in {floor:.3f} CPU-s",
+          flush=True)
+    return {"records": len(sizes), "mean_bytes": round(statistics.mean(sizes)), "share_under_1k": round(small, 3),
+            "openssl_decrypt_cpu_s": round(floor, 3)}
+
+
+def produce_ceiling(produced: dict[str, list[dict[str, float]]], records: int, floor_s: float) -> float:
+    """The TLS/plaintext produce ratio two fully busy cores could give at best (module docstring)."""
+    def median(listener: str, key: str) -> float:
+        return statistics.median(run[key] for run in produced[listener])
+
+    plaintext_s = records / median("PLAINTEXT", "records_s")
+    cores = os.cpu_count() or 1
+    tls_least_s = (median("SSL", "client_cpu_s") + median("PLAINTEXT", "broker_cpu_s") + floor_s) / cores
+    ceiling = plaintext_s / tls_least_s
+    print(f"produce over TLS at best {ceiling:.2f}x plaintext on {cores} cores: client "
+          f"{median('SSL', 'client_cpu_s'):.2f} CPU-s over TLS ({median('PLAINTEXT', 'client_cpu_s'):.2f} over "
+          f"plaintext), broker {median('PLAINTEXT', 'broker_cpu_s'):.2f} over plaintext + OpenSSL {floor_s:.2f}, "
+          f"against {plaintext_s:.2f} s over plaintext", flush=True)
+    return round(ceiling, 3)
+
+
 async def logins_per_second(broker: BrokerProcess, mechanism: str) -> dict[str, float]:
     """Full SCRAM logins on fresh connections, LOGIN_CONCURRENCY at a time for LOGIN_SECONDS, and
     the broker's CPU per login. The rate is bound by this client: scramp's client derives the
@@ -91,12 +137,12 @@ async def logins_per_second(broker: BrokerProcess, mechanism: str) -> dict[str, 
     async def one_after_another() -> None:
         nonlocal done
         while time.perf_counter() < deadline:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            stream = await open_frame_stream("127.0.0.1", port, MAX_TOKEN_FRAME)
             try:
-                await login.authenticate(reader, writer, "logbus-bench")
+                await login.authenticate(stream, "logbus-bench")
                 done += 1
             finally:
-                writer.close()
+                stream.close()
 
     cpu_before, started = cpu_seconds(pid), time.perf_counter()
     await asyncio.gather(*(one_after_another() for _ in range(LOGIN_CONCURRENCY)))
@@ -119,8 +165,11 @@ def main() -> int:
         make_certs(certs)
         data_dir = os.path.join(certs, "data")
         add_users(data_dir, certs)
+        tap_port = free_test_port()
         config = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,"
-                               "SASL_PLAINTEXT://127.0.0.1:0",
+                               "SASL_PLAINTEXT://127.0.0.1:0,TAPPED://127.0.0.1:0",
+                  "listener.security.protocol.map": PROTOCOL_MAP,
+                  "advertised.listeners": f"TAPPED://127.0.0.1:{tap_port}",
                   "ssl.keystore.type": "PEM", "ssl.keystore.location": os.path.join(certs, "broker.pem")}
         with running_broker(config=config, data_dir=data_dir) as broker:
             clients = {listener: client_config(broker, listener, certs) for listener in LISTENERS}
@@ -131,6 +180,9 @@ def main() -> int:
                     produced[listener].append(timed(broker.process.pid, lambda c=clients[listener], t=topic: produce(
                         c, t, args.records, VALUE), args.records, len(VALUE)))
             results["produce"] = compare("produce", produced)
+            results["tls_records"] = tls_record_floor(broker, tap_port, certs, args.records)
+            results["produce"]["ceiling"] = produce_ceiling(
+                produced, args.records, results["tls_records"]["openssl_decrypt_cpu_s"])
             topic = new_topic(clients["PLAINTEXT"])
             produce(clients["PLAINTEXT"], topic, args.records, VALUE)
             consumed: dict[str, list[dict[str, float]]] = {listener: [] for listener in LISTENERS}
