@@ -99,6 +99,8 @@ def tls_record_floor(broker: BrokerProcess, tap_port: int, certs: str, records: 
     finally:
         tap.close()
     sizes = tap.sizes
+    if not sizes:
+        raise RuntimeError("no TLS record passed the relay: did the client bypass the advertised address?")
     floor = decrypt_seconds(sizes, os.path.join(certs, "broker.pem"), os.path.join(certs, "ca.pem"))
     small = sum(1 for size in sizes if size < 1024) / max(len(sizes), 1)
     print(f"TLS records from the producer: {len(sizes):,} for {records:,} records, mean "
