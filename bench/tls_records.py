@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
 APPLICATION_DATA = 23
@@ -51,7 +52,7 @@ class RecordTap:
             server = socket.create_connection(("127.0.0.1", self.target_port))
             with self._lock:
                 self._sockets += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, _RecordCounter(self)), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, _RecordCounter(self._add)), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, counter: _RecordCounter | None) -> None:
@@ -70,10 +71,11 @@ class RecordTap:
 
 
 class _RecordCounter:
-    """Walks one direction of a TLS stream record by record without keeping its bytes."""
+    """Walks one direction of a TLS stream record by record without keeping its bytes, handing
+    the wire sizes of the application-data records in each piece fed to `found`."""
 
-    def __init__(self, tap: RecordTap) -> None:
-        self.tap = tap
+    def __init__(self, found: Callable[[list[int]], None]) -> None:
+        self.found = found
         self.header = bytearray()
         self.skip = 0  # bytes of the current record's body still to pass
 
@@ -93,7 +95,7 @@ class _RecordCounter:
                 if self.header[0] == APPLICATION_DATA:
                     found.append(self.skip + HEADER_BYTES)
                 self.header.clear()
-        self.tap._add(found)
+        self.found(found)
 
 
 def decrypt_seconds(sizes: list[int], certificate_pem: str, ca_pem: str) -> float:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import urllib.request
@@ -33,6 +32,7 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,7 +43,6 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 TXN_RECORDS = 1000
 VALUE = b"v" * 100
 COMMIT_PATH = ("AddPartitionsToTxn", "Produce", "EndTxn")  # what commit_transaction waits on, in turn
-_HANDLING_MS = re.compile(r'^kafka_network_requestmetrics_totaltimems_sum\{request="(\w+)"\} (\S+)$', re.M)
 
 
 def produce_transactions(producer: Producer, topic: str, records: int) -> None:
@@ -82,7 +81,10 @@ def commit_path_ms(broker: BrokerProcess) -> float:
     assert broker.metrics_url is not None
     with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
         text = answer.read().decode()
-    return sum(float(ms) for name, ms in _HANDLING_MS.findall(text) if name in COMMIT_PATH)
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               if family.name == "kafka_network_requestmetrics_totaltimems"
+               for sample in family.samples
+               if sample.name.endswith("_sum") and sample.labels.get("request") in COMMIT_PATH)
 
 
 def compare(name: str, runs: dict[str, list[dict[str, float]]], subject: str, baseline: str) -> dict[str, Any]:
