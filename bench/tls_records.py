@@ -5,13 +5,19 @@ broker's SSL listener (the broker advertises the relay, so every connection pass
 notes the length of each application-data record the client sends. `decrypt_seconds` then has
 OpenSSL (Python's `ssl`, memory BIOs, as the broker's event loop uses it) decrypt records of the
 same lengths on one side of an in-process TLS 1.3 connection: the CPU seconds any broker built
-on this OpenSSL spends on TLS for that traffic, with nothing of its own added.
+on this OpenSSL spends on TLS for that traffic, with nothing of its own added. `receive_seconds`
+sends records of those lengths over loopback to `bench/tls_sink.py`, a process that only receives
+them (through uvloop's TLS transport, as the broker does, or the leanest memory-BIO loop, or as
+plaintext): what taking that traffic in costs a Python process, before any Kafka work.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +28,9 @@ HEADER_BYTES = 5
 TLS13_RECORD_OVERHEAD = 17  # the inner content type byte and the 16-byte AEAD tag
 MAX_PLAINTEXT = 16384
 PUMP_BYTES = 1 << 18
+SINK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tls_sink.py")
+SINK_MODES = ("uvloop-tls", "memory-bio", "plaintext")
+SINK_TIMEOUT_S = 120.0
 
 
 class RecordTap:
@@ -121,6 +130,64 @@ def decrypt_seconds(sizes: list[int], certificate_pem: str, ca_pem: str) -> floa
     return time.process_time() - started
 
 
+def receive_seconds(sizes: list[int], certificate_pem: str, ca_pem: str, mode: str, port: int) -> float:
+    """CPU seconds `bench/tls_sink.py` in `mode` (one of `SINK_MODES`) spends receiving TLS 1.3
+    records of these wire sizes, or for `plaintext` the same application bytes in 1 MB writes.
+    The records are encrypted before the clock starts; the sink times itself."""
+    total = sum(_plaintext_bytes(size) for size in sizes)
+    with subprocess.Popen([sys.executable, SINK, mode, str(port), certificate_pem, str(total)],
+                          stdout=subprocess.PIPE, text=True) as sink:
+        deadline = threading.Timer(SINK_TIMEOUT_S, sink.kill)  # a stuck sink ends its output
+        deadline.start()
+        try:
+            if sink.stdout is None or sink.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"tls_sink {mode} did not start")
+            with socket.create_connection(("127.0.0.1", port), timeout=SINK_TIMEOUT_S) as sock:
+                wire = _plaintext_chunks(total) if mode == "plaintext" else _connected_records(sock, ca_pem, sizes)
+                for chunk in wire:
+                    sock.sendall(chunk)
+                result = sink.stdout.readline().split()
+        finally:
+            deadline.cancel()
+            sink.kill()
+    if len(result) != 2:
+        raise RuntimeError(f"tls_sink {mode} gave no result within {SINK_TIMEOUT_S:.0f} s")
+    seconds, received = result
+    if int(received) != total:
+        raise RuntimeError(f"tls_sink {mode} received {received} of {total} bytes")
+    return float(seconds)
+
+
+def _plaintext_bytes(wire_size: int) -> int:
+    return max(0, min(wire_size - HEADER_BYTES - TLS13_RECORD_OVERHEAD, MAX_PLAINTEXT))
+
+
+def _plaintext_chunks(total: int) -> list[bytes]:
+    whole, rest = divmod(total, 1 << 20)
+    return [bytes(1 << 20)] * whole + [bytes(rest)]
+
+
+def _connected_records(sock: socket.socket, ca_pem: str, sizes: list[int]) -> list[bytes]:
+    """Handshake over `sock` with a memory-BIO client, then the records, encrypted, in chunks."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(ca_pem)
+    context.check_hostname = False
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing)
+    while True:
+        try:
+            client.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            data = sock.recv(PUMP_BYTES)
+            if not data:
+                raise RuntimeError("tls_sink closed during the handshake") from None
+            incoming.write(data)
+    sock.sendall(outgoing.read())
+    return _encrypt(client, outgoing, sizes)
+
+
 def _handshake(client: ssl.SSLObject, server: ssl.SSLObject, client_in: ssl.MemoryBIO, client_out: ssl.MemoryBIO,
                server_in: ssl.MemoryBIO, server_out: ssl.MemoryBIO) -> None:
     for _ in range(10):
@@ -137,7 +204,7 @@ def _encrypt(client: ssl.SSLObject, client_out: ssl.MemoryBIO, sizes: list[int])
     """One record per size (a write of at most 16 KB is one record), in relay-sized chunks."""
     payload, chunks = bytes(MAX_PLAINTEXT), []
     for size in sizes:
-        plaintext = min(size - HEADER_BYTES - TLS13_RECORD_OVERHEAD, MAX_PLAINTEXT)
+        plaintext = _plaintext_bytes(size)
         if plaintext > 0:
             client.write(payload[:plaintext])
         if client_out.pending >= PUMP_BYTES:

@@ -1,6 +1,7 @@
-"""The benches' bounds, in-process: the TLS record sizes read off a relayed stream, OpenSSL's
-decryption of records of given sizes, and the ceilings the cluster and transaction benches
-derive from their measurements. (The benches themselves are not run here.)"""
+"""The benches' bounds: the TLS record sizes read off a relayed stream, OpenSSL's decryption of
+records of given sizes, what a receiving process spends on them (bench/tls_sink.py), and the
+ceilings the cluster and transaction benches derive from their measurements. (The benches
+themselves are not run here.)"""
 
 from __future__ import annotations
 
@@ -83,6 +84,14 @@ def test_decrypting_records_costs_cpu_time(certs: Path) -> None:
     seconds = tls_records.decrypt_seconds([16_401] * 50 + [600] * 200, str(certs / "broker.pem"),
                                           str(certs / "ca.pem"))
     assert 0 < seconds < 5
+
+
+@pytest.mark.parametrize("mode", tls_records.SINK_MODES)
+def test_a_receiving_process_times_records_of_given_sizes(certs: Path, mode: str) -> None:
+    sizes = [16_401] * 50 + [600] * 200 + [22]  # the last one carries no application byte
+    seconds = tls_records.receive_seconds(sizes, str(certs / "broker.pem"), str(certs / "ca.pem"), mode,
+                                          free_test_port())
+    assert 0 < seconds < 5  # and receive_seconds checked that every application byte arrived
 
 
 def test_the_kernel_ceiling_counts_the_client_the_rf1_leader_and_the_extra_system_time() -> None:
