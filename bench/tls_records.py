@@ -112,12 +112,9 @@ def decrypt_seconds(sizes: list[int], certificate_pem: str, ca_pem: str) -> floa
     each written into the server's memory BIO and read out, as the broker's event loop does."""
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_context.load_cert_chain(certificate_pem)
-    client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_context.load_verify_locations(ca_pem)
-    client_context.check_hostname = False
     server_in, server_out, client_in, client_out = (ssl.MemoryBIO() for _ in range(4))
     server = server_context.wrap_bio(server_in, server_out, server_side=True)
-    client = client_context.wrap_bio(client_in, client_out)
+    client = _client_context(ca_pem).wrap_bio(client_in, client_out)
     _handshake(client, server, client_in, client_out, server_in, server_out)
     wire = _encrypt(client, client_out, sizes)
     into = memoryview(bytearray(PUMP_BYTES))
@@ -169,11 +166,8 @@ def _plaintext_chunks(total: int) -> list[bytes]:
 
 def _connected_records(sock: socket.socket, ca_pem: str, sizes: list[int]) -> list[bytes]:
     """Handshake over `sock` with a memory-BIO client, then the records, encrypted, in chunks."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.load_verify_locations(ca_pem)
-    context.check_hostname = False
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = context.wrap_bio(incoming, outgoing)
+    client = _client_context(ca_pem).wrap_bio(incoming, outgoing)
     while True:
         try:
             client.do_handshake()
@@ -186,6 +180,14 @@ def _connected_records(sock: socket.socket, ca_pem: str, sizes: list[int]) -> li
             incoming.write(data)
     sock.sendall(outgoing.read())
     return _encrypt(client, outgoing, sizes)
+
+
+def _client_context(ca_pem: str) -> ssl.SSLContext:
+    """The bench's client side: trusts the test CA, connects by address (no host name check)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(ca_pem)
+    context.check_hostname = False
+    return context
 
 
 def _handshake(client: ssl.SSLObject, server: ssl.SSLObject, client_in: ssl.MemoryBIO, client_out: ssl.MemoryBIO,
