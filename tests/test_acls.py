@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from helpers import QUIET, raw_request, transactional_producer, wait_until
+from kio.schema.describe_topic_partitions.v0 import request as dtp_v0
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v10 import request as metadata_v10
 
@@ -41,6 +42,7 @@ AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"
 SUPER_ANONYMOUS = {**AUTHORIZER, "super.users": "User:ANONYMOUS"}
 ANONYMOUS = "User:ANONYMOUS"
 DESCRIBE_ACLS, CREATE_ACLS, METADATA, DESCRIBE_TRANSACTIONS = 29, 30, 3, 65
+LIST_CONFIG_RESOURCES, DESCRIBE_TOPIC_PARTITIONS = 74, 75
 EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                               AclPermissionType.ANY)
 
@@ -284,6 +286,29 @@ def test_metadata_hides_topics_the_principal_may_not_describe(matrix: BrokerProc
     read, write, describe = 3, 4, 8
     assert by_name["a.x"].topic_authorized_operations == (1 << read) | (1 << write) | (1 << describe)
     assert answer.cluster_authorized_operations == 1 << describe
+
+
+def test_describe_topic_partitions_hides_topics_the_principal_may_not_describe(matrix: BrokerProcess) -> None:
+    """As Kafka's DescribeTopicPartitionsRequestHandler: all topics lists the describable ones;
+    a named one that is not describable is TOPIC_AUTHORIZATION_FAILED (without its id), existing
+    or not, after the described ones."""
+    every = raw_request(matrix.bootstrap, DESCRIBE_TOPIC_PARTITIONS, 0, topics=(), response_partition_limit=100,
+                        cursor=None)
+    assert {t.name for t in every.topics} == {"a.x", "a.denied", "a.txn"}
+    named = raw_request(matrix.bootstrap, DESCRIBE_TOPIC_PARTITIONS, 0, response_partition_limit=100, cursor=None,
+                        topics=tuple(dtp_v0.TopicRequest(name=n) for n in ("b.x", "missing", "a.x")))
+    no_id = (None, uuid.UUID(int=0))
+    assert [(t.name, t.error_code, len(t.partitions), t.topic_id in no_id) for t in named.topics] == [
+        ("a.x", ErrorCode.none, 1, False), ("b.x", ErrorCode.topic_authorization_failed, 0, True),
+        ("missing", ErrorCode.topic_authorization_failed, 0, True)]
+    read, write, describe = 3, 4, 8
+    assert named.topics[0].topic_authorized_operations == (1 << read) | (1 << write) | (1 << describe)
+
+
+def test_list_config_resources_needs_describe_configs_on_the_cluster(matrix: BrokerProcess) -> None:
+    for version in (0, 1):
+        answer = raw_request(matrix.bootstrap, LIST_CONFIG_RESOURCES, version)
+        assert (answer.error_code, answer.config_resources) == (ErrorCode.cluster_authorization_failed, ())
 
 
 def test_super_users_may_do_everything() -> None:

@@ -133,6 +133,9 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "log.cleaner.backoff.ms": ("test_config_keys.py::test_upkeep_intervals_come_from_their_keys",),
     "message.max.bytes": ("test_bad_requests.py::test_batch_over_the_size_limit_is_message_too_large",),
     "socket.request.max.bytes": ("test_bad_requests.py::test_frame_just_under_the_limit_is_served",),
+    "max.request.partition.size.limit": (
+        "test_topic_partitions_and_config_resources.py::test_the_limit_is_capped_by_max_request_partition_size_limit",
+    ),
     "socket.sendfile": ("test_storage.py::test_sendfile_is_for_readers_off_this_host",),
     "max.partitions": ("test_metadata_changes.py::test_max_partitions_bounds_the_partitions_a_broker_hosts",),
     "log.segment.delete.delay.ms": (SYNONYMS,),

@@ -216,6 +216,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.cleaner.backoff.ms", LONG, 15000, "Sleep of the cleaner when nothing is cleanable."),
         _key("message.max.bytes", INT, 1048588, "Largest record batch accepted.", minimum=0),
         _key("socket.request.max.bytes", INT, 100 * MIB, "Largest request frame accepted.", minimum=1),
+        _key("max.request.partition.size.limit", INT, 2000, "Most partitions one DescribeTopicPartitions "
+             "response describes.", minimum=1),
         _key("socket.sendfile", STR, "remote", "Fetched records by sendfile: remote (readers not on loopback), "
              "always or never.", choices=("remote", "always", "never")),
         _key("queued.max.request.bytes", LONG, -1, "Received request bytes not yet processed, broker-wide, "
