@@ -490,6 +490,96 @@ def test_cluster_up_starts_zookeeper_and_brokers_and_ctrl_c_stops_them(tmp_path:
     assert not any(_listening(base + i) for i in range(3)), "a broker still listens"
 
 
+class ClusterUp:
+    """`logbus cluster up` as a subprocess, its output read line by line in a thread."""
+
+    def __init__(self, data_dir: str, brokers: int, *options: str) -> None:
+        self.base = _consecutive_free_ports(brokers)
+        command = [sys.executable, "-m", "logbus", "cluster", "up", "--brokers", str(brokers), "--data-dir",
+                   data_dir, "--base-port", str(self.base), *options]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_line(self, prefix: str, timeout: float = 60) -> str:
+        """The first output line starting with `prefix`, once there is one."""
+        def found() -> str | None:
+            assert self.process.poll() is None or any(line.startswith(prefix) for line in self.lines), \
+                "cluster up exited:\n" + "\n".join(self.lines)
+            return next((line for line in self.lines if line.startswith(prefix)), None)
+        return wait_until(found, timeout=timeout, interval=0.1, message=f"a line starting {prefix!r}")
+
+    def interrupt(self) -> int:
+        """SIGINT, as Ctrl-C; the exit code once `up` has stopped everything."""
+        self.process.send_signal(signal.SIGINT)
+        code = self.process.wait(90)
+        self._reader.join(10)
+        return code
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _broker_ids(port: int) -> set[int]:
+    from helpers import raw_request
+
+    return {b.node_id for b in raw_request(f"127.0.0.1:{port}", 3, 12, topics=None, allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False).brokers}
+
+
+def test_cluster_up_restarts_a_killed_broker_while_the_others_serve(tmp_path: os.PathLike) -> None:
+    """kill -9 of one broker of `cluster up`: the others keep serving, the output names the dead
+    broker and its signal, and the broker is back once ZooKeeper has expired its session. A
+    broker that cannot start again is reported and left down, not restarted in a loop. Then
+    Ctrl-C stops everything, the restarted broker and ZooKeeper included."""
+    up = ClusterUp(str(tmp_path), 3, "--metrics-base-port", "0", "--set", "zookeeper.session.timeout.ms=4000")
+    pids: list[int] = []
+    try:
+        up.wait_line("bootstrap servers: ")
+        zookeeper_port = int(up.wait_line("logbus cluster of 3").split("127.0.0.1:")[1].split("/")[0])
+        pids = [int(up.wait_line(f"broker {n}: ").rsplit(" ", 1)[1]) for n in (1, 2, 3)]
+        first, killed, third = (up.base + i for i in range(3))
+        wait_until(lambda: _broker_ids(first) == {1, 2, 3}, timeout=FAILOVER_S, message="three registered brokers")
+        os.kill(pids[1], signal.SIGKILL)
+        up.wait_line(f"logbus: broker 2 (pid {pids[1]}) was killed by SIGKILL")
+        assert up.process.poll() is None, "cluster up stopped with its broker"
+        assert _broker_ids(first) >= {1, 3} and _broker_ids(third) >= {1, 3}  # the others keep serving
+        restarted = int(up.wait_line("logbus: broker 2 restarted (pid ", timeout=FAILOVER_S).split("pid ")[1][:-1])
+        pids.append(restarted)
+        up.wait_line("logbus: broker 2 is serving again", timeout=FAILOVER_S)
+        assert _listening(killed)
+        wait_until(lambda: _broker_ids(first) == {1, 2, 3}, timeout=FAILOVER_S, message="broker 2 registered again")
+        assert _broker_ids(killed) == {1, 2, 3}
+        # a broker that cannot start again (its data dir now names another cluster) is left down
+        meta = os.path.join(str(tmp_path), "broker-3", "data", "meta.properties")
+        with open(meta, "w", encoding="utf-8") as handle:
+            handle.write("version=0\nbroker.id=3\ncluster.id=another-cluster\n")
+        os.kill(pids[2], signal.SIGTERM)
+        up.wait_line(f"logbus: broker 3 (pid {pids[2]}) exited with code 0")
+        pids.append(int(up.wait_line("logbus: broker 3 restarted (pid ", timeout=FAILOVER_S).split("pid ")[1][:-1]))
+        up.wait_line("logbus: broker 3 exited before serving: not restarting it", timeout=FAILOVER_S)
+        assert up.process.poll() is None
+        wait_until(lambda: _broker_ids(first) == {1, 2}, timeout=FAILOVER_S, message="broker 3 gone, 1 and 2 serving")
+    finally:
+        code = up.interrupt()
+    output = "\n".join(up.lines)
+    assert code == 0 and "cluster stopped" in output, output
+    assert not any(_listening(up.base + i) for i in range(3)), "a broker still listens"
+    assert not _listening(zookeeper_port), "ZooKeeper still listens"
+    wait_until(lambda: not any(_alive(pid) for pid in pids), timeout=10, message="every broker process gone")
+
+
 def _listening(port: int) -> bool:
     import socket
 

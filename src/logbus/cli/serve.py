@@ -43,7 +43,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def build_config(args: argparse.Namespace) -> dict[str, str]:
     values = load_properties(args.config) if args.config else {}
-    for item in args.set:
+    values.update(parse_settings(args.set))
+    return values
+
+
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """`--set KEY=VALUE` options as a dict (ConfigError for an item without `=`)."""
+    values = {}
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
