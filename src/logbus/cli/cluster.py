@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,13 +160,12 @@ class Supervisor:
     running either way.
     """
 
-    def __init__(self, brokers: list[SupervisedBroker], data_dir: str, zookeeper: str, session_timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, brokers: list[SupervisedBroker], data_dir: str, zookeeper: str,
+                 session_timeout_s: float) -> None:
         self.brokers = brokers
         self.data_dir = data_dir
         self.zookeeper = zookeeper
         self.session_timeout_s = session_timeout_s
-        self.clock = clock
         self._client: Any = None  # a kazoo client, connected at the first exit
 
     def start(self, broker: SupervisedBroker) -> None:
@@ -202,12 +200,12 @@ class Supervisor:
                  error=True)
             return
         wait = 3 * self.session_timeout_s
-        broker.restart_by = self.clock() + wait
+        broker.restart_by = time.monotonic() + wait
         _say(f"restarting broker {broker.broker_id} once ZooKeeper has expired its session (at most {wait:g} s)")
 
     def _restart_when_expired(self, broker: SupervisedBroker) -> None:
         assert broker.restart_by is not None
-        if not self._registration_gone(broker.broker_id) and self.clock() < broker.restart_by:
+        if not self._registration_gone(broker.broker_id) and time.monotonic() < broker.restart_by:
             return
         broker.restart_by = None
         broker.serving = False
