@@ -293,8 +293,9 @@ class Partition:
         return self.log.last_stable_offset(self.high_watermark)
 
     def read(self, offset: int, max_bytes: int, committed_only: bool = True,
-             read_committed: bool = False) -> FetchedData:
-        """Bytes from `offset`; consumers read below the HW, followers up to the LEO.
+             read_committed: bool = False, min_one_batch: bool = True) -> FetchedData:
+        """Bytes from `offset`; consumers read below the HW, followers up to the LEO. Without
+        `min_one_batch` nothing is read when the first batch is larger than `max_bytes`.
 
         read_committed readers read below the last stable offset and get the transactions
         aborted in what they read (Kafka's LocalLog.read with includeAbortedTxns): an empty
@@ -302,7 +303,7 @@ class Partition:
         """
         stable = self.last_stable_offset
         limit = stable if read_committed else self.high_watermark if committed_only else self.log.log_end_offset
-        found = self.log.read(offset, max_bytes, limit)
+        found = self.log.read(offset, max_bytes, limit, min_one_batch)
         aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
         return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 

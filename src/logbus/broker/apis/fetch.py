@@ -8,7 +8,9 @@ that have news (fetchers without a session send and get every partition each tim
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
 response's `max_bytes` (for a consumer under a consumer_byte_rate quota, at most what its quota
-window holds, as Kafka bounds it), cut at whole batches, the first batch always whole (KIP-74). Records
+window holds, as Kafka bounds it), cut at whole batches. Only the first partition with records may
+go past these limits, by its first batch (KIP-74: the fetcher always makes progress); a later
+partition whose first batch does not fit in what is left answers no records, as Kafka's. Records
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
 that the server writes with `sendfile`, so the bytes never pass through Python. Records that
@@ -127,15 +129,19 @@ def _forgotten(request: Any) -> list[tuple[Any, int]]:
 
 def _session_answer(session: FetchSession, wanted: list, topics: tuple, incremental: bool) -> tuple:
     """The session remembers what each partition's answer tells; an incremental answer keeps only
-    the partitions with news (records, a moved offset, an error), and the topics left with any."""
+    the partitions with news (records, a moved offset, an error), and the topics left with any.
+    A partition with records in an incremental answer is read last next time (`served`)."""
     kept = []
     for (topic_entry, _, _), topic in zip(wanted, topics, strict=True):
         key = _topic_key(topic_entry)
         answers = []
         for answer in topic.partitions:
             cached = session.partitions[(key, answer.partition_index)]
-            if cached.tell(answer, _records_size(answer.records)) or not incremental:
+            size = _records_size(answer.records)
+            if cached.tell(answer, size) or not incremental:
                 answers.append(answer)
+            if incremental and size:
+                session.served((key, answer.partition_index))
         if answers:
             kept.append(dataclasses.replace(topic, partitions=tuple(answers)))
     return tuple(kept)
@@ -222,8 +228,8 @@ def _read_all(
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
-            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget, read_committed,
-                                           cached)
+            answer, size = _read_partition(module, ctx, name, partition, fetch, budget, read_committed,
+                                           replica_id(request), min_one_batch=total == 0, cached=cached)
             if answer is None:
                 continue
             budget = max(budget - size, 0)
@@ -247,16 +253,21 @@ def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
 
 
 def _read_partition(
-    module: Any, ctx: RequestContext, request: Any, name: str | None,
-    partition: Partition | None, fetch: Any, budget: int, read_committed: bool,
-    cached: CachedPartition | None = None,
+    module: Any, ctx: RequestContext, name: str | None,
+    partition: Partition | None, fetch: Any, budget: int, read_committed: bool, replica: int,
+    min_one_batch: bool, cached: CachedPartition | None = None,
 ) -> tuple[Any, int]:
     """The partition's answer and its record bytes; (None, 0) when `cached` says the fetcher has
-    been told everything there is (an incremental session's quiet partition)."""
+    been told everything there is (an incremental session's quiet partition).
+
+    The read is bounded by min(`partition_max_bytes`, `budget`, what the response may still
+    hold). Only the first partition with records (`min_one_batch`: none before it had any) gets
+    its first batch even when that is larger, so that the fetcher always makes progress; a later
+    one whose first batch does not fit answers no records (Kafka's ReplicaManager.readFromLog).
+    """
     if partition is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
         return _answer(module, fetch.partition, error), 0
-    replica = replica_id(request)
     epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
     if epoch_error is not None:  # first, as Kafka: a fetcher ahead of this broker retries soon
         return _answer(module, fetch.partition, epoch_error), 0
@@ -274,14 +285,15 @@ def _read_partition(
         return None, 0
     max_bytes = min(fetch.partition_max_bytes, budget)
     try:
-        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0, read_committed=read_committed)
+        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0, read_committed=read_committed,
+                              min_one_batch=min_one_batch)
     except OffsetOutOfRangeError:
         return _answer(
             module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
             partition.last_stable_offset, partition.log.log_start_offset,
         ), 0
     records: bytes | memoryview | FileRegion | _ColdRecords = b""
-    if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
+    if data.slice is not None:
         records = _records(data.slice, ctx.sendfile)
     return _answer(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
