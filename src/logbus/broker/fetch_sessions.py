@@ -69,7 +69,8 @@ class CachedPartition:
         self.log_start_offset = answer.log_start_offset
         diverging = getattr(answer, "diverging_epoch", None)
         return (moved or records_size > 0 or answer.error_code != ErrorCode.none
-                or (diverging is not None and diverging.epoch >= 0))
+                or (diverging is not None and diverging.epoch >= 0)
+                or getattr(answer, "preferred_read_replica", -1) >= 0)
 
 
 @dataclass(slots=True)
