@@ -155,13 +155,19 @@ def test_a_followers_fetch_keeps_the_limits_too() -> None:
 # ---------------------------------------------------------------------- librdkafka
 
 
-def test_librdkafka_with_fetch_max_bytes_below_two_batches_reads_everything(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("limits", [
+    {"fetch.max.bytes": BIG_BATCH + 1_000, "receive.message.max.bytes": BIG_BATCH + 1_512,
+     "max.partition.fetch.bytes": 20_000_000, "message.max.bytes": 1_000},
+    {"fetch.max.bytes": 1_000_000, "receive.message.max.bytes": 1_000_512,
+     "max.partition.fetch.bytes": BIG_BATCH - 1_000},
+], ids=["fetch.max.bytes", "max.partition.fetch.bytes"])
+def test_librdkafka_with_limits_below_its_batches_reads_everything(broker: BrokerProcess,
+                                                                    limits: dict[str, int]) -> None:
     """librdkafka 0082: receive.message.max.bytes is fetch.max.bytes + 512; an answer of two
-    batches would exceed it, and librdkafka would drop the connection and fetch again forever."""
+    batches would exceed it, and librdkafka would drop the connection and fetch again forever.
+    With max.partition.fetch.bytes below a batch it still reads (the first batch always comes)."""
     consumer = Consumer({
-        "bootstrap.servers": broker.bootstrap, "group.id": "limits", "enable.auto.commit": False,
-        "fetch.max.bytes": BIG_BATCH + 1_000, "receive.message.max.bytes": BIG_BATCH + 1_512,
-        "max.partition.fetch.bytes": 20_000_000, "message.max.bytes": 1_000, **QUIET,
+        "bootstrap.servers": broker.bootstrap, "group.id": "limits", "enable.auto.commit": False, **limits, **QUIET,
     })
     try:
         consumer.assign([TopicPartition(BIG, partition, 0) for partition in range(3)])
