@@ -227,7 +227,12 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "zookeeper.session.timeout.ms": (
         "test_cluster.py::test_a_killed_leader_is_replaced_from_the_isr_and_nothing_acknowledged_is_lost",),
     "zookeeper.connection.timeout.ms": ("test_cluster.py::test_an_unreachable_zookeeper_stops_the_broker_in_time",),
-    "broker.rack": ("test_cluster.py::test_racks_are_advertised_and_replicas_spread_over_them",),
+    "broker.rack": ("test_cluster.py::test_racks_are_advertised_and_replicas_spread_over_them",
+                    "test_fetch_from_follower.py::test_the_leader_names_the_replica_in_the_consumers_rack_and_sends_no_records"),
+    "replica.selector.class": (
+        "test_fetch_from_follower.py::test_the_leader_names_the_replica_in_the_consumers_rack_and_sends_no_records",
+        "test_fetch_from_follower.py::test_a_librdkafka_consumer_reads_from_its_rack_and_goes_on_when_that_follower_dies",
+    ),
     "controlled.shutdown.enable": ("test_cluster.py::test_a_rolling_restart_under_acks_all_load_fails_no_send",),
     "auto.leader.rebalance.enable": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),
     "leader.imbalance.check.interval.seconds": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),

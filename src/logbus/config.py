@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
+from .cluster.replica_selector import SELECTORS
 from .logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, check_level, component_key
 
 LONG_MAX = 9223372036854775807
@@ -271,6 +272,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("zookeeper.connection.timeout.ms", INT, None, "How long to wait for the first ZooKeeper connection; "
              "default: the session timeout.", minimum=1),
         _key("broker.rack", STR, None, "Rack of this broker; replicas spread over racks when every broker has one."),
+        _key("replica.selector.class", STR, None, "Which replica a consumer (Fetch v11+) reads from (KIP-392): "
+             "org.apache.kafka.common.replica.RackAwareReplicaSelector sends it to a replica in its client.rack; "
+             "unset or ...LeaderSelector: the leader.", choices=SELECTORS),
         # SASL (on SASL_PLAINTEXT and SASL_SSL listeners). Default mechanisms: SCRAM only, not Kafka's
         # GSSAPI (no Kerberos here) and not PLAIN, which sends the password itself: opt in, over SASL_SSL.
         _key("sasl.enabled.mechanisms", ConfigType.LIST, "SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms "

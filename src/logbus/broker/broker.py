@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
+from ..cluster.replica_selector import replica_selector
 from ..cluster.sasl_login import SaslLogin
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig
@@ -60,6 +61,7 @@ class Broker:
         self.data_dir = self.log_dirs[0]
         self.socket_request_max_bytes: int = config["socket.request.max.bytes"]
         self.socket_sendfile: str = config["socket.sendfile"]
+        self.replica_selector = replica_selector(config["replica.selector.class"])  # KIP-392, for consumer fetches
         self.metadata = metadata or self._metadata_store(config, broker_id, self.data_dir)
         self.authorizer = make_authorizer(config, self.metadata.acls)
         self.controller = self._controller(config, self.metadata)

@@ -69,7 +69,8 @@ class CachedPartition:
         self.log_start_offset = answer.log_start_offset
         diverging = getattr(answer, "diverging_epoch", None)
         return (moved or records_size > 0 or answer.error_code != ErrorCode.none
-                or (diverging is not None and diverging.epoch >= 0))
+                or (diverging is not None and diverging.epoch >= 0)
+                or getattr(answer, "preferred_read_replica", -1) >= 0)
 
 
 @dataclass(slots=True)
@@ -99,11 +100,20 @@ class FetchSession:
             self.topics = {key: topic for key, topic in self.topics.items() if key in live}
 
     def wanted(self) -> list[tuple[Any, Any, list[Any]]]:
-        """Every partition of the session as (request topic, topic key, fetch partitions), by topic."""
-        by_topic: dict[Any, list[Any]] = {}
+        """Every partition of the session as (request topic, topic key, fetch partitions), in the
+        session's order: a topic's partitions apart in it make two entries (as Kafka's answer)."""
+        runs: list[tuple[Any, Any, list[Any]]] = []
         for (key, _), cached in self.partitions.items():
-            by_topic.setdefault(key, []).append(cached.fetch)
-        return [(self.topics[key], key, fetches) for key, fetches in by_topic.items()]
+            if not runs or runs[-1][1] != key:
+                runs.append((self.topics[key], key, []))
+            runs[-1][2].append(cached.fetch)
+        return runs
+
+    def served(self, key: PartitionKey) -> None:
+        """The partition answered records: it goes to the end of the session, so that the next
+        fetches read the others first (Kafka's IncrementalFetchContext: with a small max_bytes
+        every partition gets its turn, not the first ones until they run dry)."""
+        self.partitions.move_to_end(key)
 
 
 class SessionError(Exception):

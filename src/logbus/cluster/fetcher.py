@@ -232,8 +232,10 @@ class ReplicaFetcher:
             # or it moved on (this broker's own state change re-adds the partition)
             pause = NEW_STATE_RETRY_S if error == ErrorCode.unknown_leader_epoch else self.config.backoff_ms / 1000
             self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + pause
-        elif error != ErrorCode.none:
+        elif error != ErrorCode.none:  # retried after a pause, as Kafka's partitionsWithError
             log.warning("%s: %s from broker %d: %s", self.name, partition, self.leader_id, error.name)
+            self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + \
+                self.config.backoff_ms / 1000
         elif answer.diverging_epoch.epoch >= 0:
             await self._truncate_diverged(partition, answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset)
         else:

@@ -53,6 +53,7 @@ class FollowerState:
     """What the leader knows of one follower (Kafka's Replica)."""
 
     log_end_offset: int = -1  # unknown until it fetches
+    log_start_offset: int = -1  # as its last fetch said (v5+)
     last_caught_up: float = 0.0
     last_fetch_leader_leo: int = -1
     last_fetch_time: float = 0.0
@@ -187,11 +188,12 @@ class Partition:
 
     # ------------------------------------------------------------------ leader: followers
 
-    def update_follower(self, broker_id: int, fetch_offset: int) -> None:
-        """A follower fetched from `fetch_offset`: it has everything before it."""
+    def update_follower(self, broker_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
+        """A follower fetched from `fetch_offset`: it has everything before it (from `log_start_offset`)."""
         follower = self.followers.get(broker_id)
         if follower is None or not self.is_leader:
             return
+        follower.log_start_offset = log_start_offset
         now = self.clock()
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
@@ -212,6 +214,17 @@ class Partition:
         epoch_start = self.log.log_end_offset if epoch_start is None else epoch_start
         if follower.log_end_offset >= max(self.high_watermark, epoch_start):
             self._request_isr([*self.state.isr, broker_id])
+
+    def read_replica_candidates(self, fetch_offset: int) -> list[tuple[int, int, float]]:
+        """(broker id, log end offset, seconds since caught up) of the in-sync followers that hold
+        `fetch_offset`: those a consumer may be sent to read from (Kafka's
+        findPreferredReadReplica; a follower out of the ISR may lag ever further)."""
+        now = self.clock()
+        return [
+            (broker, follower.log_end_offset, now - follower.last_caught_up)
+            for broker, follower in self.followers.items()
+            if broker in self.state.isr and follower.log_start_offset <= fetch_offset <= follower.log_end_offset
+        ]
 
     def shrink_isr_if_lagging(self, max_lag_s: float) -> None:
         """Drop followers not caught up for `max_lag_s` from the ISR (the leader stays)."""
@@ -293,8 +306,9 @@ class Partition:
         return self.log.last_stable_offset(self.high_watermark)
 
     def read(self, offset: int, max_bytes: int, committed_only: bool = True,
-             read_committed: bool = False) -> FetchedData:
-        """Bytes from `offset`; consumers read below the HW, followers up to the LEO.
+             read_committed: bool = False, min_one_batch: bool = True) -> FetchedData:
+        """Bytes from `offset`; consumers read below the HW, followers up to the LEO. Without
+        `min_one_batch` nothing is read when the first batch is larger than `max_bytes`.
 
         read_committed readers read below the last stable offset and get the transactions
         aborted in what they read (Kafka's LocalLog.read with includeAbortedTxns): an empty
@@ -302,7 +316,7 @@ class Partition:
         """
         stable = self.last_stable_offset
         limit = stable if read_committed else self.high_watermark if committed_only else self.log.log_end_offset
-        found = self.log.read(offset, max_bytes, limit)
+        found = self.log.read(offset, max_bytes, limit, min_one_batch)
         aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
         return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 

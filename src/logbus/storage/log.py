@@ -451,9 +451,11 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> ReadSlice | None:
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> ReadSlice | None:
         """Bytes from the batch holding `offset`, stopping before `max_offset` (the HW).
 
+        With `min_one_batch` the first batch is whole even past `max_bytes` (KIP-74); without it
+        a first batch larger than `max_bytes` reads nothing (Kafka's minOneMessage=false).
         Raises OffsetOutOfRangeError outside [log start, log end].
         """
         if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -468,8 +470,8 @@ class PartitionLog:
                 segment.position_of_offset(max_offset)
             )
             found = segment.read(offset, max_bytes, max_position)
-            if found is not None:
-                return found
+            if found is not None:  # larger than max_bytes only when its first batch is
+                return found if min_one_batch or found.size <= max_bytes else None
             if max_position is not None:
                 return None
         return None

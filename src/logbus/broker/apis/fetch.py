@@ -8,7 +8,9 @@ that have news (fetchers without a session send and get every partition each tim
 answers from the batch holding the fetch offset (a fetch starting mid-batch gets the whole
 batch; the client skips the records before its offset), up to `partition_max_bytes` and the
 response's `max_bytes` (for a consumer under a consumer_byte_rate quota, at most what its quota
-window holds, as Kafka bounds it), cut at whole batches, the first batch always whole (KIP-74). Records
+window holds, as Kafka bounds it), cut at whole batches. Only the first partition with records may
+go past these limits, by its first batch (KIP-74: the fetcher always makes progress); a later
+partition whose first batch does not fit in what is left answers no records, as Kafka's. Records
 are one byte range per partition, sent as is: read into memory, or, on a connection that uses
 sendfile (see the server) and from `SENDFILE_MIN_BYTES` up, put into the response as a FileRegion
 that the server writes with `sendfile`, so the bytes never pass through Python. Records that
@@ -25,6 +27,11 @@ read_committed consumer (isolation level 1) reads below the LSO and gets the abo
 `PartitionLog.aborted_transactions_in`); its fetch waits for the LSO to move rather than the HW.
 Other readers get no aborted transactions (null), as from Kafka.
 
+A consumer of v11+ may read from a follower (KIP-392): the leader names the replica its
+`replica.selector.class` picks for the client's rack as `preferred_read_replica` (no records),
+and a follower serves consumers up to its own high watermark (see docs/architecture.md, "Fetch
+from follower"). A broker with no replica of a known partition answers NOT_LEADER_OR_FOLLOWER.
+
 With an authorizer, as Kafka's KafkaApis: a consumer needs Read on each topic, a follower
 ClusterAction on the cluster; refused partitions answer TOPIC_AUTHORIZATION_FAILED.
 """
@@ -39,6 +46,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
+from ...cluster.replica_selector import ReplicaView
 from ...metrics.counters import TopicTraffic
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
@@ -55,6 +63,7 @@ MIN_VERSION = 4
 MAX_VERSION = 18
 READ_COMMITTED = 1  # the request's isolation level; 0 is read_uncommitted
 TOPIC_ID_VERSION = 13  # from here topics are named by id
+FOLLOWER_READ_VERSION = 11  # from here a consumer names its rack and may read from a follower (KIP-392)
 
 # Below this a partition's records are read into memory: sendfile's extra system calls (and the
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
@@ -70,17 +79,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return make(response_class(API_KEY, ctx.api_version), error_code=exc.code, session_id=0, responses=(),
                     node_endpoints=())
     wanted = _resolved(ctx, entries)
-    read_committed = replica_id(request) < 0 and request.isolation_level == READ_COMMITTED
+    reader = _reader_of(ctx, request)
     refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
     while True:
         await _load_uncached_read_starts(ctx, wanted)
-        topics, total, partitions = _read_all(ctx, request, wanted, read_committed, refused,
-                                              session if incremental else None)
-        if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping:
+        topics, total, partitions = _read_all(ctx, request, wanted, reader, refused, session if incremental else None)
+        if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping \
+                or _answer_now(topics):
             break
         _close_regions(topics)
-        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, read_committed,
-                               follower=replica_id(request) >= 0)
+        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, reader.read_committed,
+                               follower=reader.follower)
     topics = await _read_cold(ctx, topics)
     if ctx.broker.metrics is not None and replica_id(request) < 0:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
@@ -90,6 +99,27 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
         session_id=session.id if session is not None else 0, responses=topics, node_endpoints=(),
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Reader:
+    """Who fetches: a follower (its broker id) or a consumer, and what a consumer may read."""
+
+    replica: int  # the follower's broker id; -1 for a consumer
+    read_committed: bool
+    client_rack: str | None  # a consumer's rack (v11+: it may read from a follower); None: the leader only
+
+    @property
+    def follower(self) -> bool:
+        return self.replica >= 0
+
+
+def _reader_of(ctx: RequestContext, request: Any) -> _Reader:
+    replica = replica_id(request)
+    if replica >= 0:
+        return _Reader(replica, False, None)
+    client_rack = request.rack_id if ctx.api_version >= FOLLOWER_READ_VERSION else None
+    return _Reader(replica, request.isolation_level == READ_COMMITTED, client_rack)
 
 
 def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None, bool, list[tuple[Any, Any, list]]]:
@@ -127,18 +157,32 @@ def _forgotten(request: Any) -> list[tuple[Any, int]]:
 
 def _session_answer(session: FetchSession, wanted: list, topics: tuple, incremental: bool) -> tuple:
     """The session remembers what each partition's answer tells; an incremental answer keeps only
-    the partitions with news (records, a moved offset, an error), and the topics left with any."""
+    the partitions with news (records, a moved offset, an error), and the topics left with any.
+    A partition with records in an incremental answer is read last next time (`served`)."""
     kept = []
     for (topic_entry, _, _), topic in zip(wanted, topics, strict=True):
         key = _topic_key(topic_entry)
         answers = []
         for answer in topic.partitions:
             cached = session.partitions[(key, answer.partition_index)]
-            if cached.tell(answer, _records_size(answer.records)) or not incremental:
+            size = _records_size(answer.records)
+            if cached.tell(answer, size) or not incremental:
                 answers.append(answer)
+            if incremental and size:
+                session.served((key, answer.partition_index))
         if answers:
             kept.append(dataclasses.replace(topic, partitions=tuple(answers)))
     return tuple(kept)
+
+
+def _answer_now(topics: tuple) -> bool:
+    """As Kafka's fetchMessages: an answer with an error, a diverging epoch or a preferred read
+    replica goes out at once, whatever `min_bytes` asks."""
+    return any(
+        answer.error_code != ErrorCode.none or getattr(answer, "preferred_read_replica", -1) >= 0
+        or ((diverging := getattr(answer, "diverging_epoch", None)) is not None and diverging.epoch >= 0)
+        for topic in topics for answer in topic.partitions
+    )
 
 
 def _records_size(records: Any) -> int:
@@ -199,7 +243,7 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, wanted: list, read_committed: bool, refused: frozenset[str] | set[str],
+    ctx: RequestContext, request: Any, wanted: list, reader: _Reader, refused: frozenset[str] | set[str],
     session: FetchSession | None = None,
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
     """The answer per topic, the bytes in it, and each hosted partition with its max bytes.
@@ -222,8 +266,8 @@ def _read_all(
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
-            answer, size = _read_partition(module, ctx, request, name, partition, fetch, budget, read_committed,
-                                           cached)
+            answer, size = _read_partition(module, ctx, name, partition, fetch, budget, reader,
+                                           min_one_batch=total == 0, cached=cached)
             if answer is None:
                 continue
             budget = max(budget - size, 0)
@@ -247,46 +291,84 @@ def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
 
 
 def _read_partition(
-    module: Any, ctx: RequestContext, request: Any, name: str | None,
-    partition: Partition | None, fetch: Any, budget: int, read_committed: bool,
-    cached: CachedPartition | None = None,
+    module: Any, ctx: RequestContext, name: str | None, partition: Partition | None, fetch: Any, budget: int,
+    reader: _Reader, min_one_batch: bool, cached: CachedPartition | None = None,
 ) -> tuple[Any, int]:
     """The partition's answer and its record bytes; (None, 0) when `cached` says the fetcher has
-    been told everything there is (an incremental session's quiet partition)."""
+    been told everything there is (an incremental session's quiet partition).
+
+    The read is bounded by min(`partition_max_bytes`, `budget`, what the response may still
+    hold). Only the first partition with records (`min_one_batch`: none before it had any) gets
+    its first batch even when that is larger, so that the fetcher always makes progress; a later
+    one whose first batch does not fit answers no records (Kafka's ReplicaManager.readFromLog).
+    """
     if partition is None:
-        error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
-        return _answer(module, fetch.partition, error), 0
-    replica = replica_id(request)
+        return _answer(module, fetch.partition, _not_hosted_error(ctx, name, fetch.partition)), 0
     epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
     if epoch_error is not None:  # first, as Kafka: a fetcher ahead of this broker retries soon
         return _answer(module, fetch.partition, epoch_error), 0
-    if not partition.is_leader:
+    if not (partition.is_leader or (partition.is_follower and reader.client_rack is not None)):
         return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
-    if replica >= 0:
-        if replica not in partition.state.replicas:
+    if reader.follower:
+        if reader.replica not in partition.state.replicas:
             return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
         diverging = _diverging_epoch(partition, fetch)
         if diverging is not None:
             return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
                            partition.last_stable_offset, partition.log.log_start_offset, diverging=diverging), 0
-        partition.update_follower(replica, fetch.fetch_offset)
-    if cached is not None and _quiet(cached, partition, fetch.fetch_offset, replica >= 0, read_committed):
+        partition.update_follower(reader.replica, fetch.fetch_offset, getattr(fetch, "log_start_offset", -1))
+    elif (preferred := _preferred_read_replica(ctx, partition, fetch.fetch_offset, reader.client_rack)) is not None:
+        return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark, partition.last_stable_offset,
+                       partition.log.log_start_offset, preferred_read_replica=preferred), 0
+    if cached is not None and _quiet(cached, partition, fetch.fetch_offset, reader.follower, reader.read_committed):
         return None, 0
     max_bytes = min(fetch.partition_max_bytes, budget)
     try:
-        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=replica < 0, read_committed=read_committed)
+        data = partition.read(fetch.fetch_offset, max_bytes, committed_only=not reader.follower,
+                              read_committed=reader.read_committed, min_one_batch=min_one_batch)
     except OffsetOutOfRangeError:
         return _answer(
             module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
             partition.last_stable_offset, partition.log.log_start_offset,
         ), 0
     records: bytes | memoryview | FileRegion | _ColdRecords = b""
-    if data.slice is not None and (max_bytes > 0 or budget == request.max_bytes):
+    if data.slice is not None:
         records = _records(data.slice, ctx.sendfile)
     return _answer(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
         data.log_start_offset, records, aborted=data.aborted_transactions,
     ), len(records)
+
+
+def _not_hosted_error(ctx: RequestContext, name: str | None, index: int) -> ErrorCode:
+    """As Kafka's getPartitionOrException: a partition of a known topic that this broker does not
+    host answers NOT_LEADER_OR_FOLLOWER (the fetcher refreshes its metadata), else it is unknown."""
+    if name is None:
+        return ErrorCode.unknown_topic_id
+    topic = ctx.broker.metadata.topic(name)
+    if topic is not None and 0 <= index < len(topic.partitions):
+        return ErrorCode.not_leader_or_follower
+    return ErrorCode.unknown_topic_or_partition
+
+
+def _preferred_read_replica(ctx: RequestContext, partition: Partition, fetch_offset: int,
+                            client_rack: str | None) -> int | None:
+    """KIP-392, on the leader: the replica `replica.selector.class` sends this consumer to, when
+    that is not the leader itself (Kafka's findPreferredReadReplica); None: the leader serves.
+    Only a replica the consumer can reach (one with an endpoint on its listener) is named."""
+    selector = ctx.broker.replica_selector
+    if selector is None or client_rack is None or not partition.is_leader:
+        return None
+    brokers = {b.broker_id: b for b in ctx.broker.metadata.brokers()}
+    rack = {broker_id: info.rack for broker_id, info in brokers.items()}
+    leader = ReplicaView(partition.broker_id, rack.get(partition.broker_id), partition.log.log_end_offset, 0.0)
+    followers = [ReplicaView(broker_id, rack.get(broker_id), end, lag)
+                 for broker_id, end, lag in partition.read_replica_candidates(fetch_offset)]
+    selected = selector(client_rack, leader, [leader, *followers])
+    if selected is leader or (info := brokers.get(selected.broker_id)) is None or \
+            info.endpoint(ctx.listener_name) is None:
+        return None
+    return selected.broker_id
 
 
 def _quiet(cached: CachedPartition, partition: Partition, offset: int, follower: bool, read_committed: bool) -> bool:
@@ -405,6 +487,7 @@ def _answer(
     module: Any, index: int, error: ErrorCode, high_watermark: int = -1, last_stable: int = -1,
     log_start: int = -1, records: bytes | memoryview | FileRegion | _ColdRecords = b"",
     diverging: tuple[int, int] | None = None, aborted: list[tuple[int, int]] | None = None,
+    preferred_read_replica: int = -1,
 ) -> Any:
     extra = {}
     if diverging is not None and hasattr(module, "EpochEndOffset"):
@@ -413,7 +496,7 @@ def _answer(
         module.PartitionData, partition_index=index, error_code=error,
         high_watermark=high_watermark, last_stable_offset=last_stable,
         log_start_offset=log_start, aborted_transactions=_aborted(module, aborted),
-        preferred_read_replica=-1, records=records, **extra,
+        preferred_read_replica=preferred_read_replica, records=records, **extra,
     )
 
 
