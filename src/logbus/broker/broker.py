@@ -128,6 +128,8 @@ class Broker:
         """Load everything and listen; returns the listeners as bound (port 0 replaced)."""
         self.logs.lock()
         await self.metadata.start()
+        self._apply_dynamic_configs()
+        self.metadata.add_config_listener(self._on_entity_config)
         self.metadata.add_listener(self._forget_cached_metadata)
         self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
         self.metadata.add_acl_listener(self.metadata_cache.clear)
@@ -181,6 +183,19 @@ class Broker:
         timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         if not await request(timeout):
             log.warning("controlled shutdown: still leading some partitions after %.0f s; stopping anyway", timeout)
+
+    def _apply_dynamic_configs(self) -> None:
+        """This broker's dynamic configs and the cluster-wide default ones, from the metadata store."""
+        stored = self.metadata.entity_configs()
+        self.config.set_dynamic(stored.get(f"brokers/{self.broker_id}", {}), stored.get("brokers/<default>", {}))
+
+    def _on_entity_config(self, entity: str) -> None:
+        """A dynamic broker config changed: the config takes it, and every log whose topic does not
+        override a changed default takes the new value at once (docs/configuration.md lists the
+        keys applied live)."""
+        if entity in (f"brokers/{self.broker_id}", "brokers/<default>"):
+            self._apply_dynamic_configs()
+            self.replicas.reconfigure_logs()
 
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()

@@ -8,9 +8,8 @@ Through DescribeConfigs (v4, with synonyms) and IncrementalAlterConfigs (v1), se
 blocking client of `logbus.spark.client`: confluent-kafka's AdminClient cannot name the
 cluster-wide broker default (an empty broker name). Output lines are kafka-configs.sh's.
 Without `--all`, describe shows what kafka-configs shows: the configs set on the entity itself
-(a topic's overrides; a broker's dynamic configs, which logbus has none of: its broker configs
-are static, and altering them is refused by the broker). Without `--entity-name`, every topic
-or every broker is described.
+(a topic's overrides; a broker's dynamic configs; with `--entity-default`, the cluster-wide
+dynamic defaults). Without `--entity-name`, every topic or every broker is described.
 """
 
 from __future__ import annotations
