@@ -248,3 +248,33 @@ def test_broker_and_group_configs_reach_every_broker_through_zookeeper() -> None
         finally:
             zk.stop()
             zk.close()
+
+
+def test_librdkafka_0081s_broker_and_group_alterations(broker: BrokerProcess) -> None:
+    """The sequence librdkafka's 0081-admin test helper sends: a custom broker key with a list
+    APPEND, then DELETE and SUBTRACT; a group's SET then DELETE."""
+    append, subtract = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
+    alter(broker.bootstrap, ResourceType.BROKER, "0", ("background.threads", "9", SET),
+          ("log.cleanup.policy", "compact", append))
+    configs = describe(broker.bootstrap, ResourceType.BROKER, "0")
+    assert (configs["background.threads"].value, configs["log.cleanup.policy"].value) == ("9", "delete,compact")
+    alter(broker.bootstrap, ResourceType.BROKER, "0", ("background.threads", "", DELETE),
+          ("log.cleanup.policy", "compact", subtract))
+    configs = describe(broker.bootstrap, ResourceType.BROKER, "0")
+    assert "background.threads" not in configs and configs["log.cleanup.policy"].value == "delete"
+    alter(broker.bootstrap, ResourceType.BROKER, "0", ("log.cleanup.policy", "", DELETE))
+    assert describe(broker.bootstrap, ResourceType.BROKER, "0")["log.cleanup.policy"].source == 5
+
+    alter(broker.bootstrap, ResourceType.GROUP, "my-group", ("consumer.session.timeout.ms", "50000", SET))
+    alter(broker.bootstrap, ResourceType.GROUP, "my-group", ("consumer.session.timeout.ms", "", DELETE))
+    assert describe(broker.bootstrap, ResourceType.GROUP, "my-group")["consumer.session.timeout.ms"].value == "45000"
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_alter_configs_replaces_a_groups_whole_set(broker: BrokerProcess) -> None:
+    alter(broker.bootstrap, ResourceType.GROUP, "legacy", ("share.isolation.level", "read_committed", SET))
+    resource = ConfigResource(ResourceType.GROUP, "legacy", set_config={"consumer.heartbeat.interval.ms": "6000"})
+    admin(broker.bootstrap).alter_configs([resource])[resource].result(TIMEOUT_S)
+    configs = describe(broker.bootstrap, ResourceType.GROUP, "legacy")
+    own = {name for name, entry in configs.items() if entry.source == GROUP_CONFIG}
+    assert own == {"consumer.heartbeat.interval.ms"}  # the isolation level went back to its default
