@@ -17,7 +17,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from helpers import QUIET, raw_request, wait_until
+from helpers import METADATA, QUIET, RawConnection, raw_request, wait_until
 from kazoo.client import KazooClient
 
 from logbus.testing import BrokerProcess, running_broker, running_cluster
@@ -278,3 +278,23 @@ def test_alter_configs_replaces_a_groups_whole_set(broker: BrokerProcess) -> Non
     configs = describe(broker.bootstrap, ResourceType.GROUP, "legacy")
     own = {name for name, entry in configs.items() if entry.source == GROUP_CONFIG}
     assert own == {"consumer.heartbeat.interval.ms"}  # the isolation level went back to its default
+
+
+def test_a_dynamic_connection_limit_holds_for_the_next_connection(broker: BrokerProcess) -> None:
+    def connect() -> RawConnection:
+        return RawConnection(broker.bootstrap, source="127.0.0.2")
+
+    def served(connection: RawConnection) -> bool:
+        return connection.call(METADATA, 12, topics=(), allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False).brokers[0].port > 0
+
+    assert raw_alter(broker.bootstrap, "0", ("max.connections.per.ip", "2", 0)).error_code == 0
+    try:
+        with connect() as first, connect() as second:
+            assert served(first) and served(second)
+            with connect() as third:
+                assert third.closed_by_broker(), "a third connection from 127.0.0.2 was kept"
+    finally:
+        assert raw_alter(broker.bootstrap, "0", ("max.connections.per.ip", None, 1)).error_code == 0
+    with connect() as first, connect() as second, connect() as third:
+        assert served(first) and served(second) and served(third)
