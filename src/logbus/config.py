@@ -479,7 +479,6 @@ DYNAMIC_KEYS = PER_BROKER_KEYS | frozenset(
     "log.cleaner.backoff.ms", "num.io.threads", "num.replica.fetchers", "max.connections",
     "max.connections.per.ip", "max.connection.creation.rate", "producer.id.expiration.ms",
     "transaction.partition.verification.enable",
-    *(name for name in BROKER_KEYS if name.startswith(("group.consumer.", "group.share.", "group.streams."))),
 })
 # Kafka's brokerConfigSynonyms: keys that set one setting in other units, in precedence order.
 _SYNONYM_GROUPS = (
@@ -525,8 +524,7 @@ def _group(name: str, type_: ConfigType = INT, default: object = None, **kw: obj
     """A group key; its default is its broker key's (`group.<name>`) when one is declared."""
     broker_key = BROKER_KEYS.get(f"group.{name}")
     if broker_key is not None:
-        kw.setdefault("minimum", broker_key.minimum)
-        return GroupKey(replace(broker_key, name=name, default=broker_key.default, **kw), broker_key.name)
+        return GroupKey(replace(broker_key, name=name, **kw), broker_key.name)
     return GroupKey(_key(name, type_, default, **kw), None)  # type: ignore[arg-type]
 
 

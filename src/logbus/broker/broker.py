@@ -33,6 +33,7 @@ from .context import RawResponse
 from .fetch_sessions import FetchSessionCache
 from .metrics import BrokerMetrics
 from .server import Connections, Listener
+from .topic_configs import broker_entity
 
 if TYPE_CHECKING:
     from ..cluster.controller import Controller
@@ -187,13 +188,13 @@ class Broker:
     def _apply_dynamic_configs(self) -> None:
         """This broker's dynamic configs and the cluster-wide default ones, from the metadata store."""
         stored = self.metadata.entity_configs()
-        self.config.set_dynamic(stored.get(f"brokers/{self.broker_id}", {}), stored.get("brokers/<default>", {}))
+        self.config.set_dynamic(stored.get(broker_entity(str(self.broker_id)), {}), stored.get(broker_entity(""), {}))
 
     def _on_entity_config(self, entity: str) -> None:
         """A dynamic broker config changed: the config takes it, and every log whose topic does not
         override a changed default takes the new value at once (docs/configuration.md lists the
         keys applied live)."""
-        if entity in (f"brokers/{self.broker_id}", "brokers/<default>"):
+        if entity in (broker_entity(str(self.broker_id)), broker_entity("")):
             self._apply_dynamic_configs()
             self.replicas.reconfigure_logs()
 

@@ -131,7 +131,7 @@ def check_unique(names: list[str]) -> None:
         raise KafkaApiError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {duplicates}")
 
 
-def apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[Operation]) -> dict[str, str]:
+def _apply_incremental(broker: Broker, topic: TopicMetadata, ops: list[Operation]) -> dict[str, str]:
     """The topic's overrides after SET / DELETE / APPEND / SUBTRACT operations (validated); a list
     operation starts from the effective value."""
     effective = {c.name: c.text for c in describe_topic_configs(broker.config, topic.configs)}
@@ -267,13 +267,7 @@ async def _alter_resource(broker: Broker, resource: Any, validate_only: bool, in
     check_unique([config.name for config in resource.configs])
     kind = resource_type(resource.resource_type)
     if kind is ResourceType.TOPIC:
-        topic = topic_resource(broker, resource.resource_name)
-        if incremental:
-            configs = apply_incremental(broker, topic, _operations(resource))
-        else:
-            configs = validated(broker, {config.name: config.value for config in resource.configs})
-        if not validate_only:
-            await store_topic_configs(broker, topic.name, configs)
+        await _alter_topic(broker, resource, validate_only, incremental)
         return
     if kind is ResourceType.BROKER:
         check_broker_resource(broker, resource.resource_name)
@@ -288,12 +282,28 @@ async def _alter_resource(broker: Broker, resource: Any, validate_only: bool, in
     if kind is ResourceType.BROKER:
         validate_broker_configs(configs, per_broker=resource.resource_name != "")
     else:
-        try:
-            validate_group_configs(configs, broker.config)
-        except ConfigError as exc:
-            raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
+        _validated_group(broker, configs)
     if not validate_only:
-        await broker.metadata.set_entity_configs(entity, configs)
+        with metadata_change(entity):  # a failed write: KAFKA_STORAGE_ERROR, nothing changed
+            await broker.metadata.set_entity_configs(entity, configs)
+
+
+async def _alter_topic(broker: Broker, resource: Any, validate_only: bool, incremental: bool) -> None:
+    topic = topic_resource(broker, resource.resource_name)
+    if incremental:
+        configs = _apply_incremental(broker, topic, _operations(resource))
+    else:
+        configs = validated(broker, {config.name: config.value for config in resource.configs})
+    if not validate_only:
+        await store_topic_configs(broker, topic.name, configs)
+
+
+def _validated_group(broker: Broker, configs: Mapping[str, str]) -> None:
+    """Kafka's GroupConfig.validate, its refusals INVALID_CONFIG."""
+    try:
+        validate_group_configs(configs, broker.config)
+    except ConfigError as exc:
+        raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
 
 
 def _list_keys(kind: ResourceType, current: Mapping[str, str]) -> tuple[Callable[[str], ConfigKey | None],
