@@ -291,6 +291,22 @@ def configs(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[st
     return logbus("configs", "--bootstrap-server", broker.bootstrap, *args)
 
 
+def test_configs_alter_and_describe_a_groups_configs(broker: BrokerProcess) -> None:
+    entity = ("--entity-type", "groups", "--entity-name", "cli-group")
+    assert succeeded(configs(broker, "alter", *entity, "--add-config", "consumer.session.timeout.ms=50000")) == (
+        "Completed updating config for group cli-group.\n")
+    assert succeeded(configs(broker, "describe", *entity)).splitlines() == [
+        "Dynamic configs for group cli-group are:",
+        "  consumer.session.timeout.ms=50000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:"
+        "consumer.session.timeout.ms=50000, DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}",
+    ]
+    refused = failed_cleanly(configs(broker, "alter", *entity, "--add-config", "consumer.session.timeout.ms=1"))
+    assert refused == ("logbus: group 'cli-group': consumer.session.timeout.ms must be greater than or equal to "
+                       "group.consumer.min.session.timeout.ms\n")
+    unnamed = configs(broker, "describe", "--entity-type", "groups")
+    assert (unnamed.returncode, unnamed.stderr) == (2, "logbus: --entity-name is required for groups\n")
+
+
 def test_configs_alter_and_describe_round_trip_as_kafka_configs_prints_them(broker: BrokerProcess) -> None:
     topic = new_topic(broker.bootstrap)
     entity = ("--entity-type", "topics", "--entity-name", topic)
