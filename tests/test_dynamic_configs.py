@@ -119,6 +119,8 @@ def test_read_only_and_per_broker_keys_are_refused_as_kafka_refuses_them(broker:
     assert keystore.code() == KafkaError.INVALID_REQUEST and "listener prefix" in keystore.str()
     bad = refusal(broker.bootstrap, ResourceType.BROKER, "0", "log.retention.ms", "soon")
     assert bad.code() == KafkaError.INVALID_REQUEST
+    too_big = refusal(broker.bootstrap, ResourceType.BROKER, "0", "num.io.threads", str(1 << 31))
+    assert too_big.code() == KafkaError.INVALID_REQUEST and "Not a number of type INT" in too_big.str()
     at_default = raw_alter(broker.bootstrap, "", ("listener.name.plaintext.ssl.keystore.location", "/k.pem", 0))
     assert at_default.error_code == KafkaError.INVALID_REQUEST
     assert "broker id must be specified" in at_default.error_message

@@ -63,12 +63,24 @@ def _parse_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def _java_integer(bits: int, type_name: str) -> Callable[[str], int]:
+    """An integer that fits Java's `bits`-bit type, as Kafka's ConfigDef parses one."""
+    def parse(text: str) -> int:
+        if "_" in text:  # Python's int() takes 1_000; Java's parseInt does not
+            raise ValueError(f"Not a number of type {type_name}")
+        value = int(text.strip())
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise ValueError(f"Not a number of type {type_name}")
+        return value
+    return parse
+
+
 _PARSERS: dict[ConfigType, Callable[[str], object]] = {
     ConfigType.BOOLEAN: _parse_bool,
     ConfigType.STRING: str,
-    ConfigType.INT: int,
-    ConfigType.SHORT: int,
-    ConfigType.LONG: int,
+    ConfigType.INT: _java_integer(32, "INT"),
+    ConfigType.SHORT: _java_integer(16, "SHORT"),
+    ConfigType.LONG: _java_integer(64, "LONG"),
     ConfigType.DOUBLE: float,
     ConfigType.LIST: _parse_list,
     ConfigType.PASSWORD: str,
