@@ -270,6 +270,10 @@ def test_creating_deleting_and_describing_configs_need_their_acls(matrix: Broker
     with pytest.raises(KafkaException) as refused:  # Read and Write do not imply DescribeConfigs
         next(iter(configs.values())).result(15)
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    group_configs = client.describe_configs([ConfigResource(ConfigResource.Type.GROUP, "g")])
+    with pytest.raises(KafkaException) as refused:  # a group's configs need DescribeConfigs on the group
+        next(iter(group_configs.values())).result(15)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     # auto-creation through Metadata needs Create too
     answer = metadata(matrix, ["a.auto"], allow_auto_topic_creation=True)
     assert [t.error_code for t in answer.topics] == [ErrorCode.topic_authorization_failed]

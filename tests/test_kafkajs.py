@@ -111,3 +111,24 @@ def test_two_kafkajs_members_split_the_partitions(kafkajs: str, broker: BrokerPr
     assert first and second and sorted(first + second) == [0, 1, 2]  # a rebalance gave each a share
     assert sorted(a["isLeader"] for a in result["assignments"]) == [False, True]
     assert result["read"] == count
+
+
+def test_kafkajs_describe_configs_lists_entries_in_kafkas_order_with_its_synonyms(
+        kafkajs: str, broker: BrokerProcess) -> None:
+    """kafkajs' spec compares the entries by position: compression.type before retention.ms, and
+    retention.ms without the log.retention.hours synonym Kafka does not send."""
+    topic = unique("kafkajs-configs")
+    described = node(kafkajs, "describe_configs.js", broker.bootstrap, topic)
+    assert described["named"] == [{
+        "configEntries": [
+            {"configName": "compression.type", "configValue": "producer", "isDefault": True, "configSource": 5,
+             "isSensitive": False, "readOnly": False,
+             "configSynonyms": [{"configName": "compression.type", "configValue": "producer", "configSource": 5}]},
+            {"configName": "retention.ms", "configValue": "604800000", "isDefault": True, "configSource": 5,
+             "isSensitive": False, "readOnly": False, "configSynonyms": []},
+        ],
+        "errorCode": 0, "errorMessage": None, "resourceName": topic, "resourceType": 2,
+    }]
+    every = described["all"]  # an empty name list means all, in Kafka's (HashMap) order
+    assert len(every) > 30 and every[0] == "compression.type"
+    assert every.index("retention.ms") < every.index("segment.ms") < every.index("segment.index.bytes")

@@ -8,6 +8,7 @@ synonyms, e.g. `retention.ms` <- `log.retention.ms` / `log.retention.minutes` /
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_GROUP_CONFIG = 8  # Kafka's GROUP_CONFIG (KIP-848)
 
 
 class ConfigType(IntEnum):
@@ -62,12 +64,24 @@ def _parse_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def _java_integer(bits: int, type_name: str) -> Callable[[str], int]:
+    """An integer that fits Java's `bits`-bit type, as Kafka's ConfigDef parses one."""
+    def parse(text: str) -> int:
+        if "_" in text:  # Python's int() takes 1_000; Java's parseInt does not
+            raise ValueError(f"Not a number of type {type_name}")
+        value = int(text.strip())
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise ValueError(f"Not a number of type {type_name}")
+        return value
+    return parse
+
+
 _PARSERS: dict[ConfigType, Callable[[str], object]] = {
     ConfigType.BOOLEAN: _parse_bool,
     ConfigType.STRING: str,
-    ConfigType.INT: int,
-    ConfigType.SHORT: int,
-    ConfigType.LONG: int,
+    ConfigType.INT: _java_integer(32, "INT"),
+    ConfigType.SHORT: _java_integer(16, "SHORT"),
+    ConfigType.LONG: _java_integer(64, "LONG"),
     ConfigType.DOUBLE: float,
     ConfigType.LIST: _parse_list,
     ConfigType.PASSWORD: str,
@@ -141,6 +155,19 @@ def _gzip_level(value: object) -> None:
     """gzip levels are 1..9, or -1 for zlib's default (Kafka's GZIP.levelValidator)."""
     if value != -1 and not 1 <= value <= 9:  # type: ignore[operator]
         raise ValueError("must be between 1 and 9, or -1")
+
+
+def _group_bounds(kind: str, setting: str, default: int, low: int, high: int) -> list[ConfigKey]:
+    """`group.<kind>.<setting>` and its min/max (e.g. group.consumer.min.session.timeout.ms):
+    the default of a group's `<kind>.<setting>` config and the range it must keep."""
+    what = f"{setting.removesuffix('.ms').replace('.', ' ')} of {kind} groups (KIP-848), in ms"
+    least = 1000 if setting.startswith("record.") else 1  # Kafka's lower bound of the lock duration keys
+    return [
+        _key(f"group.{kind}.{setting}", INT, default, f"Default {what}.", minimum=least),
+        _key(f"group.{kind}.min.{setting}", INT, low, f"Smallest {what}.", minimum=least),
+        _key(f"group.{kind}.max.{setting}", INT, high, f"Largest {what}.", minimum=least),
+    ]
+
 
 _TS_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -328,6 +355,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "fatal, off).", check=check_level),
         *(_key(component_key(c), STR, None, f"Level of the logbus.{c} loggers; unset: log.level.",
                check=check_level) for c in COMPONENTS),
+        # KIP-848 group configs' broker defaults and the bounds a group's own value must keep (GROUP_KEYS).
+        *_group_bounds("consumer", "session.timeout.ms", 45000, 45000, 60000),
+        *_group_bounds("consumer", "heartbeat.interval.ms", 5000, 5000, 15000),
+        *_group_bounds("share", "session.timeout.ms", 45000, 45000, 60000),
+        *_group_bounds("share", "heartbeat.interval.ms", 5000, 5000, 15000),
+        *_group_bounds("share", "record.lock.duration.ms", 30000, 15000, 60000),
+        *_group_bounds("streams", "session.timeout.ms", 45000, 45000, 60000),
+        *_group_bounds("streams", "heartbeat.interval.ms", 5000, 5000, 15000),
+        _key("group.streams.num.standby.replicas", INT, 0, "Default standby replicas of a streams group.",
+             minimum=0),
+        _key("group.streams.max.standby.replicas", INT, 2, "Most standby replicas a streams group may ask "
+             "for.", minimum=0),
         # Broker defaults of topic keys that Kafka 4.1 has (synonyms of the topic keys below).
         _key("log.roll.jitter.ms", LONG, None, "Overrides log.roll.jitter.hours."),
         _key("log.roll.jitter.hours", INT, 0, "Max random jitter subtracted from a segment's roll time.", minimum=0),
@@ -439,6 +478,118 @@ TOPIC_KEYS: dict[str, TopicKey] = {
 }
 
 
+# Dynamic broker configs (KIP-226) as Kafka 4.1's DynamicBrokerConfig classifies the keys logbus
+# declares: settable by IncrementalAlterConfigs/AlterConfigs for one broker (resource name = its
+# id) or for all (""); every other declared key is read-only. Keys logbus does not declare are
+# custom configs, which Kafka stores too. TLS stores only per listener (listener.name.<l>.<key>).
+LISTENER_ONLY_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.certificate.chain", "ssl.keystore.key",
+    "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+})
+PER_BROKER_KEYS = LISTENER_ONLY_KEYS | frozenset({
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "ssl.cipher.suites",
+    "ssl.enabled.protocols", "ssl.client.auth", "ssl.endpoint.identification.algorithm",
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "connections.max.reauth.ms",
+})
+DYNAMIC_KEYS = PER_BROKER_KEYS | frozenset(
+    topic_key.synonyms[0][0] for topic_key in TOPIC_KEYS.values() if topic_key.synonyms
+) | frozenset({
+    "log.cleaner.backoff.ms", "num.io.threads", "num.replica.fetchers", "max.connections",
+    "max.connections.per.ip", "max.connection.creation.rate", "producer.id.expiration.ms",
+    "transaction.partition.verification.enable",
+})
+# Kafka's brokerConfigSynonyms: keys that set one setting in other units, in precedence order.
+_SYNONYM_GROUPS = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+)
+_BROKER_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group} | {
+    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+}
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    """The broker keys Kafka consults for `name`, in order (a listener key falls back to its base key)."""
+    base = _declared_base(name)
+    if base is not None:
+        return (name, base)
+    return _BROKER_SYNONYMS.get(name, (name,))
+
+
+def declared_key(name: str) -> ConfigKey | None:
+    """The declared broker key `name` is, or sets for one listener (listener.name.<l>[.<mechanism>].<key>)."""
+    return BROKER_KEYS.get(name) or BROKER_KEYS.get(_declared_base(name) or "")
+
+
+def _declared_base(name: str) -> str | None:
+    """The key a listener-prefixed name sets: `<key>`, or for a SASL mechanism's `<mechanism>.<key>` its `<key>`."""
+    base = listener_base_key(name)
+    if base is None or base in BROKER_KEYS:
+        return base
+    return base.partition(".")[2] if base.partition(".")[2] in BROKER_KEYS else base
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    """A group config (KIP-848) and the broker key that gives its default, if any."""
+
+    key: ConfigKey
+    broker_default: str | None
+
+
+def _group(name: str, type_: ConfigType = INT, default: object = None, **kw: object) -> GroupKey:
+    """A group key; its default is its broker key's (`group.<name>`) when one is declared."""
+    broker_key = BROKER_KEYS.get(f"group.{name}")
+    if broker_key is not None:
+        return GroupKey(replace(broker_key, name=name, **kw), broker_key.name)
+    return GroupKey(_key(name, type_, default, **kw), None)  # type: ignore[arg-type]
+
+
+def _share_offset_reset(value: object) -> None:
+    """latest, earliest or by_duration:<ISO-8601 duration> (Kafka's ShareGroupAutoOffsetReset)."""
+    if value in ("latest", "earliest") or re.fullmatch(r"by_duration:P.+", str(value)):
+        return
+    raise ValueError("must be latest, earliest or by_duration:<ISO-8601 duration>")
+
+
+GROUP_KEYS: dict[str, GroupKey] = {
+    g.key.name: g
+    for g in [
+        _group("consumer.session.timeout.ms"),
+        _group("consumer.heartbeat.interval.ms"),
+        _group("share.session.timeout.ms"),
+        _group("share.heartbeat.interval.ms"),
+        _group("share.record.lock.duration.ms"),
+        _group("share.auto.offset.reset", STR, "latest", check=_share_offset_reset,
+               doc="Where a share group starts in a partition it has no state for."),
+        _group("share.isolation.level", STR, "read_uncommitted", choices=("read_committed", "read_uncommitted"),
+               doc="Whether a share group reads uncommitted transactional records."),
+        _group("streams.session.timeout.ms"),
+        _group("streams.heartbeat.interval.ms"),
+        _group("streams.num.standby.replicas"),
+    ]
+}
+
+
+def java_hash_order(names: list[str]) -> list[str]:
+    """`names` in the order a java.util.HashMap filled with them in this order iterates them:
+    Kafka lists DescribeConfigs entries so, and clients' tests compare the lists by position."""
+    capacity, threshold = 16, 12
+    while len(names) > threshold:
+        capacity, threshold = capacity * 2, capacity * 3 // 2
+    return sorted(names, key=lambda name: _java_spread_hash(name) & (capacity - 1))
+
+
+def _java_spread_hash(name: str) -> int:
+    """String.hashCode() with HashMap's spread (h ^ h >>> 16), on 32 bits."""
+    units = name.encode("utf-16-be")
+    value = 0
+    for i in range(0, len(units), 2):
+        value = (31 * value + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
 def load_properties(path: str) -> dict[str, str]:
     """Read a Java-style .properties file (key=value, # comments)."""
     result: dict[str, str] = {}
@@ -467,34 +618,58 @@ class ConfigValue:
 
 
 class BrokerConfig:
-    """The broker's static config: defaults overlaid with server.properties and --set."""
+    """The broker's config: defaults overlaid with server.properties and --set (static), and with
+    the dynamic configs stored in the metadata store (the cluster-wide default, then this broker's
+    own), which `set_dynamic` replaces at run time. Lookups take the first layer that has a key:
+    this broker's dynamic config, the dynamic default, the static config, the default."""
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
         self._overrides: dict[str, str] = {}
         self._values: dict[str, object] = {}
+        self._per_broker: dict[str, str] = {}
+        self._cluster_default: dict[str, str] = {}
+        self._dynamic_values: dict[str, object] = {}
         for name, text in (overrides or {}).items():
             key = BROKER_KEYS.get(name)
             self._overrides[name] = text
             if key is not None:
                 self._values[name] = key.parse(text)
-            elif _listener_base_key(name) in BROKER_KEYS:  # a bad per-listener value fails at start too
-                replace(BROKER_KEYS[_listener_base_key(name)], name=name).parse(text)
+            elif listener_base_key(name) in BROKER_KEYS:  # a bad per-listener value fails at start too
+                replace(BROKER_KEYS[listener_base_key(name)], name=name).parse(text)
+
+    def set_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> None:
+        """Replace the dynamic layers. A stored value that does not parse (written by another
+        version, or by hand) is described but not used."""
+        values: dict[str, object] = {}
+        for layer in (cluster_default, per_broker):  # this broker's own wins
+            for name, text in layer.items():
+                if name in BROKER_KEYS:
+                    with contextlib.suppress(ConfigError):
+                        values[name] = BROKER_KEYS[name].parse(text)
+        self._per_broker, self._cluster_default = dict(per_broker), dict(cluster_default)
+        self._dynamic_values = values
+
+    def dynamic(self, per_broker: bool) -> dict[str, str]:
+        """This broker's dynamic configs (`per_broker`) or the cluster-wide default ones."""
+        return dict(self._per_broker if per_broker else self._cluster_default)
 
     def __getitem__(self, name: str) -> object:
+        if name in self._dynamic_values:
+            return self._dynamic_values[name]
         if name in self._values:
             return self._values[name]
         key = BROKER_KEYS[name]
         return None if key.default is None else key.parse(key.default)
 
     def is_set(self, name: str) -> bool:
-        return name in self._overrides
+        return name in self._overrides or name in self._dynamic_values
 
     def unknown_keys(self) -> list[str]:
         return sorted(name for name in self._overrides if name not in BROKER_KEYS and not _listener_key(name))
 
     def text(self, name: str) -> str | None:
         """The text a key was set to, also a key not declared (e.g. listener.name.<name>.ssl.*)."""
-        return self._overrides.get(name)
+        return next((layer[name] for _source, layer in self._layers()[:3] if name in layer), None)
 
     def for_listener(self, listener_name: str, name: str) -> object:
         """Key `name` for one listener: `listener.name.<listener lowercased>.<name>` when set, else `name`
@@ -507,39 +682,74 @@ class BrokerConfig:
         """`text` as a value of the declared key `name` (ConfigError when it is not one)."""
         return BROKER_KEYS[name].parse(text)
 
+    def _layers(self) -> list[tuple[ConfigSource, Mapping[str, str]]]:
+        return [
+            (ConfigSource.DYNAMIC_BROKER_CONFIG, self._per_broker),
+            (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self._cluster_default),
+            (ConfigSource.STATIC_BROKER_CONFIG, self._overrides),
+            (ConfigSource.DEFAULT_CONFIG, _DEFAULT_TEXTS),
+        ]
+
+    def synonyms(self, name: str) -> tuple[tuple[str, str | None, ConfigSource], ...]:
+        """Kafka's synonyms of broker key `name` (ConfigHelper.configSynonyms): each layer in
+        precedence order, each of the key's broker synonyms set there, the ones before the first
+        entry for `name` itself dropped. So `log.retention.ms` unset with `log.retention.hours`
+        at its default has none."""
+        names = broker_synonyms(name)
+        found = [(n, layer[n], source) for source, layer in self._layers() for n in names if n in layer]
+        first = next((i for i, (n, _text, _source) in enumerate(found) if n == name), len(found))
+        return tuple(found[first:])
+
     def describe(self, name: str) -> ConfigValue:
-        key = BROKER_KEYS[name]
-        if name in self._overrides:
-            return ConfigValue(
-                name, self[name], self._overrides[name], ConfigSource.STATIC_BROKER_CONFIG, key.type
-            )
-        return ConfigValue(name, self[name], key.default, ConfigSource.DEFAULT_CONFIG, key.type)
+        """Broker key `name` (declared, listener-prefixed or custom) as DescribeConfigs lists it."""
+        key = declared_key(name)
+        config_type = ConfigType.UNKNOWN if key is None else key.type
+        synonyms = self.synonyms(name)
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        text = next((layer[name] for _source, layer in self._layers() if name in layer), None)
+        value = self[name] if name in BROKER_KEYS else text
+        return ConfigValue(name, value, text, source, config_type, synonyms)
+
+    def described_names(self) -> list[str]:
+        """The keys DescribeConfigs lists for this broker, in Kafka's order: keys set that are not
+        declared (custom and listener keys), then every declared key."""
+        extra = [n for n in {**self._overrides, **self._cluster_default, **self._per_broker} if n not in BROKER_KEYS]
+        return java_hash_order(extra) + java_hash_order(list(BROKER_KEYS))
 
     def topic_default(self, topic_key: TopicKey) -> ConfigValue:
-        """The broker-side value of a topic config: the first synonym that is set, else default."""
+        """The broker-side value of a topic config: the first synonym that is set, else default;
+        its synonyms as Kafka lists them (those of the topic key's first broker synonym)."""
         key = topic_key.key
         if not topic_key.synonyms:
             value = key.parse(key.default or "")
             return ConfigValue(key.name, value, key.default, ConfigSource.DEFAULT_CONFIG, key.type)
-        synonyms = tuple(
-            (name, self.describe(name).text, self.describe(name).source)
-            for name, _ in topic_key.synonyms
-        )
         chosen = next(
             ((name, fn) for name, fn in topic_key.synonyms if self.is_set(name)), None
         ) or next(
             (name, fn) for name, fn in topic_key.synonyms if BROKER_KEYS[name].default is not None
         )
         name, convert = chosen
-        described = self.describe(name)
-        value = convert(described.value)
+        value = convert(self[name])
         text = ",".join(value) if isinstance(value, tuple) else _text(value)
-        return ConfigValue(
-            topic_key.key.name, value, text, described.source, topic_key.key.type, synonyms
-        )
+        synonyms = self.synonyms(topic_key.synonyms[0][0])
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        return ConfigValue(topic_key.key.name, value, text, source, topic_key.key.type, synonyms)
+
+    def group_default(self, group_key: GroupKey) -> ConfigValue:
+        """A group config's default: its broker key's value (with that key's synonyms), or its own."""
+        key = group_key.key
+        if group_key.broker_default is None:
+            synonyms = () if key.default is None else ((key.name, key.default, ConfigSource.DEFAULT_CONFIG),)
+            return ConfigValue(key.name, key.parse(key.default or ""), key.default, ConfigSource.DEFAULT_CONFIG,
+                               key.type, synonyms)
+        broker = self.describe(group_key.broker_default)
+        return replace(broker, name=key.name, type=key.type)
 
 
-def _listener_base_key(name: str) -> str | None:
+_DEFAULT_TEXTS = {name: key.default for name, key in BROKER_KEYS.items() if key.default is not None}
+
+
+def listener_base_key(name: str) -> str | None:
     """Kafka's per-listener prefix: `listener.name.<listener>.<key>` sets `<key>` for one listener;
     None for a name without the prefix."""
     parts = name.split(".", 3)
@@ -549,7 +759,7 @@ def _listener_base_key(name: str) -> str | None:
 
 
 def _listener_key(name: str) -> bool:
-    base = _listener_base_key(name)
+    base = listener_base_key(name)
     return base is not None and (base in BROKER_KEYS or base.partition(".")[2] == "sasl.jaas.config")
 
 
@@ -594,9 +804,10 @@ def _check_together(effective: Mapping[str, object]) -> None:
 
 
 def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
-    """Every topic config with its effective value and source, for DescribeConfigs."""
+    """Every topic config with its effective value and source, for DescribeConfigs (in Kafka's order)."""
     described = []
-    for name, topic_key in TOPIC_KEYS.items():
+    for name in _TOPIC_ORDER:
+        topic_key = TOPIC_KEYS[name]
         default = broker.topic_default(topic_key)
         if name in overrides:
             text = overrides[name]
@@ -611,6 +822,59 @@ def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -
             described.append(default)
     return described
 
+
+
+def describe_group_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
+    """Every group config with its value and source (DYNAMIC_GROUP_CONFIG when the group sets it),
+    in Kafka's order (ConfigHelper.createGroupConfigEntry)."""
+    described = []
+    for name in _GROUP_ORDER:
+        group_key = GROUP_KEYS[name]
+        default = broker.group_default(group_key)
+        if name in overrides:
+            text = overrides[name]
+            synonyms = ((name, text, ConfigSource.DYNAMIC_GROUP_CONFIG), *default.synonyms)
+            value = group_key.key.parse(text)
+            described.append(replace(default, value=value, text=text, source=ConfigSource.DYNAMIC_GROUP_CONFIG,
+                                     synonyms=synonyms))
+        else:
+            described.append(default)
+    return described
+
+
+def validate_group_configs(configs: Mapping[str, str], broker: BrokerConfig) -> dict[str, str]:
+    """Kafka's GroupConfig.validate: known names, values that parse, each timeout within the
+    broker's bounds (group.<kind>.min/max.<setting>), a session longer than its heartbeat."""
+    for name, text in configs.items():
+        if name not in GROUP_KEYS:
+            raise ConfigError(f"Unknown group config name: {name}")
+        GROUP_KEYS[name].key.parse(text)
+    effective = {c.name: c.value for c in describe_group_configs(broker, configs)}
+    for name, group_key in GROUP_KEYS.items():
+        _check_group_bounds(name, group_key, effective[name], broker)
+    for kind in ("consumer", "share", "streams"):
+        if effective[f"{kind}.session.timeout.ms"] <= effective[f"{kind}.heartbeat.interval.ms"]:  # type: ignore[operator]
+            raise ConfigError(f"{kind}.session.timeout.ms must be greater than {kind}.heartbeat.interval.ms")
+    return dict(configs)
+
+
+def _check_group_bounds(name: str, group_key: GroupKey, value: object, broker: BrokerConfig) -> None:
+    broker_key = group_key.broker_default
+    if broker_key is None:
+        return
+    kind, _, setting = broker_key.removeprefix("group.").partition(".")
+    if setting == "num.standby.replicas":
+        low_key, high_key = None, f"group.{kind}.max.standby.replicas"
+    else:
+        low_key, high_key = f"group.{kind}.min.{setting}", f"group.{kind}.max.{setting}"
+    if low_key is not None and value < broker[low_key]:  # type: ignore[operator]
+        raise ConfigError(f"{name} must be greater than or equal to {low_key}")
+    if value > broker[high_key]:  # type: ignore[operator]
+        raise ConfigError(f"{name} must be less than or equal to {high_key}")
+
+
+_TOPIC_ORDER = java_hash_order(list(TOPIC_KEYS))
+_GROUP_ORDER = java_hash_order(list(GROUP_KEYS))
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:

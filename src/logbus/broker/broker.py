@@ -34,6 +34,7 @@ from .context import RawResponse
 from .fetch_sessions import FetchSessionCache
 from .metrics import BrokerMetrics
 from .server import Connections, Listener
+from .topic_configs import broker_entity
 
 if TYPE_CHECKING:
     from ..cluster.controller import Controller
@@ -130,6 +131,8 @@ class Broker:
         """Load everything and listen; returns the listeners as bound (port 0 replaced)."""
         self.logs.lock()
         await self.metadata.start()
+        self._apply_dynamic_configs()
+        self.metadata.add_config_listener(self._on_entity_config)
         self.metadata.add_listener(self._forget_cached_metadata)
         self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
         self.metadata.add_acl_listener(self.metadata_cache.clear)
@@ -183,6 +186,19 @@ class Broker:
         timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         if not await request(timeout):
             log.warning("controlled shutdown: still leading some partitions after %.0f s; stopping anyway", timeout)
+
+    def _apply_dynamic_configs(self) -> None:
+        """This broker's dynamic configs and the cluster-wide default ones, from the metadata store."""
+        stored = self.metadata.entity_configs()
+        self.config.set_dynamic(stored.get(broker_entity(str(self.broker_id)), {}), stored.get(broker_entity(""), {}))
+
+    def _on_entity_config(self, entity: str) -> None:
+        """A dynamic broker config changed: the config takes it, and every log whose topic does not
+        override a changed default takes the new value at once (docs/configuration.md lists the
+        keys applied live)."""
+        if entity in (broker_entity(str(self.broker_id)), broker_entity("")):
+            self._apply_dynamic_configs()
+            self.replicas.reconfigure_logs()
 
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()

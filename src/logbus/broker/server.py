@@ -95,8 +95,7 @@ class Connections:
     """
 
     def __init__(self, config: BrokerConfig) -> None:
-        self.max_connections: int = config["max.connections"]
-        self.max_per_ip: int = config["max.connections.per.ip"]
+        self._config = config
         self.idle_seconds: float | None = None if config["connections.max.idle.ms"] < 0 \
             else config["connections.max.idle.ms"] / 1000
         bound = config["queued.max.request.bytes"]
@@ -106,6 +105,15 @@ class Connections:
         self._per_ip: Counter[str] = Counter()
         self._waiting: set[KafkaConnection] = set()  # paused until queued bytes drain
         self._sweeper: asyncio.TimerHandle | None = None
+
+    @property
+    def max_connections(self) -> int:
+        """Read at each accept: a dynamic broker config (docs/configuration.md) may change it."""
+        return self._config["max.connections"]  # type: ignore[return-value]
+
+    @property
+    def max_per_ip(self) -> int:
+        return self._config["max.connections.per.ip"]  # type: ignore[return-value]
 
     def __iter__(self) -> Iterator[KafkaConnection]:
         return iter(list(self._open))

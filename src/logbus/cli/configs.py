@@ -1,16 +1,16 @@
 """`logbus configs describe|alter`: topic and broker configs, like kafka-configs.sh.
 
-    logbus configs describe --entity-type topics|brokers [--entity-name X | --entity-default] [--all]
-    logbus configs alter --entity-type topics|brokers (--entity-name X | --entity-default)
+    logbus configs describe --entity-type topics|brokers|groups [--entity-name X | --entity-default] [--all]
+    logbus configs alter --entity-type topics|brokers|groups (--entity-name X | --entity-default)
         [--add-config k1=v1,k2=[a,b]] [--delete-config k1,k2]
 
 Through DescribeConfigs (v4, with synonyms) and IncrementalAlterConfigs (v1), sent with the small
 blocking client of `logbus.spark.client`: confluent-kafka's AdminClient cannot name the
 cluster-wide broker default (an empty broker name). Output lines are kafka-configs.sh's.
 Without `--all`, describe shows what kafka-configs shows: the configs set on the entity itself
-(a topic's overrides; a broker's dynamic configs, which logbus has none of: its broker configs
-are static, and altering them is refused by the broker). Without `--entity-name`, every topic
-or every broker is described.
+(a topic's overrides; a broker's dynamic configs; with `--entity-default`, the cluster-wide
+dynamic defaults; a group's own KIP-848 configs). Without `--entity-name`, every topic or every
+broker is described; a group is always named.
 """
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ from .common import EXIT_USAGE, CliError, add_connection_options, protocol_clien
 
 DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION = 32, 4
 ALTER_CONFIGS, ALTER_CONFIGS_VERSION = 44, 1
-ENTITY_TYPES = ("topics", "brokers")
+ENTITY_TYPES = ("topics", "brokers", "groups")
 # The configs kafka-configs shows without --all: the ones from this source, per entity kind.
 OWN_SOURCE = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG, "broker": ConfigSource.DYNAMIC_BROKER_CONFIG,
-              "default": ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG}
+              "default": ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, "group": ConfigSource.DYNAMIC_GROUP_CONFIG}
+RESOURCE_TYPES = {"topic": ResourceType.TOPIC, "broker": ResourceType.BROKER, "default": ResourceType.BROKER,
+                  "group": ResourceType.GROUP}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "configs", help="describe or alter topic and broker configs (kafka-configs.sh)",
-        description="Describe or alter the configs of topics and brokers, as kafka-configs.sh.",
+        "configs", help="describe or alter topic, broker and group configs (kafka-configs.sh)",
+        description="Describe or alter the configs of topics, brokers and groups, as kafka-configs.sh.",
     )
     add_connection_options(parser)
     actions = parser.add_subparsers(dest="configs_action", required=True, metavar="ACTION")
@@ -54,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     for action in (describe, alter):
         action.add_argument("--entity-type", required=True, choices=ENTITY_TYPES)
         names = action.add_mutually_exclusive_group()
-        names.add_argument("--entity-name", help="the topic name or broker id")
+        names.add_argument("--entity-name", help="the topic name, broker id or group id")
         names.add_argument("--entity-default", action="store_true", help="the cluster-wide broker default")
         add_connection_options(action, inherited=True)
 
@@ -88,10 +90,12 @@ def _split_outside_brackets(text: str) -> list[str]:
 
 
 def _entity_kind(args: argparse.Namespace) -> str:
-    if args.entity_type == "topics":
-        if args.entity_default:
-            raise CliError("--entity-default applies to brokers, not topics", EXIT_USAGE)
-        return "topic"
+    if args.entity_type != "brokers" and args.entity_default:
+        raise CliError(f"--entity-default applies to brokers, not {args.entity_type}", EXIT_USAGE)
+    if args.entity_type == "groups" and args.entity_name is None:
+        raise CliError("--entity-name is required for groups", EXIT_USAGE)
+    if args.entity_type != "brokers":
+        return args.entity_type.removesuffix("s")
     return "default" if args.entity_default else "broker"
 
 
@@ -106,10 +110,6 @@ def _call(client: Client, kind: str, name: str, api_key: int, version: int, body
             raise CliError(f"--entity-name of a broker is its id, got {name!r}", EXIT_USAGE)
         return client.call_broker(int(name), api_key, body, version)
     return client.call_any(api_key, body, version)
-
-
-def _resource_type(kind: str) -> ResourceType:
-    return ResourceType.TOPIC if kind == "topic" else ResourceType.BROKER
 
 
 def _check(error_code: ErrorCode, message: str | None, kind: str, name: str) -> None:
@@ -152,7 +152,7 @@ def run_describe(args: argparse.Namespace) -> int:
 def _describe(client: Client, args: argparse.Namespace, kind: str) -> None:
     module = _request(DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION)
     for name in _entity_names(client, args, kind):
-        resource = make(module.DescribeConfigsResource, resource_type=_resource_type(kind), resource_name=name,
+        resource = make(module.DescribeConfigsResource, resource_type=RESOURCE_TYPES[kind], resource_name=name,
                         configuration_keys=None)
         request = make(module.DescribeConfigsRequest, resources=(resource,), include_synonyms=True,
                        include_documentation=False)
@@ -209,7 +209,7 @@ def run_alter(args: argparse.Namespace) -> int:
                     for k, v in to_set.items())
     configs += tuple(make(module.AlterableConfig, name=k, config_operation=AlterOp.DELETE, value=None)
                      for k in to_delete)
-    resource = make(module.AlterConfigsResource, resource_type=_resource_type(kind), resource_name=name,
+    resource = make(module.AlterConfigsResource, resource_type=RESOURCE_TYPES[kind], resource_name=name,
                     configs=configs)
     request = make(module.IncrementalAlterConfigsRequest, resources=(resource,), validate_only=False)
 

@@ -165,7 +165,9 @@ def assign_replicas(
 Listener = Callable[[str, TopicMetadata | None], None]
 BrokerListener = Callable[[list[BrokerInfo]], None]
 AclListener = Callable[[], None]
+ConfigListener = Callable[[str], None]
 PartitionKey = tuple[str, int]
+EntityConfigs = dict[str, dict[str, str]]
 
 
 class MetadataStore(ABC):
@@ -180,6 +182,8 @@ class MetadataStore(ABC):
         self._broker_listeners: list[BrokerListener] = []
         self._acl_listeners: list[AclListener] = []
         self._acls: AclTable = {}
+        self._config_listeners: list[ConfigListener] = []
+        self._entity_configs: EntityConfigs = {}
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener(topic, metadata or None when deleted)` after every topic change,
@@ -221,6 +225,31 @@ class MetadataStore(ABC):
     def add_acl_listener(self, listener: AclListener) -> None:
         """Call `listener()` after every change of the ACLs. Always on the event loop."""
         self._acl_listeners.append(listener)
+
+    def entity_configs(self) -> EntityConfigs:
+        """Dynamic configs by entity path, as Kafka names them under /config: `brokers/<id>`,
+        `brokers/<default>` (the cluster-wide broker default) and `groups/<group>` (KIP-848 group
+        configs). The mapping is replaced on a change, never mutated."""
+        return self._entity_configs
+
+    @abstractmethod
+    async def set_entity_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Make `configs` the whole config of `entity` (empty: none): written, then applied and
+        announced. Raises MetadataWriteError when the write fails."""
+
+    def add_config_listener(self, listener: ConfigListener) -> None:
+        """Call `listener(entity path)` after every change of an entity's configs. Always on the event loop."""
+        self._config_listeners.append(listener)
+
+    def _apply_entity_config(self, entity: str, configs: dict[str, str]) -> None:
+        if self._entity_configs.get(entity, {}) == configs:
+            return
+        updated = {e: found for e, found in self._entity_configs.items() if e != entity}
+        if configs:
+            updated[entity] = dict(configs)
+        self._entity_configs = updated
+        for listener in self._config_listeners:
+            listener(entity)
 
     def _apply_acls(self, acls: AclTable) -> None:
         if acls != self._acls:
@@ -401,16 +430,17 @@ class EmbeddedMetadataStore(MetadataStore):
             self._users = {user: decode_user_config(config) for user, config in state.get("users", {}).items()}
             entities = {QuotaEntity.from_path(path): config for path, config in state.get("client_quotas", {}).items()}
             self._quotas = {entity: decode_quota_config(config, entity.keys) for entity, config in entities.items()}
+            self._entity_configs = state.get("entity_configs", {})
             for raw in state["topics"]:
                 partitions = [PartitionState(**p) for p in raw.pop("partitions")]
                 self._topics[raw["name"]] = TopicMetadata(partitions=partitions, **raw)
         else:
             self.cluster_id = new_cluster_id()
             self._write(self.path, self._state(self._topics, self._producer_id_limit, self._acls, self._users,
-                                               self._quotas))
+                                               self._quotas, self._entity_configs))
 
     def _state(self, topics: dict[str, TopicMetadata], producer_id_limit: int, acls: AclTable,
-               users: UserCredentials, quotas: QuotaConfigs) -> dict[str, Any]:
+               users: UserCredentials, quotas: QuotaConfigs, entity_configs: EntityConfigs) -> dict[str, Any]:
         return {
             "cluster_id": self.cluster_id,
             "producer_id_limit": producer_id_limit,
@@ -419,19 +449,21 @@ class EmbeddedMetadataStore(MetadataStore):
             "users": {user: encode_user_config(by_mechanism) for user, by_mechanism in sorted(users.items())},
             "client_quotas": {entity.path(): {key: encode_quota_value(key, value) for key, value in values.items()}
                               for entity, values in quotas.items()},  # keyed by Kafka's entity path
+            "entity_configs": entity_configs,  # keyed by Kafka's entity path, e.g. brokers/<default>
         }
 
     async def _commit(self, topics: dict[str, TopicMetadata], producer_id_limit: int | None = None,
                       acls: AclTable | None = None, users: UserCredentials | None = None,
-                      quotas: QuotaConfigs | None = None) -> None:
-        """Write `topics` (the producer id limit, the ACLs, the users, the quotas) durably, then make
-        them the current state."""
+                      quotas: QuotaConfigs | None = None, entity_configs: EntityConfigs | None = None) -> None:
+        """Write `topics` (the producer id limit, the ACLs, the users, the quotas, the entity configs)
+        durably, then make them the current state."""
         limit = self._producer_id_limit if producer_id_limit is None else producer_id_limit
         new_acls = self._acls if acls is None else acls
         new_users = self._users if users is None else users
         new_quotas = self._quotas if quotas is None else quotas
+        new_configs = self._entity_configs if entity_configs is None else entity_configs
         try:
-            state = self._state(topics, limit, new_acls, new_users, new_quotas)
+            state = self._state(topics, limit, new_acls, new_users, new_quotas, new_configs)
             await asyncio.to_thread(self._write, self.path, state)
         except OSError as exc:
             raise MetadataWriteError(f"cannot write {self.path}: {exc}") from exc
@@ -461,6 +493,15 @@ class EmbeddedMetadataStore(MetadataStore):
     async def alter_client_quotas(self, changes: QuotaChanges) -> None:
         async with self._lock:
             await self._commit(self._topics, quotas=apply_quota_changes(self._quotas, changes))
+
+    @runs_to_completion
+    async def set_entity_configs(self, entity: str, configs: dict[str, str]) -> None:
+        async with self._lock:
+            updated = {e: found for e, found in self._entity_configs.items() if e != entity}
+            if configs:
+                updated[entity] = dict(configs)
+            await self._commit(self._topics, entity_configs=updated)
+            self._apply_entity_config(entity, configs)  # written: now applied and announced
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker

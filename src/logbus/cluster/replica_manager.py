@@ -145,6 +145,13 @@ class ReplicaManager:
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
         return log_config(self.config, topic.configs)
 
+    def reconfigure_logs(self) -> None:
+        """The broker's config changed (a dynamic default such as log.retention.ms): every hosted
+        log takes its topic's new effective config."""
+        for topic in self.metadata.topics().values():
+            if topic.name not in self._drops:
+                self._sync_topic(topic)
+
     def _on_topic_change(self, name: str, topic: TopicMetadata | None) -> None:
         if topic is None:
             self._drop_topic(name)

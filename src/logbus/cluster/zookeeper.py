@@ -14,8 +14,13 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
                                                    `<default>` for a user or client id (KIP-55)
 - `/config/ips/<ip>`                              {"version":1,"config":{"connection_creation_rate":"10"}},
                                                    `<default>` for every other address (KIP-612)
+- `/config/brokers/<id>`, `/config/brokers/<default>`  {"version":1,"config":{...}}: dynamic broker configs,
+                                                   one broker's and the cluster-wide default (KIP-226)
+- `/config/groups/<group>`                        {"version":1,"config":{...}}: KIP-848 group configs
+                                                   (logbus's path: Kafka keeps them only in KRaft metadata)
 - `/config/changes/config_change_<seq>`           {"version":2,"entity_path":"topics/<t>", "users/<user>",
-                                                   "clients/<c>", "users/<user>/clients/<c>" or "ips/<ip>"}
+                                                   "clients/<c>", "users/<user>/clients/<c>", "ips/<ip>",
+                                                   "brokers/<id>" or "groups/<group>"}
 - `/admin/delete_topics/<t>`                      a deletion the controller carries out
 - `/admin/preferred_replica_election`             {"version":1,"partitions":[{"topic","partition"}]}
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
@@ -133,6 +138,7 @@ CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 USERS = "/config/users"
 CLIENTS = "/config/clients"
 IPS = "/config/ips"
+CONFIG_ENTITIES = ("brokers", "groups")  # /config/<kind>/<name>: dynamic configs of brokers and groups
 
 
 LITERAL_ACLS, PREFIXED_ACLS = "/kafka-acl", "/kafka-acl-extended/prefixed"
@@ -277,6 +283,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _prepare_layout(self) -> str:
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
         for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, CLIENTS, IPS, "/config/changes",
+                     *(f"/config/{kind}" for kind in CONFIG_ENTITIES),
                      "/admin/delete_topics", CONTROLLED_SHUTDOWN, LITERAL_ACLS, PREFIXED_ACLS,
                      LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES):
             self.client.ensure_path(path)
@@ -298,6 +305,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         ChildrenWatch(self.client, USERS, self._on_user_names)
         self._watch_quota_entities(CLIENTS, lambda name: QuotaEntity(None, name))
         self._watch_quota_entities(IPS, lambda name: QuotaEntity(ip=name))
+        for kind in CONFIG_ENTITIES:
+            self._watch_config_entities(kind)
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         """Run `callback(*args)` on the event loop (from a kazoo thread)."""
@@ -419,6 +428,45 @@ class ZooKeeperMetadataStore(MetadataStore):
             return True
 
         ChildrenWatch(self.client, parent, on_children)
+
+    def _watch_config_entities(self, kind: str) -> None:
+        """Watch /config/<kind>/<name> znodes (names sanitized as Kafka's Sanitizer does) as the
+        dynamic configs of entity `<kind>/<name>`."""
+        watched: set[str] = set()
+
+        def on_children(children: list[str]) -> None:
+            for name in children:
+                if name not in watched:
+                    watched.add(name)
+                    DataWatch(self.client, f"/config/{kind}/{name}", lambda data, *_a, n=name: on_data(n, data))
+            for name in watched - set(children):
+                watched.discard(name)
+                self._post(self._apply_entity_config_seen, f"{kind}/{desanitize(name)}", {})
+
+        def on_data(name: str, data: bytes | None) -> bool:
+            if name not in watched:
+                return False
+            try:
+                configs = {key: str(value) for key, value in read_entity_config(data).items()}
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.warning("/config/%s/%s: unreadable configs in ZooKeeper: %s", kind, name, exc)
+                return True
+            self._post(self._apply_entity_config_seen, f"{kind}/{desanitize(name)}", configs)
+            return True
+
+        ChildrenWatch(self.client, f"/config/{kind}", on_children)
+
+    def _apply_entity_config_seen(self, entity: str, configs: dict[str, str]) -> None:
+        self._apply_entity_config(entity, configs)
+        self._view_changed()
+
+    @runs_to_completion
+    async def set_entity_configs(self, entity: str, configs: dict[str, str]) -> None:
+        kind, _, name = entity.partition("/")
+        znode = sanitize(name) if name.strip(".") else name.replace(".", "%2E")  # "." and ".." are no znode names
+        await self._write_in_thread(write_entity_configs, self.client,
+                                    {f"{kind}/{znode}": lambda _current: dict(configs)})
+        await self._see(f"configs of {entity}", lambda: self._entity_configs.get(entity, {}) == configs)
 
     def _apply_quotas(self, entity: QuotaEntity, values: dict[str, float]) -> None:
         if self._quotas.get(entity, {}) == values:
