@@ -9,6 +9,7 @@ from typing import Any
 
 import kafka.admin as kp
 import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from helpers import raw_request
 from kafka.admin import KafkaAdminClient
 from kio.schema.describe_topic_partitions.v0 import request as dtp_v0
@@ -137,6 +138,17 @@ def test_list_config_resources_v1_lists_brokers_and_topics(broker: BrokerProcess
     assert admin.list_config_resources(["GROUP", "CLIENT_METRICS", "BROKER_LOGGER"]) == {}
     refused = raw_request(broker.bootstrap, LIST_CONFIG_RESOURCES, 1, resource_types=(2, 1))  # 1: UNKNOWN
     assert (refused.error_code, refused.config_resources) == (ErrorCode.unsupported_version, ())
+
+
+def test_list_config_resources_lists_groups_with_a_config_set(broker: BrokerProcess) -> None:
+    """Kafka lists a group once a dynamic config is set on it (KIP-848 group configs)."""
+    client = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, "lcr-group", incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(timeout=15)
+    answer = raw_request(broker.bootstrap, LIST_CONFIG_RESOURCES, 1, resource_types=(32,))
+    assert (answer.error_code, [(r.resource_name, r.resource_type) for r in answer.config_resources]) == (
+        ErrorCode.none, [("lcr-group", 32)])
 
 
 def test_list_config_resources_v0_is_client_metrics_only(broker: BrokerProcess) -> None:

@@ -6,10 +6,10 @@ groups (KIP-1142). A type the version does not know makes the whole answer UNSUP
 as Kafka's.
 
 What there is to list here: brokers (those with an endpoint on the request's listener, by id,
-as Kafka) and topics (all of them, by name). Kafka lists a group or a client-metrics resource
-only once a dynamic config is set on it, and logbus stores no group or client-metrics configs,
-so there are none; broker loggers are not configurable here (DescribeConfigs refuses them), so
-none are listed either, where Kafka names one per broker.
+as Kafka), topics (all of them, by name) and groups that have a dynamic config set (KIP-848
+group configs, by name; Kafka lists a group only then). logbus keeps no client-metrics
+configs, so there are none of those; broker loggers are not configurable here (DescribeConfigs
+refuses them), so none are listed either, where Kafka names one per broker.
 
 Needs DescribeConfigs on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise), as in Kafka.
 """
@@ -57,7 +57,15 @@ def _listed(ctx: RequestContext, wanted: set[int]) -> list[tuple[str, int]]:
         listed += [(str(broker_id), ResourceType.BROKER) for broker_id in brokers]
     if ResourceType.TOPIC in wanted:
         listed += [(name, ResourceType.TOPIC) for name in sorted(metadata.topics())]
+    if GROUP in wanted:
+        listed += [(name, GROUP) for name in _configured_groups(metadata.entity_configs())]
     return listed
+
+
+def _configured_groups(entity_configs: dict[str, dict[str, str]]) -> list[str]:
+    """The groups with a dynamic config set, by name (entity paths `groups/<group>`)."""
+    return sorted(entity.removeprefix("groups/") for entity, configs in entity_configs.items()
+                  if entity.startswith("groups/") and configs)
 
 
 def _answer(ctx: RequestContext, error: ErrorCode, resources: list[tuple[str, int]]) -> Any:
