@@ -72,6 +72,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
 from kio.schema.errors import ErrorCode
 
 from ..security.acl import (
@@ -130,6 +131,7 @@ CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking 
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
+RECONNECT_MAX_DELAY_S = 1.0  # longest pause between two attempts to reach ZooKeeper again
 USERS = "/config/users"
 CLIENTS = "/config/clients"
 IPS = "/config/ips"
@@ -229,6 +231,13 @@ def decode_broker(broker_id: int, raw: bytes) -> BrokerInfo:
     return BrokerInfo(broker_id, endpoints, value.get("rack"))
 
 
+def reconnect_policy() -> KazooRetry:
+    """Reconnect for ever, at most RECONNECT_MAX_DELAY_S apart. kazoo's default doubles its pause
+    up to an hour: after a 15 s outage brokers tried again only seconds after ZooKeeper was back,
+    and a session that could have been kept expired meanwhile."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
+
+
 class ZooKeeperMetadataStore(MetadataStore):
     """The cluster's metadata in ZooKeeper; see the module docstring for the layout."""
 
@@ -241,7 +250,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.cluster_id = ""
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000,
+                                  connection_retry=reconnect_policy())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._brokers: dict[int, BrokerInfo] = {}
@@ -720,9 +730,15 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._session_listeners.append(listener)
 
     def _on_connection_state(self, state: str) -> None:
-        if state == KazooState.LOST:
+        """kazoo's state changes (its thread): SUSPENDED when the connection drops (the session
+        lives on for its timeout), LOST when the session expired, CONNECTED when back."""
+        if state == KazooState.SUSPENDED and not self._closing:
+            log.warning("ZooKeeper connection lost; reconnecting (the session survives %g s without one)",
+                        self.session_timeout_ms / 1000)
+        elif state == KazooState.LOST:
             self._post(self._session_lost)
         elif state == KazooState.CONNECTED:
+            log.info("ZooKeeper connected, session 0x%x", self.session_id)
             self._read_watched_states()
             self._post(self._session_connected)
 
