@@ -4,15 +4,19 @@ broker restarted after a crash waiting for its old registration."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from helpers import wait_until
+from confluent_kafka.admin import AdminClient
+from helpers import QUIET, wait_until
 from kazoo.client import KazooClient
-from test_cluster import Sender, all_consumed, create
+from test_cluster import Sender, all_consumed, create, partition_state
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import Cluster, free_test_port, running_cluster, running_zookeeper
@@ -162,3 +166,39 @@ def test_an_outage_shorter_than_the_session_timeout_expires_no_session_and_chang
         all_consumed(cluster, "steady", sender.acked)
         for broker in cluster.brokers.values():
             assert "session lost" not in broker.read_log()
+
+
+def tracebacks(cluster: Cluster) -> dict[int, int]:
+    return {broker_id: broker.read_log().count("Traceback") for broker_id, broker in cluster.brokers.items()}
+
+
+def test_an_outage_and_topic_deletions_log_no_traceback() -> None:
+    """A follower out of the ISR catches up while ZooKeeper is down: its leader's ISR change
+    fails, is retried with a pause and logged in one line, not with a traceback per fetch; topic
+    deletions log none either."""
+    config = {"zookeeper.session.timeout.ms": "12000", "min.insync.replicas": "1"}
+    with running_cluster(2, config) as cluster:
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+        for name in ("gone-1", "gone-2", "gone-3"):
+            create(cluster, name, replication=2)
+        for future in client.delete_topics(["gone-1", "gone-2", "gone-3"], operation_timeout=20).values():
+            future.result(30)
+        create(cluster, "lagging", replication=2)
+        leader, replicas, _ = partition_state(cluster, "lagging")
+        follower = next(b for b in replicas if b != leader)
+        sender = Sender(cluster)  # its producer id taken before the outage
+        sender.send("lagging", [b"before-%d" % i for i in range(100)])
+        os.kill(cluster.brokers[follower].process.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: partition_state(cluster, "lagging")[2] == [leader], timeout=20, interval=0.2,
+                       message="the stopped follower out of the ISR")
+            cluster.zookeeper.stop()
+        finally:
+            os.kill(cluster.brokers[follower].process.pid, signal.SIGCONT)
+        sender.send("lagging", [b"during-%d" % i for i in range(100)])
+        time.sleep(4)  # the outage: the follower fetches and catches up meanwhile
+        cluster.zookeeper.start()
+        wait_until(lambda: sorted(partition_state(cluster, "lagging")[2]) == sorted(replicas), timeout=30,
+                   interval=0.2, message="the follower back in the ISR")
+        assert tracebacks(cluster) == {1: 0, 2: 0}, cluster.brokers[leader].read_log()[-5000:]
+        assert cluster.brokers[leader].read_log().count("cannot change the ISR") <= 3

@@ -760,6 +760,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             await asyncio.to_thread(self._create_registration, self._registration)
         except BrokerIdInUseError:
             pass  # the old session's node is still there; it goes with that session
+        except _UNREACHABLE as exc:
+            log.warning("could not register again in ZooKeeper, retried at the next reconnection: %r", exc)
         except Exception:  # noqa: BLE001 - retried at the next reconnection
             log.exception("could not register again in ZooKeeper")
         for listener in self._session_listeners:
