@@ -4,6 +4,8 @@ broker restarted after a crash waiting for its old registration."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime
 import os
 import signal
 import socket
@@ -11,11 +13,15 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from helpers import QUIET, wait_until
+from helpers import QUIET, RawConnection, wait_until
 from kazoo.client import KazooClient
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
 from test_cluster import Sender, all_consumed, create, partition_state
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
@@ -202,3 +208,76 @@ def test_an_outage_and_topic_deletions_log_no_traceback() -> None:
                    interval=0.2, message="the follower back in the ISR")
         assert tracebacks(cluster) == {1: 0, 2: 0}, cluster.brokers[leader].read_log()[-5000:]
         assert cluster.brokers[leader].read_log().count("cannot change the ISR") <= 3
+
+
+def _requests_that_write_zookeeper() -> list[tuple[str, int, int, dict[str, Any]]]:
+    """(name, api key, version, fields) of a request of each kind that writes ZooKeeper."""
+    def module(key: int, version: int) -> Any:
+        return load_payload_module(key, version, EntityType.request)
+
+    timeout = datetime.timedelta(seconds=5)
+    topics, partitions = module(19, 5), module(37, 1)
+    configs, acls, elect, move = module(44, 1), module(30, 2), module(43, 2), module(45, 0)
+    quotas, scram = module(49, 1), module(51, 0)
+    return [
+        ("ElectLeaders", 43, 2, {"election_type": 0, "timeout": timeout, "topic_partitions": (
+            elect.TopicPartitions(topic="moved", partitions=(0,)),)}),
+        ("AlterPartitionReassignments", 45, 0, {"timeout": timeout, "topics": (move.ReassignableTopic(
+            name="moved", partitions=(move.ReassignablePartition(partition_index=0, replicas=(1, 2)),)),)}),
+        ("CreateTopics", 19, 5, {"timeout": timeout, "validate_only": False, "topics": (topics.CreatableTopic(
+            name="new", num_partitions=1, replication_factor=2, assignments=(), configs=()),)}),
+        ("DeleteTopics", 20, 4, {"timeout": timeout, "topic_names": ("moved",)}),
+        ("CreatePartitions", 37, 1, {"timeout": timeout, "validate_only": False, "topics": (
+            partitions.CreatePartitionsTopic(name="moved", count=2, assignments=None),)}),
+        ("IncrementalAlterConfigs", 44, 1, {"validate_only": False, "resources": (configs.AlterConfigsResource(
+            resource_type=2, resource_name="moved", configs=(
+                configs.AlterableConfig(name="retention.ms", config_operation=0, value="60000"),)),)}),
+        ("CreateAcls", 30, 2, {"creations": (acls.AclCreation(
+            resource_type=2, resource_name="moved", resource_pattern_type=3, principal="User:alice", host="*",
+            operation=3, permission_type=3),)}),
+        ("AlterClientQuotas", 49, 1, {"validate_only": False, "entries": (quotas.EntryData(
+            entity=(quotas.EntityData(entity_type="client-id", entity_name="app"),),
+            ops=(quotas.OpData(key="producer_byte_rate", value=1024.0, remove=False),)),)}),
+        ("AlterUserScramCredentials", 51, 0, {"deletions": (), "upsertions": (scram.ScramCredentialUpsertion(
+            name="alice", mechanism=1, iterations=4096, salt=b"salt", salted_password=b"x" * 32),)}),
+    ]
+
+
+def _error_codes(answer: Any) -> set[int]:
+    """Every error code anywhere in a decoded response."""
+    found: set[int] = set()
+    if dataclasses.is_dataclass(answer):
+        for field in dataclasses.fields(answer):
+            value = getattr(answer, field.name)
+            if field.name == "error_code":
+                found.add(int(value))
+            else:
+                found |= _error_codes(value)
+    elif isinstance(answer, tuple):
+        for item in answer:
+            found |= _error_codes(item)
+    return found
+
+
+def test_requests_that_write_zookeeper_get_an_error_code_while_it_is_down_and_the_connection_stays() -> None:
+    config = {"auto.leader.rebalance.enable": "false", "authorizer.class.name": "acl",
+              "super.users": "User:ANONYMOUS"}
+    with running_cluster(2, config) as cluster, RawConnection(cluster.brokers[1].bootstrap) as connection:
+        topics = load_payload_module(19, 5, EntityType.request)
+        created = connection.call(19, 5, timeout=datetime.timedelta(seconds=15), validate_only=False, topics=(
+            topics.CreatableTopic(name="moved", num_partitions=-1, replication_factor=-1, configs=(), assignments=(
+                topics.CreatableReplicaAssignment(partition_index=0, broker_ids=(1, 2)),)),))
+        assert _error_codes(created) == {0}
+        wait_until(lambda: partition_state(cluster, "moved")[2] == [1, 2], message="both replicas in the ISR")
+        moved = load_payload_module(45, 0, EntityType.request)
+        answer = connection.call(45, 0, timeout=datetime.timedelta(seconds=5), topics=(moved.ReassignableTopic(
+            name="moved", partitions=(moved.ReassignablePartition(partition_index=0, replicas=(2, 1)),)),))
+        assert _error_codes(answer) == {0}
+        wait_until(lambda: partition_state(cluster, "moved")[1] == [2, 1], message="2 the preferred leader")
+        assert partition_state(cluster, "moved")[0] == 1, "an election is needed"
+        cluster.zookeeper.stop()
+        for name, key, version, fields in _requests_that_write_zookeeper():
+            codes = _error_codes(connection.call(key, version, **fields))
+            assert codes == {ErrorCode.request_timed_out}, (name, codes)
+            assert connection.call(18, 3, client_software_name="t", client_software_version="1").error_code == 0
+

@@ -131,6 +131,9 @@ CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking 
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
+# A write ZooKeeper did not take (out of reach) or that did not show in time: Kafka's answer
+# when its ZooKeeper client times out; clients retry it.
+TIMED_OUT = ErrorCode.request_timed_out
 RECONNECT_MAX_DELAY_S = 1.0  # longest pause between two attempts to reach ZooKeeper again
 USERS = "/config/users"
 CLIENTS = "/config/clients"
@@ -707,7 +710,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def _see(self, what: str, written: Callable[[], bool]) -> None:
         """After a write: wait until the view shows it (`written()`), else MetadataWriteError."""
         if not await self.wait_for(written):
-            raise MetadataWriteError(f"{what} written but not seen within {CHANGE_TIMEOUT_S} s")
+            raise MetadataWriteError(f"{what} written but not seen within {CHANGE_TIMEOUT_S} s", TIMED_OUT)
 
     async def wait_for(self, condition: Callable[[], bool], timeout: float = CHANGE_TIMEOUT_S) -> bool:
         """Wait until `condition()` holds for the view (True) or `timeout` passes (False)."""
@@ -805,17 +808,17 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def _write_in_thread(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run a blocking ZooKeeper write in a thread. ZooKeeper out of reach (connection lost,
-        session expired, timeout) is a MetadataWriteError, the store's one failure for callers,
-        which answer it with a retriable code; kazoo's own exceptions would escape them. While
+        session expired, timeout) is a MetadataWriteError with REQUEST_TIMED_OUT, the store's one
+        failure for callers, which answer it with its code; kazoo's own exceptions would escape them. While
         the session is known to be disconnected the write fails at once: a request waiting on it
         holds up every later request of its connection, and blocked writes would fill the
         threads other writes need once ZooKeeper is back."""
         if not self.client.connected:
-            raise MetadataWriteError("ZooKeeper is out of reach: not connected")
+            raise MetadataWriteError("ZooKeeper is out of reach: not connected", TIMED_OUT)
         try:
             return await asyncio.to_thread(function, *args, **kwargs)
         except _UNREACHABLE as exc:
-            raise MetadataWriteError(f"ZooKeeper is out of reach: {exc!r}") from None
+            raise MetadataWriteError(f"ZooKeeper is out of reach: {exc!r}", TIMED_OUT) from None
 
     # ------------------------------------------------------------------ topic changes
 
@@ -832,7 +835,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         topic_id = str(uuid.uuid4())
         await self._write_in_thread(self._write_new_topic, name, topic_id, partitions, configs)
         if not await self.wait_for(lambda: name in self._topics):
-            raise MetadataWriteError(f"topic {name} written to ZooKeeper but not seen within {CHANGE_TIMEOUT_S} s")
+            raise MetadataWriteError(f"topic {name} written to ZooKeeper but not seen within {CHANGE_TIMEOUT_S} s",
+                                     TIMED_OUT)
         return self._topics[name]
 
     def _write_new_topic(self, name: str, topic_id: str, partitions: list[PartitionState],
@@ -864,7 +868,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         with contextlib.suppress(NodeExistsError):
             await self._write_in_thread(self.client.create, f"/admin/delete_topics/{name}", b"", makepath=True)
         if not await self.wait_for(lambda: name not in self._topics):
-            raise MetadataWriteError(f"topic {name} is queued for deletion; no controller has deleted it yet")
+            raise MetadataWriteError(f"topic {name} is queued for deletion; no controller has deleted it yet",
+                                     TIMED_OUT)
 
     @runs_to_completion
     async def add_partitions(
