@@ -9,6 +9,8 @@ import datetime
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -281,3 +283,21 @@ def test_requests_that_write_zookeeper_get_an_error_code_while_it_is_down_and_th
             assert codes == {ErrorCode.request_timed_out}, (name, codes)
             assert connection.call(18, 3, client_software_name="t", client_software_version="1").error_code == 0
 
+
+def test_a_broker_restarted_right_after_a_crash_waits_for_its_old_registration(tmp_path: os.PathLike) -> None:
+    with running_cluster(2, {"min.insync.replicas": "1"}) as cluster:
+        create(cluster, "rejoined", replication=2)
+        crashed = cluster.brokers[2]
+        crashed.kill()
+        began = time.monotonic()
+        crashed.restart()  # its registration is still there: its session lives 6 s after the kill
+        assert "waiting up to" in crashed.read_log()
+        assert time.monotonic() - began < 12
+        wait_until(lambda: sorted(partition_state(cluster, "rejoined")[2]) == [1, 2], timeout=30, interval=0.2,
+                   message="the restarted broker back in the ISR")
+        twin = subprocess.run(
+            [sys.executable, "-m", "logbus", "serve", "--data-dir", str(tmp_path), "--port", "0", "--broker-id",
+             "2", "--set", f"zookeeper.connect={cluster.config['zookeeper.connect']}"],
+            capture_output=True, text=True, timeout=60)
+        assert twin.returncode != 0
+        assert "broker id 2 is registered by another live broker" in twin.stderr

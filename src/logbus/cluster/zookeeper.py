@@ -135,6 +135,8 @@ CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 # when its ZooKeeper client times out; clients retry it.
 TIMED_OUT = ErrorCode.request_timed_out
 RECONNECT_MAX_DELAY_S = 1.0  # longest pause between two attempts to reach ZooKeeper again
+NO_SESSION = 0
+REGISTRATION_WAIT_SLACK_S = 2.0  # beyond the session timeout: ZooKeeper expires sessions on its tick
 USERS = "/config/users"
 CLIENTS = "/config/clients"
 IPS = "/config/ips"
@@ -760,9 +762,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def _reregister(self) -> None:
         """After a new session: the ephemeral registration is gone; write it again."""
         try:
-            await asyncio.to_thread(self._create_registration, self._registration)
-        except BrokerIdInUseError:
-            pass  # the old session's node is still there; it goes with that session
+            await self._register(self._registration)
+        except BrokerIdInUseError as exc:
+            log.error("could not register again in ZooKeeper: %s", exc)
         except _UNREACHABLE as exc:
             log.warning("could not register again in ZooKeeper, retried at the next reconnection: %r", exc)
         except Exception:  # noqa: BLE001 - retried at the next reconnection
@@ -782,20 +784,63 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         """Write this broker's ephemeral registration; BrokerIdInUseError when another live broker has the id."""
-        await asyncio.to_thread(self._create_registration, broker)
+        await self._register(broker)
         self._registration = broker
         await self.wait_for(lambda: broker.broker_id in self._brokers, 10)
 
-    def _create_registration(self, broker: BrokerInfo) -> None:
+    async def _register(self, broker: BrokerInfo) -> None:
+        """Create the registration. One with this broker's own endpoints held by another session
+        is this broker's from before a crash (killed, restarted before ZooKeeper expired that
+        session): wait up to the session timeout for it to go, then register (Kafka refuses to
+        start). One with other endpoints is another live broker: BrokerIdInUseError."""
+        loop = asyncio.get_running_loop()
+        waited_s = self.session_timeout_ms / 1000 + REGISTRATION_WAIT_SLACK_S
+        deadline = loop.time() + waited_s
+        path = f"/brokers/ids/{broker.broker_id}"
+        logged = NO_SESSION
+        while (owner := await asyncio.to_thread(self._create_registration, broker)) is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise BrokerIdInUseError(f"broker id {broker.broker_id} is still registered by session 0x{owner:x} "
+                                         f"after {waited_s:g} s in {self.connect}")
+            if owner not in (logged, NO_SESSION):
+                logged = owner
+                log.warning("broker id %d is registered with this broker's endpoints by session 0x%x, not ours: "
+                            "an earlier run of this broker (a crash?); waiting up to %.1f s for ZooKeeper to "
+                            "expire it", broker.broker_id, owner, left)
+            await self._changed_or_gone(path, left)
+
+    def _create_registration(self, broker: BrokerInfo) -> int | None:
+        """Create the ephemeral registration (worker thread); None when it is ours now, the owner
+        session when this broker's own registration is held by another one."""
         path = f"/brokers/ids/{broker.broker_id}"
         try:
             self.client.create(path, encode_broker(broker), ephemeral=True, makepath=True)
+            return None
         except NodeExistsError:
-            _, stat = self.client.get(path)
-            if stat.ephemeralOwner != self.session_id:
-                raise BrokerIdInUseError(
-                    f"broker id {broker.broker_id} is registered by another live broker in {self.connect}"
-                ) from None
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                return NO_SESSION  # gone meanwhile: try again
+        if stat.ephemeralOwner == self.session_id:
+            return None
+        try:
+            registered = decode_broker(broker.broker_id, raw)
+        except (ValueError, KeyError, TypeError):
+            registered = None
+        if registered is None or registered.endpoints != broker.endpoints:
+            raise BrokerIdInUseError(
+                f"broker id {broker.broker_id} is registered by another live broker in {self.connect}")
+        return stat.ephemeralOwner
+
+    async def _changed_or_gone(self, path: str, timeout: float) -> None:
+        """Wait until `path` changes or is deleted (a watch), at most `timeout` seconds."""
+        changed = asyncio.Event()
+        if await asyncio.to_thread(self.client.exists, path, lambda _event: self._post(changed.set)) is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await changed.wait()
 
     def brokers(self) -> list[BrokerInfo]:
         return sorted(self._brokers.values(), key=lambda b: b.broker_id)
