@@ -83,9 +83,13 @@ class ZooKeeperLink:
         while True:
             try:
                 client, _ = listener.accept()
-                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
             except OSError:
                 return  # cut
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:  # ZooKeeper itself is down: refused, as it would be
+                client.close()
+                continue
             server.settimeout(None)
             threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
             threading.Thread(target=_pump, args=(server, client), daemon=True).start()
