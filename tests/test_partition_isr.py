@@ -109,3 +109,21 @@ def test_a_member_being_dropped_counts_until_the_store_has_dropped_it(tmp_path: 
         assert partition.high_watermark == 2
 
     asyncio.run(scenario())
+
+
+def test_a_failed_isr_change_is_asked_for_again_after_its_pause_not_at_every_fetch(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        clock = Clock()
+        partition = leader_of(tmp_path, [1, 2], requests, clock)
+        partition.update_follower(3, 0)
+        assert requests == [[1, 2, 3]]
+        partition.isr_change_failed(maybe_written=True, retry_after_s=1.0)
+        for _ in range(5):
+            partition.update_follower(3, 0)  # fetches while the store is out of reach
+        assert requests == [[1, 2, 3]]
+        clock.now += 1.0
+        partition.update_follower(3, 0)
+        assert requests == [[1, 2, 3], [1, 2, 3]]
+
+    asyncio.run(scenario())

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,3 +73,27 @@ def configure_logging(log_format: str, levels: Mapping[str, str]) -> None:
     for component in COMPONENTS:
         level = levels.get(component_key(component))
         logging.getLogger(f"logbus.{component}").setLevel(LEVELS[level.lower()] if level else logging.NOTSET)
+
+
+class RecurringWarning:
+    """A warning about a condition that recurs while it lasts (ZooKeeper out of reach): logged in
+    one line at most every `interval_s`, saying how many were left out since, so an outage
+    leaves a few lines, not one per fetch or per partition."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last = float("-inf")
+        self._left_out = 0
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = self.clock()
+        if now - self._last < self.interval_s:
+            self._left_out += 1
+            return
+        if self._left_out:
+            message = f"{message} ({self._left_out} more like it left out)"
+        self._last, self._left_out = now, 0
+        self.logger.warning(message, *args)

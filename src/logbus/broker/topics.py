@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.metadata import MetadataWriteError, TopicExistsError, TopicMetadata, UnknownTopicError
+from ..cluster.metadata import TopicExistsError, TopicMetadata, UnknownTopicError
 from ..errors import KafkaApiError
 
 if TYPE_CHECKING:
@@ -107,12 +107,11 @@ async def ensure_topic(broker: Broker, name: str, allow_create: bool = True) -> 
 
 @contextlib.contextmanager
 def metadata_change(name: str) -> Iterator[None]:
-    """Map the metadata store's refusals of a change to `name` to the Kafka error codes."""
+    """Map the metadata store's refusals of a change to `name` to the Kafka error codes (a
+    MetadataWriteError is a KafkaApiError with its code already)."""
     try:
         yield
     except TopicExistsError:
         raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
     except UnknownTopicError:
         raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None
-    except MetadataWriteError as exc:
-        raise KafkaApiError(ErrorCode.kafka_storage_error, str(exc)) from None

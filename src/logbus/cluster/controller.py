@@ -23,15 +23,18 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from ..config import BrokerConfig
+from ..logging_config import RecurringWarning
 from .elections import elect_leader, elect_preferred, elect_unclean
-from .metadata import PartitionState, TopicMetadata
-from .zookeeper import ZooKeeperMetadataStore, _json, encode_assignment, topic_path
+from .metadata import MetadataWriteError, PartitionState, TopicMetadata
+from .zookeeper import _UNREACHABLE, ZooKeeperMetadataStore, _json, encode_assignment, topic_path
 
 log = logging.getLogger(__name__)
+
+OUT_OF_REACH = (*_UNREACHABLE, MetadataWriteError)  # ZooKeeper gone: expected, retried when it is back
 
 StateChange = tuple[str, int, PartitionState, PartitionState]  # topic, index, old, new
 
@@ -57,6 +60,7 @@ class Controller:
         self._pass: asyncio.Task | None = None
         self._rebalancer: asyncio.TimerHandle | None = None
         self._watching = False
+        self._out_of_reach = RecurringWarning(log)
 
     def start(self) -> None:
         self.store.add_session_listener(self._on_session)
@@ -87,6 +91,9 @@ class Controller:
     async def _try_to_become_controller(self) -> None:
         try:
             won = await asyncio.to_thread(self._claim)
+        except OUT_OF_REACH as exc:
+            self._out_of_reach("controller election put off, ZooKeeper out of reach: %r", exc)
+            return
         except Exception:  # noqa: BLE001 - the next /controller change tries again
             log.exception("controller election failed")
             return
@@ -155,6 +162,8 @@ class Controller:
                 await self._handle_admin_requests()
                 await self._fix_partitions()
                 await self.finish_reassignments()
+            except OUT_OF_REACH as exc:
+                self._out_of_reach("controller pass stopped, ZooKeeper out of reach: %r", exc)
             except Exception:  # noqa: BLE001 - the next change triggers another pass
                 log.exception("controller pass failed")
             if not self._dirty:
@@ -216,18 +225,28 @@ class Controller:
 
     async def _delete_requested_topics(self) -> None:
         for name in list(self._pending_deletes):
-            await asyncio.to_thread(self._delete_topic, name)
-            log.info("deleted topic %s", name)
+            if await asyncio.to_thread(self._delete_topic, name):
+                self._pending_deletes = [n for n in self._pending_deletes if n != name]
 
-    def _delete_topic(self, name: str) -> None:
+    def _delete_topic(self, name: str) -> bool:
+        """Delete the topic and its request in one transaction fenced by the controller epoch;
+        True once the request is carried out (also by an earlier pass, whose deletion this one's
+        list of requests did not show yet). False when the topic changed meanwhile or this
+        controller was replaced: the change's watch brings the next pass."""
+        request = f"{DELETE_TOPICS}/{name}"
+        if self.client.exists(request) is None:
+            return True
         transaction = self.client.transaction()
         transaction.check("/controller_epoch", self._epoch_version)
         for path in _tree(self.client, topic_path(name)) + _tree(self.client, f"/config/topics/{name}"):
             transaction.delete(path)
-        transaction.delete(f"{DELETE_TOPICS}/{name}")
-        results = transaction.commit()
-        if any(isinstance(r, Exception) for r in results):
-            raise RuntimeError(f"deleting {name}: {results}")
+        transaction.delete(request)
+        failures = [r for r in transaction.commit() if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failures:
+            log.info("deleting topic %s put off: %r", name, failures[0])
+            return False
+        log.info("deleted topic %s", name)
+        return True
 
     # ------------------------------------------------------------------ elections and reassignments
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import KafkaApiError
 from ..security.acl import (
     RESOURCE_TYPE_NAMES,
     AccessControlEntry,
@@ -68,8 +69,14 @@ class UnknownTopicError(Exception):
     pass
 
 
-class MetadataWriteError(Exception):
-    """The store could not persist a change (e.g. a full disk); nothing of it took effect."""
+class MetadataWriteError(KafkaApiError):
+    """The store could not persist a change, a KafkaApiError so that every handler answers it as
+    any refusal. The code says what happened: KAFKA_STORAGE_ERROR by default (a full disk: nothing
+    of it took effect); REQUEST_TIMED_OUT when the store is out of reach (ZooKeeper down) or the
+    change did not show in time, as Kafka answers when its ZooKeeper client times out."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.kafka_storage_error) -> None:
+        super().__init__(code, message)
 
 
 class BrokerIdInUseError(Exception):

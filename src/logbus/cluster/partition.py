@@ -81,6 +81,7 @@ class Partition:
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self.followers: dict[int, FollowerState] = {}
         self.isr_change_pending = False
+        self._isr_retry_at = 0.0  # after a failed ISR change, none is asked for before this
         self.maximal_isr = list(state.isr)
         self._become(state)
         self._maybe_advance_high_watermark()
@@ -103,6 +104,7 @@ class Partition:
         old = self.state
         self.state = state
         self.isr_change_pending = False
+        self._isr_retry_at = 0.0
         self.maximal_isr = list(state.isr)
         if state.leader_epoch != old.leader_epoch or state.leader != old.leader:
             self._become(state)
@@ -208,7 +210,7 @@ class Partition:
 
     def _maybe_expand_isr(self, broker_id: int, follower: FollowerState) -> None:
         """A follower that has the log up to the HW, from this leader's epoch on, joins the ISR."""
-        if broker_id in self.state.isr or self.isr_change_pending or broker_id not in self.state.target_replicas:
+        if broker_id in self.state.isr or not self._may_change_isr() or broker_id not in self.state.target_replicas:
             return  # (a replica a reassignment removes never joins again)
         epoch_start = self.log.epoch_cache.start_of(self.leader_epoch)
         epoch_start = self.log.log_end_offset if epoch_start is None else epoch_start
@@ -228,7 +230,7 @@ class Partition:
 
     def shrink_isr_if_lagging(self, max_lag_s: float) -> None:
         """Drop followers not caught up for `max_lag_s` from the ISR (the leader stays)."""
-        if not self.is_leader or self.isr_change_pending:
+        if not self.is_leader or not self._may_change_isr():
             return
         now = self.clock()
         lagging = [b for b in self.state.isr if b != self.broker_id and
@@ -236,18 +238,23 @@ class Partition:
         if lagging:
             self._request_isr([b for b in self.state.isr if b not in lagging])
 
+    def _may_change_isr(self) -> bool:
+        return not self.isr_change_pending and self.clock() >= self._isr_retry_at
+
     def _request_isr(self, isr: list[int]) -> None:
         if self._alter_isr is not None:
             self.isr_change_pending = True
             self.maximal_isr = [*self.state.isr, *(b for b in isr if b not in self.state.isr)]
             self._alter_isr(self, isr)
 
-    def isr_change_failed(self, maybe_written: bool) -> None:
+    def isr_change_failed(self, maybe_written: bool, retry_after_s: float = 0.0) -> None:
         """The ISR change asked for did not come back. When the store surely did not write it
         (a conditional update lost its race, or it was never sent) the committed ISR counts
         again; when it may have (the store went out of reach mid-write) an added member keeps
-        counting until the next state arrives. Either way a new change may be asked for."""
+        counting until the next state arrives. Either way a new change may be asked for, after
+        `retry_after_s` (not at every fetch of a follower while the store is out of reach)."""
         self.isr_change_pending = False
+        self._isr_retry_at = self.clock() + retry_after_s
         if not maybe_written:
             self.maximal_isr = list(self.state.isr)
             self._maybe_advance_high_watermark()

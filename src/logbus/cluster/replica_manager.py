@@ -18,17 +18,20 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..config import BrokerConfig, LogConfig, log_config
+from ..logging_config import RecurringWarning
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
 from .fetcher import FetcherConfig, FetcherManager
-from .metadata import MetadataStore, PartitionState, StalePartitionStateError, TopicMetadata
+from .metadata import MetadataStore, MetadataWriteError, PartitionState, StalePartitionStateError, TopicMetadata
 from .partition import Partition
 
 if TYPE_CHECKING:
     from .sasl_login import SaslLogin
 
 log = logging.getLogger(__name__)
+
+ISR_RETRY_BACKOFF_S = 1.0  # a failed ISR change is asked for again after this, not at the next fetch
 
 LeadershipListener = Callable[[Partition, bool], None]
 MarkerListener = Callable[[Partition, int, bool], None]
@@ -58,6 +61,7 @@ class ReplicaManager:
             config["replica.socket.timeout.ms"],
         ), config["num.replica.fetchers"], self._address_of, inter_broker_tls, inter_broker_sasl)
         self._isr_check: asyncio.TimerHandle | None = None
+        self._isr_change_failed = RecurringWarning(log)
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         """Call `listener(partition, True)` when this broker becomes the leader of a partition (at
@@ -133,9 +137,14 @@ class ReplicaManager:
         except StalePartitionStateError:
             partition.isr_change_failed(maybe_written=False)  # the fresh state arrives through the listener
             return
-        except Exception:  # noqa: BLE001 - e.g. ZooKeeper unreachable: tried again at the next check
-            log.warning("cannot change the ISR of %s to %s", partition, isr, exc_info=True)
-            partition.isr_change_failed(maybe_written=True)
+        except MetadataWriteError as exc:  # e.g. ZooKeeper out of reach
+            self._isr_change_failed("cannot change the ISR of %s to %s (retried every %g s): %s", partition, isr,
+                                    ISR_RETRY_BACKOFF_S, exc)
+            partition.isr_change_failed(maybe_written=True, retry_after_s=ISR_RETRY_BACKOFF_S)
+            return
+        except Exception:  # noqa: BLE001 - a bug: its traceback, and the change tried again later
+            log.exception("cannot change the ISR of %s to %s", partition, isr)
+            partition.isr_change_failed(maybe_written=True, retry_after_s=ISR_RETRY_BACKOFF_S)
             return
         if self.partitions.get((partition.topic, partition.index)) is partition \
                 and partition.state.partition_epoch < new_state.partition_epoch:

@@ -77,6 +77,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
 from kio.schema.errors import ErrorCode
 
 from ..security.acl import (
@@ -135,6 +136,12 @@ CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking 
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
+# A write ZooKeeper did not take (out of reach) or that did not show in time: Kafka's answer
+# when its ZooKeeper client times out; clients retry it.
+TIMED_OUT = ErrorCode.request_timed_out
+RECONNECT_MAX_DELAY_S = 1.0  # longest pause between two attempts to reach ZooKeeper again
+NO_SESSION = 0
+REGISTRATION_WAIT_SLACK_S = 2.0  # beyond the session timeout: ZooKeeper expires sessions on its tick
 USERS = "/config/users"
 CLIENTS = "/config/clients"
 IPS = "/config/ips"
@@ -235,6 +242,13 @@ def decode_broker(broker_id: int, raw: bytes) -> BrokerInfo:
     return BrokerInfo(broker_id, endpoints, value.get("rack"))
 
 
+def reconnect_policy() -> KazooRetry:
+    """Reconnect for ever, at most RECONNECT_MAX_DELAY_S apart. kazoo's default doubles its pause
+    up to an hour: after a 15 s outage brokers tried again only seconds after ZooKeeper was back,
+    and a session that could have been kept expired meanwhile."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
+
+
 class ZooKeeperMetadataStore(MetadataStore):
     """The cluster's metadata in ZooKeeper; see the module docstring for the layout."""
 
@@ -247,7 +261,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.cluster_id = ""
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000,
+                                  connection_retry=reconnect_policy())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._brokers: dict[int, BrokerInfo] = {}
@@ -745,7 +760,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def _see(self, what: str, written: Callable[[], bool]) -> None:
         """After a write: wait until the view shows it (`written()`), else MetadataWriteError."""
         if not await self.wait_for(written):
-            raise MetadataWriteError(f"{what} written but not seen within {CHANGE_TIMEOUT_S} s")
+            raise MetadataWriteError(f"{what} written but not seen within {CHANGE_TIMEOUT_S} s", TIMED_OUT)
 
     async def wait_for(self, condition: Callable[[], bool], timeout: float = CHANGE_TIMEOUT_S) -> bool:
         """Wait until `condition()` holds for the view (True) or `timeout` passes (False)."""
@@ -768,9 +783,15 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._session_listeners.append(listener)
 
     def _on_connection_state(self, state: str) -> None:
-        if state == KazooState.LOST:
+        """kazoo's state changes (its thread): SUSPENDED when the connection drops (the session
+        lives on for its timeout), LOST when the session expired, CONNECTED when back."""
+        if state == KazooState.SUSPENDED and not self._closing:
+            log.warning("ZooKeeper connection lost; reconnecting (the session survives %g s without one)",
+                        self.session_timeout_ms / 1000)
+        elif state == KazooState.LOST:
             self._post(self._session_lost)
         elif state == KazooState.CONNECTED:
+            log.info("ZooKeeper connected, session 0x%x", self.session_id)
             self._read_watched_states()
             self._post(self._session_connected)
 
@@ -789,9 +810,11 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def _reregister(self) -> None:
         """After a new session: the ephemeral registration is gone; write it again."""
         try:
-            await asyncio.to_thread(self._create_registration, self._registration)
-        except BrokerIdInUseError:
-            pass  # the old session's node is still there; it goes with that session
+            await self._register(self._registration)
+        except BrokerIdInUseError as exc:
+            log.error("could not register again in ZooKeeper: %s", exc)
+        except _UNREACHABLE as exc:
+            log.warning("could not register again in ZooKeeper, retried at the next reconnection: %r", exc)
         except Exception:  # noqa: BLE001 - retried at the next reconnection
             log.exception("could not register again in ZooKeeper")
         for listener in self._session_listeners:
@@ -809,20 +832,63 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def register_broker(self, broker: BrokerInfo) -> None:
         """Write this broker's ephemeral registration; BrokerIdInUseError when another live broker has the id."""
-        await asyncio.to_thread(self._create_registration, broker)
+        await self._register(broker)
         self._registration = broker
         await self.wait_for(lambda: broker.broker_id in self._brokers, 10)
 
-    def _create_registration(self, broker: BrokerInfo) -> None:
+    async def _register(self, broker: BrokerInfo) -> None:
+        """Create the registration. One with this broker's own endpoints held by another session
+        is this broker's from before a crash (killed, restarted before ZooKeeper expired that
+        session): wait up to the session timeout for it to go, then register (Kafka refuses to
+        start). One with other endpoints is another live broker: BrokerIdInUseError."""
+        loop = asyncio.get_running_loop()
+        waited_s = self.session_timeout_ms / 1000 + REGISTRATION_WAIT_SLACK_S
+        deadline = loop.time() + waited_s
+        path = f"/brokers/ids/{broker.broker_id}"
+        logged = NO_SESSION
+        while (owner := await asyncio.to_thread(self._create_registration, broker)) is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise BrokerIdInUseError(f"broker id {broker.broker_id} is still registered by session 0x{owner:x} "
+                                         f"after {waited_s:g} s in {self.connect}")
+            if owner not in (logged, NO_SESSION):
+                logged = owner
+                log.warning("broker id %d is registered with this broker's endpoints by session 0x%x, not ours: "
+                            "an earlier run of this broker (a crash?); waiting up to %.1f s for ZooKeeper to "
+                            "expire it", broker.broker_id, owner, left)
+            await self._changed_or_gone(path, left)
+
+    def _create_registration(self, broker: BrokerInfo) -> int | None:
+        """Create the ephemeral registration (worker thread); None when it is ours now, the owner
+        session when this broker's own registration is held by another one."""
         path = f"/brokers/ids/{broker.broker_id}"
         try:
             self.client.create(path, encode_broker(broker), ephemeral=True, makepath=True)
+            return None
         except NodeExistsError:
-            _, stat = self.client.get(path)
-            if stat.ephemeralOwner != self.session_id:
-                raise BrokerIdInUseError(
-                    f"broker id {broker.broker_id} is registered by another live broker in {self.connect}"
-                ) from None
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                return NO_SESSION  # gone meanwhile: try again
+        if stat.ephemeralOwner == self.session_id:
+            return None
+        try:
+            registered = decode_broker(broker.broker_id, raw)
+        except (ValueError, KeyError, TypeError):
+            registered = None
+        if registered is None or registered.endpoints != broker.endpoints:
+            raise BrokerIdInUseError(
+                f"broker id {broker.broker_id} is registered by another live broker in {self.connect}")
+        return stat.ephemeralOwner
+
+    async def _changed_or_gone(self, path: str, timeout: float) -> None:
+        """Wait until `path` changes or is deleted (a watch), at most `timeout` seconds."""
+        changed = asyncio.Event()
+        if await asyncio.to_thread(self.client.exists, path, lambda _event: self._post(changed.set)) is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await changed.wait()
 
     def brokers(self) -> list[BrokerInfo]:
         return sorted(self._brokers.values(), key=lambda b: b.broker_id)
@@ -835,17 +901,17 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def _write_in_thread(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run a blocking ZooKeeper write in a thread. ZooKeeper out of reach (connection lost,
-        session expired, timeout) is a MetadataWriteError, the store's one failure for callers,
-        which answer it with a retriable code; kazoo's own exceptions would escape them. While
+        session expired, timeout) is a MetadataWriteError with REQUEST_TIMED_OUT, the store's one
+        failure for callers, which answer it with its code; kazoo's own exceptions would escape them. While
         the session is known to be disconnected the write fails at once: a request waiting on it
         holds up every later request of its connection, and blocked writes would fill the
         threads other writes need once ZooKeeper is back."""
         if not self.client.connected:
-            raise MetadataWriteError("ZooKeeper is out of reach: not connected")
+            raise MetadataWriteError("ZooKeeper is out of reach: not connected", TIMED_OUT)
         try:
             return await asyncio.to_thread(function, *args, **kwargs)
         except _UNREACHABLE as exc:
-            raise MetadataWriteError(f"ZooKeeper is out of reach: {exc!r}") from None
+            raise MetadataWriteError(f"ZooKeeper is out of reach: {exc!r}", TIMED_OUT) from None
 
     # ------------------------------------------------------------------ topic changes
 
@@ -862,7 +928,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         topic_id = str(uuid.uuid4())
         await self._write_in_thread(self._write_new_topic, name, topic_id, partitions, configs)
         if not await self.wait_for(lambda: name in self._topics):
-            raise MetadataWriteError(f"topic {name} written to ZooKeeper but not seen within {CHANGE_TIMEOUT_S} s")
+            raise MetadataWriteError(f"topic {name} written to ZooKeeper but not seen within {CHANGE_TIMEOUT_S} s",
+                                     TIMED_OUT)
         return self._topics[name]
 
     def _write_new_topic(self, name: str, topic_id: str, partitions: list[PartitionState],
@@ -894,7 +961,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         with contextlib.suppress(NodeExistsError):
             await self._write_in_thread(self.client.create, f"/admin/delete_topics/{name}", b"", makepath=True)
         if not await self.wait_for(lambda: name not in self._topics):
-            raise MetadataWriteError(f"topic {name} is queued for deletion; no controller has deleted it yet")
+            raise MetadataWriteError(f"topic {name} is queued for deletion; no controller has deleted it yet",
+                                     TIMED_OUT)
 
     @runs_to_completion
     async def add_partitions(

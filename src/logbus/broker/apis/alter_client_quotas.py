@@ -50,7 +50,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         try:
             await ctx.broker.metadata.alter_client_quotas(changes)
         except MetadataWriteError as exc:
-            errors |= {owners[entity]: KafkaApiError(ErrorCode.unknown_server_error, str(exc)) for entity in changes}
+            errors |= dict.fromkeys((owners[entity] for entity in changes), exc)
     entries = tuple(_result(module, entry, errors.get(i)) for i, entry in enumerate(request.entries))
     return make(response_class(API_KEY, ctx.api_version), entries=entries)
 

@@ -5,7 +5,8 @@ store checks each one (UNKNOWN_TOPIC_OR_PARTITION; INVALID_REPLICA_ASSIGNMENT fo
 a broker named twice or a broker that is not alive; NO_REASSIGNMENT_IN_PROGRESS for a cancel with
 nothing to cancel) and in a cluster hands the valid ones to the controller, which adds the new
 replicas, moves leadership once they are in sync and drops the old ones. On one broker the only
-valid target is that broker itself, which is already in place. v1's
+valid target is that broker itself, which is already in place. Changes the store cannot hand to
+the controller (ZooKeeper down) get the store's code, at the top level and per partition. v1's
 `allow_replication_factor_change` is accepted: changing the replication factor is allowed either way.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
@@ -35,7 +37,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         (topic.name, partition.partition_index): None if partition.replicas is None else list(partition.replicas)
         for topic in request.topics for partition in topic.partitions
     }
-    results = await ctx.broker.metadata.alter_reassignments(changes) if changes else {}
+    refused: KafkaApiError | None = None
+    try:
+        results = await ctx.broker.metadata.alter_reassignments(changes) if changes else {}
+    except KafkaApiError as exc:
+        results, refused = dict.fromkeys(changes, exc.code), exc
     by_topic: dict[str, list[Any]] = {}
     for (name, index), code in results.items():
         error = ErrorCode.none if code is None else ErrorCode(code)
@@ -43,7 +49,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             module.ReassignablePartitionResponse, partition_index=index, error_code=error,
             error_message=None if code is None else error.name.upper()))
     return make(
-        response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, error_message=None,
+        response_class(API_KEY, ctx.api_version), error_code=refused.code if refused else ErrorCode.none,
+        error_message=refused.message if refused else None,
         allow_replication_factor_change=getattr(request, "allow_replication_factor_change", True),
         responses=tuple(make(module.ReassignableTopicResponse, name=name, partitions=tuple(partitions))
                         for name, partitions in by_topic.items()),

@@ -48,7 +48,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         try:
             await ctx.broker.metadata.alter_scram_credentials(changes)
         except MetadataWriteError as exc:
-            refused |= {user: KafkaApiError(ErrorCode.unknown_server_error, str(exc)) for user in changes}
+            refused |= dict.fromkeys(changes, exc)
     results = tuple(_result(module, user, refused.get(user)) for user in dict.fromkeys(a.name for a in alterations))
     return make(response_class(API_KEY, ctx.api_version), throttle_time=timedelta(0), results=results)
 

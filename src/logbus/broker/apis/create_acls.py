@@ -55,6 +55,6 @@ async def _create(ctx: RequestContext, creations: tuple[Any, ...]) -> list[tuple
         try:
             await ctx.broker.metadata.alter_acls(valid, [])
         except MetadataWriteError as exc:
-            return [(ErrorCode.kafka_storage_error, str(exc)) if code is ErrorCode.none else (code, message)
+            return [(exc.code, str(exc)) if code is ErrorCode.none else (code, message)
                     for code, message in results]
     return results

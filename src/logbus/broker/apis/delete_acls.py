@@ -57,7 +57,7 @@ async def _delete(ctx: RequestContext, filters: tuple[Any, ...]) -> list[_Result
         try:
             await ctx.broker.metadata.alter_acls([], removed)
         except MetadataWriteError as exc:
-            return [(ErrorCode.kafka_storage_error, str(exc), []) if matched else (code, message, matched)
+            return [(exc.code, str(exc), []) if matched else (code, message, matched)
                     for code, message, matched in results]
     return results
 

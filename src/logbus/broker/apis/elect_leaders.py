@@ -5,8 +5,9 @@ partition when `topic_partitions` is null. The decision is the metadata store's:
 every partition answers ELECTION_NOT_NEEDED (it already leads), as a one-broker Kafka answers; in
 a cluster the controller elects and the answer comes once the new leader is in the metadata.
 Per partition: none, ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
-ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION or REQUEST_TIMED_OUT. v0 has no
-top-level error code.
+ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION or REQUEST_TIMED_OUT. A request the
+store cannot hand to the controller (ZooKeeper down) gets the store's code for every partition
+and at the top level. v0 has no top-level error code.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
@@ -38,7 +40,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if not authorize_cluster(ctx, AclOperation.ALTER):
         return _answer(ctx, module, dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed),
                        ErrorCode.cluster_authorization_failed)
-    return _answer(ctx, module, await metadata.elect_leaders(wanted, unclean) if wanted else {}, ErrorCode.none)
+    try:
+        results = await metadata.elect_leaders(wanted, unclean) if wanted else {}
+    except KafkaApiError as exc:
+        return _answer(ctx, module, dict.fromkeys(wanted, exc.code), exc.code)
+    return _answer(ctx, module, results, ErrorCode.none)
 
 
 def _answer(ctx: RequestContext, module: Any, results: dict[tuple[str, int], int | None], error: ErrorCode) -> Any:
