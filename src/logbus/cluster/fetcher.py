@@ -249,6 +249,7 @@ class ReplicaFetcher:
                 return
         else:
             partition.follow_high_watermark(answer.high_watermark)
+        partition.follow_log_start_offset(answer.log_start_offset)
 
     async def _truncate_diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
         """KIP-320: the leader's log ends epoch `epoch` at `end_offset`; keep what agrees with it."""

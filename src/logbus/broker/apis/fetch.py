@@ -269,7 +269,7 @@ def _read_partition(
         if diverging is not None:
             return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
                            partition.last_stable_offset, partition.log.log_start_offset, diverging=diverging), 0
-        partition.update_follower(replica, fetch.fetch_offset)
+        partition.update_follower(replica, fetch.fetch_offset, getattr(fetch, "log_start_offset", -1))  # v5+
     if cached is not None and _quiet(cached, partition, fetch.fetch_offset, replica >= 0, read_committed):
         return None, 0
     max_bytes = min(fetch.partition_max_bytes, budget)
