@@ -1,22 +1,31 @@
 """Storage under replication: a real ZooKeeper, real broker processes, real clients.
 
-DeleteRecords reaches every replica (a failover or a restart never brings deleted records back).
+DeleteRecords reaches every replica (a failover or a restart never brings deleted records back);
+a leader whose log dir fails hands its leadership to the ISR (KIP-112).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import os
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from helpers import QUIET, produce_all, raw_request, wait_until
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from helpers import METADATA, QUIET, ballast, consume_partition, produce_all, raw_request, wait_until
+from kafka.admin import KafkaAdminClient, NewTopic
 from kazoo.client import KazooClient
 from kio.schema.delete_records.v2 import request as delete_records_v2
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as metadata_v12
 from test_cluster import FAILOVER_S, admin, create, partition_state, wait_new_leader
+from test_metrics import scrape
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.storage.checkpoints import read_offsets
@@ -114,3 +123,107 @@ def test_delete_records_at_a_broker_without_a_replica_is_not_leader_or_follower(
         assert delete_records_raw(other, "lonely", 0) == ErrorCode.not_leader_or_follower
         assert delete_records_raw(other, "no-such-topic", 0) == ErrorCode.unknown_topic_or_partition
         assert delete_records_raw(cluster.brokers[holder], "lonely", 0) == ErrorCode.none
+
+
+# ---------------------------------------------------------------------------- a failed log dir
+
+
+class TimedSender:
+    """An idempotent acks=all producer sending numbered records to partition 0 in a thread,
+    recording when each was acknowledged (and every failure)."""
+
+    def __init__(self, cluster: Cluster, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, **QUIET})
+        self.acked: list[tuple[float, bytes]] = []
+        self.failed: list[KafkaError] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send)
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            self.acked.append((time.monotonic(), message.value()))
+        else:
+            self.failed.append(error)
+
+    def _send(self) -> None:
+        sent = 0
+        while not self._stop.is_set():
+            self.producer.produce(self.topic, b"%06d" % sent, partition=0, on_delivery=self._delivered)
+            self.producer.poll(0.01)
+            sent += 1
+        self.producer.flush(60)
+
+    def __enter__(self) -> TimedSender:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def longest_silence_after(self, moment: float) -> float:
+        """The longest time without an acknowledgement from `moment` on."""
+        times = [moment] + [at for at, _ in self.acked if at >= moment]
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
+
+
+def metadata_partition(broker: BrokerProcess, topic: str) -> Any:
+    answer = raw_request(broker.bootstrap, METADATA, 12, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False,
+                         topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name=topic),))
+    return answer.topics[0].partitions[0]
+
+
+def test_a_leader_whose_log_dir_fails_hands_leadership_to_the_isr(zookeeper: ZooKeeperServer, small_disk: str,
+                                                                   tmp_path: Path) -> None:
+    """KIP-112: the leader's disk fills up; its log dir goes offline, the controller elects a new
+    leader from the ISR within seconds, the producer's sends go on with nothing duplicated or
+    lost, and the broker keeps serving the partition in its healthy dir. Restarted with space
+    again, it is a replica of the partition again."""
+    healthy, small = str(tmp_path / "healthy"), os.path.join(small_disk, "data")
+    with running_cluster(2, zookeeper=zookeeper) as cluster:
+        troubled = cluster.add_broker(3, {"log.dirs": f"{healthy},{small}", "metrics.port": "0"})
+        client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        for topic in ("kept", "doomed"):  # in this order: "kept" in the first dir, "doomed" in the small one
+            client.create_topics([NewTopic(topic, -1, -1, replica_assignments={0: [3, 1, 2]})])
+            wait_until(lambda t=topic: partition_state(cluster, t) == (3, [3, 1, 2], [3, 1, 2]),
+                       message=f"{topic} led by broker 3 with a full ISR")
+        client.close()
+        assert os.path.isdir(os.path.join(small, "doomed-0")) and os.path.isdir(os.path.join(healthy, "kept-0"))
+
+        with TimedSender(cluster, "doomed") as sender:
+            wait_until(lambda: len(sender.acked) >= 200, timeout=30, message="records acknowledged")
+            filled = time.monotonic()
+            weight = ballast(small_disk, 0)
+            new_leader = wait_new_leader(cluster, "doomed", 3)
+            elected_after = time.monotonic() - filled
+            acked_at_election = len(sender.acked)
+            wait_until(lambda: len(sender.acked) >= acked_at_election + 200, timeout=30,
+                       message="sends acknowledged by the new leader")
+        silence = sender.longest_silence_after(filled)
+        print(f"\nnew leader {new_leader} elected {elected_after:.2f} s after the disk filled; "
+              f"longest time without acks {silence:.2f} s")
+        assert not sender.failed, sender.failed[:3]
+        assert elected_after < 15 and silence < 15
+
+        values = [value for _, value in sender.acked]
+        consumed = [m.value() for m in consume_partition(cluster.bootstrap, "doomed", 0, len(values))]
+        assert len(consumed) == len(set(consumed)) == len(values), "nothing duplicated"
+        assert consumed == sorted(consumed) and set(consumed) == set(values), "in order, nothing lost"
+
+        described = metadata_partition(troubled, "doomed")
+        assert described.leader_id == new_leader and 3 not in described.isr_nodes
+        assert list(described.offline_replicas) == [3]
+        assert scrape(troubled)[("kafka_log_logmanager_offlinelogdirectorycount", frozenset())] == 1
+        produce_all(troubled.bootstrap, "kept", [(None, b"healthy dir")], acks="all")
+        assert [m.value() for m in consume_partition(troubled.bootstrap, "kept", 0, 1)] == [b"healthy dir"]
+        assert troubled.running
+
+        os.unlink(weight)  # space again: a restart brings the dir and its replica back
+        assert troubled.stop() == 0
+        troubled.start()
+        wait_until(lambda: 3 in partition_state(cluster, "doomed")[2], timeout=FAILOVER_S, interval=0.2,
+                   message="broker 3 back in the ISR")
+        assert list(metadata_partition(troubled, "doomed").offline_replicas) == []

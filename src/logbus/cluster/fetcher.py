@@ -64,7 +64,8 @@ _SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch
                    ErrorCode.fetch_session_topic_id_error}
 _MAX_SESSION_EPOCH = 2**31 - 1
 _PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
-                   ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
+                   ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition,
+                   ErrorCode.kafka_storage_error}  # the leader's log dir failed: a new leader comes
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +245,7 @@ class ReplicaFetcher:
         if headers:
             try:
                 partition.append_as_follower(data, headers, answer.high_watermark)
-            except FollowerAppendError as exc:
+            except (FollowerAppendError, OSError) as exc:  # an OSError took the log dir offline
                 log.warning("%s: %s", self.name, exc)
                 return
         else:

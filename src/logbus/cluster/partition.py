@@ -83,6 +83,7 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.isr_change_pending = False
         self.maximal_isr = list(state.isr)
+        self.offline = False  # its log dir failed: nothing is read or written here any more
         self._become(state)
         self._maybe_advance_high_watermark()
 
@@ -124,6 +125,12 @@ class Partition:
                 if broker != self.broker_id:
                     self.followers[broker] = FollowerState(last_caught_up=now if broker in state.isr else 0.0)
 
+    def go_offline(self) -> None:
+        """Its log dir failed (Kafka's HostedPartition.Offline): produces waiting for acks=all
+        and fetches waiting for data are answered now (KAFKA_STORAGE_ERROR)."""
+        self.offline = True
+        self._wake()
+
     # ------------------------------------------------------------------ leader: appends
 
     def append_as_leader(self, data: bytearray, headers: list[BatchHeader], acks: int) -> AppendInfo:
@@ -164,6 +171,8 @@ class Partition:
     def replicated(self, offset: int) -> ErrorCode | None:
         """For acks=all: None once every ISR member has everything before `offset` and the ISR
         still meets min.insync.replicas; an error code when it can no longer happen here."""
+        if self.offline:
+            return ErrorCode.kafka_storage_error
         if not self.is_leader:
             return ErrorCode.not_leader_or_follower
         if self.high_watermark < offset:
@@ -285,13 +294,15 @@ class Partition:
         or later; REQUEST_TIMED_OUT after `timeout`, NOT_LEADER_OR_FOLLOWER if leadership moved."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.is_leader and self.low_watermark(live_brokers) < offset:
+        while self.is_leader and not self.offline and self.low_watermark(live_brokers) < offset:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return ErrorCode.request_timed_out
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._changed.wait()
+        if self.offline:
+            return ErrorCode.kafka_storage_error
         return None if self.is_leader else ErrorCode.not_leader_or_follower
 
     def follow_log_start_offset(self, leader_log_start: int) -> None:

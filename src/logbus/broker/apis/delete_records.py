@@ -7,8 +7,8 @@ until every replica on a live broker has adopted the new log start from its fetc
 failover after a successful DeleteRecords never brings the records back. Segments wholly below
 the new start are removed by the next retention pass, as in Kafka. Errors per partition:
 UNKNOWN_TOPIC_OR_PARTITION (no such partition), NOT_LEADER_OR_FOLLOWER (not the leader, or
-no replica here), OFFSET_OUT_OF_RANGE (negative other than -1, or above the high watermark),
-REQUEST_TIMED_OUT (a follower did not follow in time).
+no replica here), KAFKA_STORAGE_ERROR (its log dir failed), OFFSET_OUT_OF_RANGE (negative
+other than -1, or above the high watermark), REQUEST_TIMED_OUT (a follower did not follow in time).
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 async def _delete(module: Any, ctx: RequestContext, topic: str, wanted: Any, live: set[int], timeout: float) -> Any:
     partition = ctx.broker.replicas.get(topic, wanted.partition_index)
     if partition is None:
-        known = ctx.broker.metadata.partition_state(topic, wanted.partition_index) is not None
-        error = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
-        return _result(module, wanted, error)
+        return _result(module, wanted, ctx.broker.replicas.missing_error(topic, wanted.partition_index))
     if not partition.is_leader:
         return _result(module, wanted, ErrorCode.not_leader_or_follower)
     offset = partition.high_watermark if wanted.offset == HIGH_WATERMARK else wanted.offset

@@ -255,6 +255,8 @@ def _read_partition(
     been told everything there is (an incremental session's quiet partition)."""
     if partition is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
+        if name and ctx.broker.replicas.is_offline(name, fetch.partition):
+            error = ErrorCode.kafka_storage_error  # its log dir failed
         return _answer(module, fetch.partition, error), 0
     replica = replica_id(request)
     epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
