@@ -326,3 +326,37 @@ def list_offsets_error(bootstrap: str, topic: str) -> int:
     response = raw_request(bootstrap, LIST_OFFSETS, 1, replica_id=-1, topics=(list_offsets_v1.ListOffsetsTopic(
         name=topic, partitions=(list_offsets_v1.ListOffsetsPartition(partition_index=0, timestamp=-2),)),))
     return int(response.topics[0].partitions[0].error_code)
+
+
+def test_log_manager_takes_a_log_dir_offline_after_a_disk_error(tmp_path: Path) -> None:
+    """An OSError in a log's append takes its dir offline: its logs leave the manager, the
+    listeners hear which partitions went, no new partition, checkpoint or clean-shutdown marker
+    goes there; the other dir goes on."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    config = log_config(BrokerConfig(), {})
+
+    async def scenario() -> None:
+        manager = LogManager(dirs)
+        manager.lock()
+        manager.open(0, "cluster")
+        heard: list[tuple[str, list[tuple[str, int]]]] = []
+        manager.add_dir_failure_listener(lambda log_dir, keys: heard.append((log_dir, keys)))
+        failing, kept = manager.load_log("t", 0, config), manager.load_log("t", 1, config)
+        failing.active_segment.append = _disk_full
+        raw = bytearray(record_batch(b"v"))
+        with pytest.raises(OSError):
+            failing.append(raw, validate_batches(raw), 0)
+        assert heard == [(dirs[0], [("t", 0)])] and manager.offline_dirs == {dirs[0]: "No space left on device"}
+        assert list(manager.logs) == [("t", 1)] and kept.log_end_offset == 0
+        assert os.path.dirname(manager.load_log("t", 2, config).directory) == dirs[1], "only online dirs"
+        manager.fail_dir(dirs[0], OSError(5, "again"))
+        assert len(heard) == 1, "once"
+        await manager.shutdown()
+
+    asyncio.run(scenario())
+    assert [os.path.exists(os.path.join(d, ".kafka_cleanshutdown")) for d in dirs] == [False, True]
+    assert not os.path.exists(os.path.join(dirs[0], "recovery-point-offset-checkpoint"))
+
+
+def _disk_full(*_args: object) -> None:
+    raise OSError(28, "No space left on device")

@@ -221,7 +221,8 @@ class ReplicaFetcher:
         for topic in response.responses:
             for answer in topic.partitions:
                 partition = by_key.get((topic.topic, answer.partition_index))
-                if partition is not None and partition.is_follower and partition.state.leader == self.leader_id:
+                if partition is not None and partition.is_follower and partition.state.leader == self.leader_id \
+                        and not partition.offline:
                     await self._handle_partition(partition, answer)
 
     async def _handle_partition(self, partition: Partition, answer: Any) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig, LogConfig, log_config
+from ..errors import KafkaApiError
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
@@ -305,6 +306,10 @@ class ReplicaManager:
         return {key: partition.high_watermark for key, partition in self.partitions.items()}
 
     async def flush_if_due(self, partition: Partition) -> None:
-        """fsync now when the partition's flush policy says so (before acknowledging)."""
+        """fsync now when the partition's flush policy says so (before acknowledging); a disk
+        error (which took the log dir offline) is KAFKA_STORAGE_ERROR."""
         if partition.log.unflushed_messages >= partition.log.config.flush_messages:
-            await partition.log.flush(self.logs.run_blocking)
+            try:
+                await partition.log.flush(self.logs.run_blocking)
+            except OSError as exc:
+                raise KafkaApiError(ErrorCode.kafka_storage_error, f"flush failed: {exc.strerror or exc}") from None

@@ -65,11 +65,8 @@ def _partitions_by_dir(ctx: RequestContext, module: Any,
 
 
 def _describe_dir(module: Any, log_dir: str, by_topic: dict[str, list[Any]], offline: bool) -> Any:
-    try:
-        if offline:
-            raise OSError(f"log dir {log_dir} is offline")
-        volume = os.statvfs(log_dir)
-    except OSError:
+    volume = None if offline else _volume(log_dir)
+    if volume is None:
         return make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error, log_dir=log_dir,
                     topics=(), total_bytes=-1, usable_bytes=-1)
     topics = tuple(make(module.DescribeLogDirsTopic, name=name, partitions=tuple(partitions))
@@ -78,3 +75,10 @@ def _describe_dir(module: Any, log_dir: str, by_topic: dict[str, list[Any]], off
         module.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=log_dir, topics=topics,
         total_bytes=volume.f_blocks * volume.f_frsize, usable_bytes=volume.f_bavail * volume.f_frsize,
     )
+
+
+def _volume(log_dir: str) -> os.statvfs_result | None:
+    try:
+        return os.statvfs(log_dir)
+    except OSError:
+        return None
