@@ -129,28 +129,29 @@ def test_delete_records_at_a_broker_without_a_replica_is_not_leader_or_follower(
 
 
 class TimedSender:
-    """An idempotent acks=all producer sending numbered records to partition 0 in a thread,
-    recording when each was acknowledged (and every failure)."""
+    """An idempotent acks=all producer sending numbered records to partition 0 of its topics in
+    turn, in a thread, recording when each was acknowledged (and every failure)."""
 
-    def __init__(self, cluster: Cluster, topic: str) -> None:
-        self.topic = topic
+    def __init__(self, cluster: Cluster, *topics: str) -> None:
+        self.topics = topics
         self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 5, **QUIET})
-        self.acked: list[tuple[float, bytes]] = []
+        self.acked: list[tuple[float, str, bytes]] = []
         self.failed: list[KafkaError] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._send)
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
-            self.acked.append((time.monotonic(), message.value()))
+            self.acked.append((time.monotonic(), message.topic(), message.value()))
         else:
             self.failed.append(error)
 
     def _send(self) -> None:
         sent = 0
         while not self._stop.is_set():
-            self.producer.produce(self.topic, b"%06d" % sent, partition=0, on_delivery=self._delivered)
+            topic = self.topics[sent % len(self.topics)]
+            self.producer.produce(topic, b"%06d" % sent, partition=0, on_delivery=self._delivered)
             self.producer.poll(0.01)
             sent += 1
         self.producer.flush(60)
@@ -163,9 +164,12 @@ class TimedSender:
         self._stop.set()
         self._thread.join()
 
-    def longest_silence_after(self, moment: float) -> float:
-        """The longest time without an acknowledgement from `moment` on."""
-        times = [moment] + [at for at, _ in self.acked if at >= moment]
+    def values(self, topic: str) -> list[bytes]:
+        return [value for _, acked_topic, value in self.acked if acked_topic == topic]
+
+    def longest_silence_after(self, topic: str, moment: float) -> float:
+        """The longest time without an acknowledgement on `topic` from `moment` on."""
+        times = [moment] + [at for at, acked_topic, _ in self.acked if acked_topic == topic and at >= moment]
         return max(later - earlier for earlier, later in itertools.pairwise(times))
 
 
@@ -193,32 +197,32 @@ def test_a_leader_whose_log_dir_fails_hands_leadership_to_the_isr(zookeeper: Zoo
         client.close()
         assert os.path.isdir(os.path.join(small, "doomed-0")) and os.path.isdir(os.path.join(healthy, "kept-0"))
 
-        with TimedSender(cluster, "doomed") as sender:
-            wait_until(lambda: len(sender.acked) >= 200, timeout=30, message="records acknowledged")
+        with TimedSender(cluster, "doomed", "kept") as sender:  # "kept": a partition the failure spares
+            wait_until(lambda: len(sender.values("doomed")) >= 200, timeout=30, message="records acknowledged")
             filled = time.monotonic()
             weight = ballast(small_disk, 0)
             new_leader = wait_new_leader(cluster, "doomed", 3)
             elected_after = time.monotonic() - filled
-            acked_at_election = len(sender.acked)
-            wait_until(lambda: len(sender.acked) >= acked_at_election + 200, timeout=30,
+            acked_at_election = len(sender.values("doomed"))
+            wait_until(lambda: len(sender.values("doomed")) >= acked_at_election + 200, timeout=30,
                        message="sends acknowledged by the new leader")
-        silence = sender.longest_silence_after(filled)
+        silence = sender.longest_silence_after("doomed", filled)
         print(f"\nnew leader {new_leader} elected {elected_after:.2f} s after the disk filled; "
               f"longest time without acks {silence:.2f} s")
         assert not sender.failed, sender.failed[:3]
         assert elected_after < 15 and silence < 15
 
-        values = [value for _, value in sender.acked]
-        consumed = [m.value() for m in consume_partition(cluster.bootstrap, "doomed", 0, len(values))]
-        assert len(consumed) == len(set(consumed)) == len(values), "nothing duplicated"
-        assert consumed == sorted(consumed) and set(consumed) == set(values), "in order, nothing lost"
+        for topic in ("doomed", "kept"):
+            values = sender.values(topic)
+            consumed = [m.value() for m in consume_partition(cluster.bootstrap, topic, 0, len(values))]
+            assert len(consumed) == len(set(consumed)) == len(values), f"nothing duplicated in {topic}"
+            assert consumed == sorted(consumed) and set(consumed) == set(values), f"{topic}: in order, nothing lost"
 
         described = metadata_partition(troubled, "doomed")
         assert described.leader_id == new_leader and 3 not in described.isr_nodes
         assert list(described.offline_replicas) == [3]
         assert scrape(troubled)[("kafka_log_logmanager_offlinelogdirectorycount", frozenset())] == 1
-        produce_all(troubled.bootstrap, "kept", [(None, b"healthy dir")], acks="all")
-        assert [m.value() for m in consume_partition(troubled.bootstrap, "kept", 0, 1)] == [b"healthy dir"]
+        assert partition_state(cluster, "kept")[0] == 3, "the partition in the healthy dir is still led there"
         assert troubled.running
 
         os.unlink(weight)  # space again: a restart brings the dir and its replica back
