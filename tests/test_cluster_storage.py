@@ -218,9 +218,16 @@ def test_a_leader_whose_log_dir_fails_hands_leadership_to_the_isr(zookeeper: Zoo
             assert len(consumed) == len(set(consumed)) == len(values), f"nothing duplicated in {topic}"
             assert consumed == sorted(consumed) and set(consumed) == set(values), f"{topic}: in order, nothing lost"
 
-        described = metadata_partition(troubled, "doomed")
-        assert described.leader_id == new_leader and 3 not in described.isr_nodes
-        assert list(described.offline_replicas) == [3]
+        for broker in cluster.brokers.values():
+            wait_until(lambda b=broker: list(metadata_partition(b, "doomed").offline_replicas) == [3],
+                       message=f"broker {broker.broker_id} to list broker 3's replica offline")
+            described = metadata_partition(broker, "doomed")
+            assert described.leader_id == new_leader and 3 not in described.isr_nodes
+        with zookeeper_client(cluster) as zk:
+            assert [child.split("-")[0] for child in zk.get_children("/logbus/offline_replicas")] == ["3"]
+            wait_until(lambda: zk.get_children("/log_dir_event_notification") == [],
+                       message="the controller took Kafka's log dir event notification")
+        assert any("log dir failure reported by broker 3" in b.read_log() for b in cluster.brokers.values())
         assert scrape(troubled)[("kafka_log_logmanager_offlinelogdirectorycount", frozenset())] == 1
         assert partition_state(cluster, "kept")[0] == 3, "the partition in the healthy dir is still led there"
         assert troubled.running

@@ -142,8 +142,10 @@ class Controller:
         """Take Kafka's log dir event notifications (kazoo thread): the offline replicas they
         announce are in the store's view already; a pass acts on them."""
         for child in children:
-            with contextlib.suppress(NoNodeError):
+            with contextlib.suppress(NoNodeError, ValueError, KeyError, TypeError):
+                raw, _ = self.client.get(f"{LOG_DIR_EVENTS}/{child}")
                 self.client.delete(f"{LOG_DIR_EVENTS}/{child}")
+                log.info("log dir failure reported by broker %d", json.loads(raw)["broker"])
         if children:
             self.store._post(self.reconcile_soon)
 
