@@ -261,6 +261,9 @@ def test_fetch_out_of_range(broker: BrokerProcess, bystander: Bystander, offset:
 
 
 def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_disk: str) -> None:
+    """The append that finds the disk full takes the (only) log dir offline (KIP-112): its
+    partitions answer KAFKA_STORAGE_ERROR, even once space returns, while the broker stays up and
+    answers everything else; a restart brings back every acknowledged record."""
     with running_broker(config=BROKER_CONFIG, data_dir=os.path.join(small_disk, "data")) as broker:
         reader = Bystander(broker)
         topic = new_topic(broker.bootstrap, "full")
@@ -282,15 +285,22 @@ def test_full_disk_is_kafka_storage_error_and_the_broker_keeps_serving(small_dis
             group_topic = producer.call(FIND_COORDINATOR, 3, key="full-disk-group", key_type=0)
             assert group_topic.error_code == COORDINATOR_NOT_AVAILABLE, "__consumer_offsets cannot be created"
             assert raw_produce(producer, topic, batch(b"x" * 40_000)) == (KAFKA_STORAGE_ERROR, -1), "still served"
+            assert raw_produce(reader.connection, reader.topic, batch(b"y")) == (KAFKA_STORAGE_ERROR, -1), \
+                "the whole log dir is offline"
+            assert fetch_error(broker.bootstrap, topic, 0) == KAFKA_STORAGE_ERROR
             assert create_topics(broker.bootstrap, f"{topic}-later") == KAFKA_STORAGE_ERROR, "metadata not written"
-            read = consume_partition(broker.bootstrap, topic, 0, len(acknowledged))
-            assert [message.value() for message in read] == acknowledged
-            assert [m.value() for m in consume_partition(broker.bootstrap, reader.topic, 0, 1)] == reader.values
 
             os.unlink(weight)
             os.unlink(not_a_byte)
-            assert raw_produce(producer, topic, batch(b"after")) == (NONE, len(acknowledged))
+            assert raw_produce(producer, topic, batch(b"after")) == (KAFKA_STORAGE_ERROR, -1), "until a restart"
             assert create_topics(broker.bootstrap, f"{topic}-later") == NONE, "the failed creation left nothing"
+        reader.connection.sock.close()
+        assert broker.running
+        assert broker.stop() == 0
+        broker.restart()
+        read = consume_partition(broker.bootstrap, topic, 0, len(acknowledged))
+        assert [message.value() for message in read] == acknowledged
+        reader.connection = RawConnection(broker.bootstrap)
         reader.assert_still_served()
         reader.connection.sock.close()
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -14,10 +15,22 @@ from pathlib import Path
 import kafka.errors as kafka_errors
 import pytest
 from confluent_kafka import Producer
-from helpers import QUIET, consume_partition, produce_all, raw_request
+from helpers import (
+    LIST_OFFSETS,
+    QUIET,
+    RawConnection,
+    ballast,
+    consume_partition,
+    produce_all,
+    raw_produce,
+    raw_request,
+)
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient, NewTopic
 from kio.schema.describe_log_dirs.v1 import request as describe_log_dirs_v1
+from kio.schema.list_offsets.v1 import request as list_offsets_v1
+from test_bad_requests import fetch_error
+from test_metrics import scrape
 from test_storage import record_batch
 
 from logbus.config import BrokerConfig, log_config
@@ -26,6 +39,7 @@ from logbus.storage.manager import DataDirRefusedError, LogManager
 from logbus.testing import BrokerProcess, running_broker
 
 DESCRIBE_LOG_DIRS = 35
+KAFKA_STORAGE_ERROR = 56
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +276,87 @@ def test_a_partition_moved_while_stopped_is_found_and_keeps_its_log_start(tmp_pa
     for log_dir, expected in ((dirs[0], "0\n0\n"), (dirs[1], "0\n1\nmoved 0 2\n")):
         with open(os.path.join(log_dir, "log-start-offset-checkpoint"), encoding="utf-8") as handle:
             assert handle.read() == expected
+
+
+def test_a_failed_log_dir_goes_offline_until_a_restart_and_the_other_keeps_serving(small_disk: str,
+                                                                                     tmp_path: Path) -> None:
+    """KIP-112 on one broker: a full disk takes its log dir offline (KAFKA_STORAGE_ERROR for its
+    partitions, in DescribeLogDirs, `log-dirs describe` and the offline-dir gauge) while the other
+    dir is served; freeing space changes nothing until a restart, which recovers the dir."""
+    healthy, small = str(tmp_path / "healthy"), os.path.join(small_disk, "data")
+    with running_broker(config={"log.dirs": f"{healthy},{small}", "metrics.port": "0"}) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic("kept", 1, 1)])
+            admin.create_topics([NewTopic("doomed", 1, 1)])
+        finally:
+            admin.close()
+        assert (partition_dirs(healthy), partition_dirs(small)) == ({("kept", 0)}, {("doomed", 0)})
+        produce_all(broker.bootstrap, "doomed", [(None, b"before")])
+        weight = ballast(small_disk, 0)
+        with RawConnection(broker.bootstrap) as connection:
+            assert raw_produce(connection, "doomed", record_batch(b"x" * 20_000)) == (KAFKA_STORAGE_ERROR, -1)
+        assert fetch_error(broker.bootstrap, "doomed", 0) == KAFKA_STORAGE_ERROR
+        assert list_offsets_error(broker.bootstrap, "doomed") == KAFKA_STORAGE_ERROR
+        assert scrape(broker)[("kafka_log_logmanager_offlinelogdirectorycount", frozenset())] == 1
+        described = raw_request(broker.bootstrap, DESCRIBE_LOG_DIRS, 1, topics=None)
+        assert [(r.log_dir, r.error_code) for r in described.results] == [(healthy, 0), (small, KAFKA_STORAGE_ERROR)]
+        lines = subprocess.run([sys.executable, "-m", "logbus", "log-dirs", "describe", "--bootstrap-server",
+                                broker.bootstrap], capture_output=True, text=True, timeout=60, check=True).stdout
+        dirs = json.loads(lines.splitlines()[-1])["brokers"][0]["logDirs"]
+        assert [(d["logDir"], d["error"]) for d in dirs] == [
+            (healthy, None), (small, "org.apache.kafka.common.errors.KafkaStorageException")]
+
+        produce_all(broker.bootstrap, "kept", [(None, b"still served")])
+        assert [m.value() for m in consume_partition(broker.bootstrap, "kept", 0, 1)] == [b"still served"]
+        os.unlink(weight)
+        with RawConnection(broker.bootstrap) as connection:
+            assert raw_produce(connection, "doomed", record_batch(b"later")) == (KAFKA_STORAGE_ERROR, -1), \
+                "offline until a restart"
+
+        assert broker.stop() == 0
+        assert not os.path.exists(os.path.join(small, ".kafka_cleanshutdown")), "an offline dir is recovered"
+        broker.restart()
+        produce_all(broker.bootstrap, "doomed", [(None, b"after")])
+        assert [m.value() for m in consume_partition(broker.bootstrap, "doomed", 0, 2)] == [b"before", b"after"]
+        assert scrape(broker)[("kafka_log_logmanager_offlinelogdirectorycount", frozenset())] == 0
+
+
+def list_offsets_error(bootstrap: str, topic: str) -> int:
+    response = raw_request(bootstrap, LIST_OFFSETS, 1, replica_id=-1, topics=(list_offsets_v1.ListOffsetsTopic(
+        name=topic, partitions=(list_offsets_v1.ListOffsetsPartition(partition_index=0, timestamp=-2),)),))
+    return int(response.topics[0].partitions[0].error_code)
+
+
+def test_log_manager_takes_a_log_dir_offline_after_a_disk_error(tmp_path: Path) -> None:
+    """An OSError in a log's append takes its dir offline: its logs leave the manager, the
+    listeners hear which partitions went, no new partition, checkpoint or clean-shutdown marker
+    goes there; the other dir goes on."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    config = log_config(BrokerConfig(), {})
+
+    async def scenario() -> None:
+        manager = LogManager(dirs)
+        manager.lock()
+        manager.open(0, "cluster")
+        heard: list[tuple[str, list[tuple[str, int]]]] = []
+        manager.add_dir_failure_listener(lambda log_dir, keys: heard.append((log_dir, keys)))
+        failing, kept = manager.load_log("t", 0, config), manager.load_log("t", 1, config)
+        failing.active_segment.append = _disk_full
+        raw = bytearray(record_batch(b"v"))
+        with pytest.raises(OSError):
+            failing.append(raw, validate_batches(raw), 0)
+        assert heard == [(dirs[0], [("t", 0)])] and manager.offline_dirs == {dirs[0]: "No space left on device"}
+        assert list(manager.logs) == [("t", 1)] and kept.log_end_offset == 0
+        assert os.path.dirname(manager.load_log("t", 2, config).directory) == dirs[1], "only online dirs"
+        manager.fail_dir(dirs[0], OSError(5, "again"))
+        assert len(heard) == 1, "once"
+        await manager.shutdown()
+
+    asyncio.run(scenario())
+    assert [os.path.exists(os.path.join(d, ".kafka_cleanshutdown")) for d in dirs] == [False, True]
+    assert not os.path.exists(os.path.join(dirs[0], "recovery-point-offset-checkpoint"))
+
+
+def _disk_full(*_args: object) -> None:
+    raise OSError(28, "No space left on device")

@@ -127,3 +127,37 @@ def test_a_failed_isr_change_is_asked_for_again_after_its_pause_not_at_every_fet
         assert requests == [[1, 2, 3], [1, 2, 3]]
 
     asyncio.run(scenario())
+
+
+def test_delete_records_waits_for_every_live_follower_to_adopt_the_log_start(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = leader_of(tmp_path, [1, 2, 3], [], Clock())
+        append(partition, 6)
+        partition.update_follower(2, 6, 0)
+        partition.update_follower(3, 6, 0)
+        assert partition.delete_records_before(4) == 4
+        waiting = asyncio.ensure_future(partition.wait_low_watermark(4, {1, 2, 3}, 5))
+        partition.update_follower(2, 6, 4)
+        await asyncio.sleep(0)
+        assert not waiting.done(), "broker 3 still starts at 0"
+        assert partition.low_watermark({1, 2}) == 4, "a dead broker's replica is not waited for"
+        partition.update_follower(3, 6, 4)
+        assert await waiting is None
+        assert await partition.wait_low_watermark(5, {1, 2, 3}, 0.01) == ErrorCode.request_timed_out
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_adopts_its_leaders_log_start_up_to_its_high_watermark(tmp_path: Path) -> None:
+    log_ = PartitionLog(str(tmp_path), "t", 0, make_config())
+    log_.load(0, 0, True)
+    follower = Partition("t", 0, "id", 2, log_, PartitionState(1, 3, [1, 2], [1, 2], partition_epoch=1), 0)
+    for i in range(5):
+        raw = bytearray(record_batch(b"v%d" % i))
+        headers = validate_batches(raw)
+        log_.append(raw, headers, 3)
+    follower.follow_high_watermark(3)
+    follower.follow_log_start_offset(4)
+    assert log_.log_start_offset == 3, "never past what this replica knows is committed"
+    follower.follow_log_start_offset(2)
+    assert log_.log_start_offset == 3, "never back"

@@ -625,9 +625,12 @@ def test_damaged_checkpoint_files_are_ignored(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("first_append_on_full_disk", [False, True], ids=["fills-up", "full-from-the-start"])
-def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
+def test_full_disk_takes_the_log_dir_offline_until_a_restart(
     small_disk: str, first_append_on_full_disk: bool
 ) -> None:
+    """KIP-112: the append that finds the disk full fails with KAFKA_STORAGE_ERROR and takes the
+    log dir offline: its partitions answer KAFKA_STORAGE_ERROR even once space returns, until a
+    restart, which recovers every acknowledged record (and nothing of the failed appends)."""
     with running_broker(config=FAST_UPKEEP, data_dir=os.path.join(small_disk, "data")) as broker:
         create_topic(broker, "full")
         if first_append_on_full_disk:
@@ -640,18 +643,17 @@ def test_full_disk_fails_produce_with_storage_error_and_the_broker_recovers(
             results = [produce_raw(broker, "full", record_batch(b"x" * 50_000)) for _ in range(8)]
             assert results[0][0] == 0 and results[-1] == (56, -1), f"KAFKA_STORAGE_ERROR once full: {results}"
         acknowledged = sum(1 for error, _ in results if error == 0) + (not first_append_on_full_disk)
-
-        earliest, latest = watermarks(broker, "full")
-        assert (earliest, latest) == (0, acknowledged), "the broker stays up; failed appends left nothing"
+        assert all(error == 56 for error, _ in results[results.index((56, -1)):]), "offline after the first"
         read_segment(os.path.join(partition_dir(broker, "full"), FIRST_SEGMENT + ".log"))  # whole batches only
-        assert len(read_confluent(broker, "full", latest)) == latest
 
         os.unlink(filler)
-        assert produce_raw(broker, "full", record_batch(b"after")) == (0, latest)
-        assert read_confluent(broker, "full", latest + 1, start=latest) == {latest: b"after"}
+        assert produce_raw(broker, "full", record_batch(b"after")) == (56, -1), "offline until a restart"
         assert broker.stop() == 0
         broker.restart()
-        assert watermarks(broker, "full") == (0, latest + 1)
+        assert watermarks(broker, "full") == (0, acknowledged), "the broker stays up; failed appends left nothing"
+        assert len(read_confluent(broker, "full", acknowledged)) == acknowledged
+        assert produce_raw(broker, "full", record_batch(b"after")) == (0, acknowledged)
+        assert read_confluent(broker, "full", acknowledged + 1, start=acknowledged) == {acknowledged: b"after"}
 
 
 # ---------------------------------------------------------------------- large fetches (sendfile or copy)

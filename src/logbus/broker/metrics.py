@@ -15,6 +15,7 @@ from ..metrics.collectors import (
     ControllerCollector,
     GroupOffset,
     HostedPartition,
+    LogManagerCollector,
     ReplicaCollector,
     RequestCollector,
     TrafficCollector,
@@ -47,6 +48,7 @@ class BrokerMetrics:
         registry.register(TrafficCollector(self.traffic))
         registry.register(RequestCollector(self.request_times))
         registry.register(ReplicaCollector(lambda: _hosted(replicas)))
+        registry.register(LogManagerCollector(lambda: len(broker.logs.offline_dirs)))
         registry.register(ControllerCollector(lambda: broker.controller is None or broker.controller.active,
                                               lambda: _offline_partitions(metadata)))
         registry.register(ConnectionCollector(lambda: (c.listener_name for c in broker.connections),

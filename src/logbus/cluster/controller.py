@@ -12,11 +12,18 @@ leader from the live ISR with a higher leader epoch when the leader died, dead f
 the ISR, an offline partition back when a replica of its last ISR returns). Requests from other
 brokers arrive as znodes (`/admin/delete_topics/<t>`, `/admin/preferred_replica_election`,
 `/admin/reassign_partitions`, `/logbus/controlled_shutdown/<id>`), as in Kafka's ZooKeeper mode.
+
+A broker whose log dir failed lists its replicas there in `/logbus/offline_replicas` and writes
+Kafka's `/log_dir_event_notification/log_dir_event_<seq>`; the controller takes (deletes) the
+notification and treats each such replica as on a dead broker: a new leader from the rest of
+the ISR, and the replica out of the ISR (Kafka learns the offline replicas from LeaderAndIsr
+answers instead; logbus's brokers write them down).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -30,7 +37,7 @@ from ..config import BrokerConfig
 from ..logging_config import RecurringWarning
 from .elections import elect_leader, elect_preferred, elect_unclean
 from .metadata import MetadataWriteError, PartitionState, TopicMetadata
-from .zookeeper import _UNREACHABLE, ZooKeeperMetadataStore, _json, encode_assignment, topic_path
+from .zookeeper import _UNREACHABLE, LOG_DIR_EVENTS, ZooKeeperMetadataStore, _json, encode_assignment, topic_path
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +142,19 @@ class Controller:
         ChildrenWatch(self.client, DELETE_TOPICS, self._on_delete_requests)
         DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store._post(self.reconcile_soon))
         DataWatch(self.client, REASSIGN, lambda *_a: self.store._post(self.reconcile_soon))
+        self.client.ensure_path(LOG_DIR_EVENTS)
+        ChildrenWatch(self.client, LOG_DIR_EVENTS, self._on_log_dir_events)
+
+    def _on_log_dir_events(self, children: list[str]) -> None:
+        """Take Kafka's log dir event notifications (kazoo thread): the offline replicas they
+        announce are in the store's view already; a pass acts on them."""
+        for child in children:
+            with contextlib.suppress(NoNodeError, ValueError, KeyError, TypeError):
+                raw, _ = self.client.get(f"{LOG_DIR_EVENTS}/{child}")
+                self.client.delete(f"{LOG_DIR_EVENTS}/{child}")
+                log.info("log dir failure reported by broker %d", json.loads(raw)["broker"])
+        if children:
+            self.store._post(self.reconcile_soon)
 
     def _on_delete_requests(self, children: list[str]) -> None:
         self.store._post(self._set_pending_deletes, list(children))
@@ -182,10 +202,12 @@ class Controller:
 
     async def _fix_partitions(self) -> None:
         live, serving = self._live(), self._serving()
+        offline = self.store.offline_replicas()
         changes: list[StateChange] = []
         for name, topic in list(self.store.topics().items()):
             for index, state in enumerate(topic.partitions):
-                new_state = self._decide(state, live, serving, self._unclean(topic))
+                lost = {broker for broker, keys in offline.items() if (name, index) in keys}
+                new_state = self._decide(state, live - lost, serving - lost, self._unclean(topic))
                 if new_state is None:
                     new_state = self._progress_reassignment(state)
                 if new_state is not None:

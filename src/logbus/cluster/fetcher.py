@@ -64,7 +64,8 @@ _SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch
                    ErrorCode.fetch_session_topic_id_error}
 _MAX_SESSION_EPOCH = 2**31 - 1
 _PARKING_ERRORS = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
-                   ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
+                   ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition,
+                   ErrorCode.kafka_storage_error}  # the leader's log dir failed: a new leader comes
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,8 @@ class ReplicaFetcher:
         for topic in response.responses:
             for answer in topic.partitions:
                 partition = by_key.get((topic.topic, answer.partition_index))
-                if partition is not None and partition.is_follower and partition.state.leader == self.leader_id:
+                if partition is not None and partition.is_follower and partition.state.leader == self.leader_id \
+                        and not partition.offline:
                     await self._handle_partition(partition, answer)
 
     async def _handle_partition(self, partition: Partition, answer: Any) -> None:
@@ -246,11 +248,12 @@ class ReplicaFetcher:
         if headers:
             try:
                 partition.append_as_follower(data, headers, answer.high_watermark)
-            except FollowerAppendError as exc:
+            except (FollowerAppendError, OSError) as exc:  # an OSError took the log dir offline
                 log.warning("%s: %s", self.name, exc)
                 return
         else:
             partition.follow_high_watermark(answer.high_watermark)
+        partition.follow_log_start_offset(answer.log_start_offset)
 
     async def _truncate_diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
         """KIP-320: the leader's log ends epoch `epoch` at `end_offset`; keep what agrees with it."""

@@ -191,6 +191,7 @@ class MetadataStore(ABC):
         self._acls: AclTable = {}
         self._config_listeners: list[ConfigListener] = []
         self._entity_configs: EntityConfigs = {}
+        self._offline_replicas: dict[int, frozenset[PartitionKey]] = {}
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener(topic, metadata or None when deleted)` after every topic change,
@@ -210,6 +211,22 @@ class MetadataStore(ABC):
         """Live brokers in controlled shutdown: leaders must not take them into an ISR (KIP-841's
         rule), or a broker about to stop would hold acks=all sends until its lag expires."""
         return frozenset()
+
+    def offline_replicas(self) -> dict[int, frozenset[PartitionKey]]:
+        """Per broker, the replicas it hosts in a failed log dir (KIP-112): they neither lead nor
+        follow there until that broker restarts. Metadata lists them as offline replicas."""
+        return self._offline_replicas
+
+    async def report_offline_replicas(self, partitions: list[PartitionKey]) -> None:
+        """This broker's replicas in failed log dirs (all of them, [] at start). One broker has no
+        other replica to elect: they are only recorded."""
+        self._set_offline_replicas({**self._offline_replicas, self.broker_id: frozenset(partitions)})
+
+    def _set_offline_replicas(self, offline: dict[int, frozenset[PartitionKey]]) -> None:
+        offline = {broker: keys for broker, keys in offline.items() if keys}
+        if offline != self._offline_replicas:
+            self._offline_replicas = offline
+            self._announce_brokers()
 
     def _announce_brokers(self) -> None:
         live = self.brokers()

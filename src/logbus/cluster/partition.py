@@ -16,8 +16,9 @@ is the leader's, capped by its own LEO.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -83,6 +84,7 @@ class Partition:
         self.isr_change_pending = False
         self._isr_retry_at = 0.0  # after a failed ISR change, none is asked for before this
         self.maximal_isr = list(state.isr)
+        self.offline = False  # its log dir failed: nothing is read or written here any more
         self._become(state)
         self._maybe_advance_high_watermark()
 
@@ -125,6 +127,12 @@ class Partition:
                 if broker != self.broker_id:
                     self.followers[broker] = FollowerState(last_caught_up=now if broker in state.isr else 0.0)
 
+    def go_offline(self) -> None:
+        """Its log dir failed (Kafka's HostedPartition.Offline): produces waiting for acks=all
+        and fetches waiting for data are answered now (KAFKA_STORAGE_ERROR)."""
+        self.offline = True
+        self._wake()
+
     # ------------------------------------------------------------------ leader: appends
 
     def append_as_leader(self, data: bytearray, headers: list[BatchHeader], acks: int) -> AppendInfo:
@@ -165,6 +173,8 @@ class Partition:
     def replicated(self, offset: int) -> ErrorCode | None:
         """For acks=all: None once every ISR member has everything before `offset` and the ISR
         still meets min.insync.replicas; an error code when it can no longer happen here."""
+        if self.offline:
+            return ErrorCode.kafka_storage_error
         if not self.is_leader:
             return ErrorCode.not_leader_or_follower
         if self.high_watermark < offset:
@@ -191,11 +201,14 @@ class Partition:
     # ------------------------------------------------------------------ leader: followers
 
     def update_follower(self, broker_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
-        """A follower fetched from `fetch_offset`: it has everything before it (from `log_start_offset`)."""
+        """A follower fetched from `fetch_offset`: it has everything before it, and its log
+        starts at `log_start_offset` (a DeleteRecords waiting for it wakes when that moved)."""
         follower = self.followers.get(broker_id)
         if follower is None or not self.is_leader:
             return
-        follower.log_start_offset = log_start_offset
+        if log_start_offset != follower.log_start_offset:
+            follower.log_start_offset = log_start_offset
+            self._wake()
         now = self.clock()
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
@@ -280,6 +293,42 @@ class Partition:
         self.high_watermark = new_hw
         self.log.on_high_watermark(new_hw)
         self._wake()
+
+    # ------------------------------------------------------------------ log start (DeleteRecords)
+
+    def delete_records_before(self, offset: int) -> int:
+        """As leader: move the log start offset to `offset` (DeleteRecords); returns the new one.
+        Followers adopt it from their next fetch answer (`follow_log_start_offset`)."""
+        return self.log.delete_records_before(offset)
+
+    def low_watermark(self, live_brokers: Container[int]) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset of this replica and of
+        the followers on live brokers (-1 for one that has not fetched in this leader epoch)."""
+        starts = [f.log_start_offset for broker, f in self.followers.items() if broker in live_brokers]
+        return min([self.log.log_start_offset, *starts])
+
+    async def wait_low_watermark(self, offset: int, live_brokers: Container[int], timeout: float) -> ErrorCode | None:
+        """Kafka's DelayedDeleteRecords: None once every live replica's log starts at `offset`
+        or later; REQUEST_TIMED_OUT after `timeout`, NOT_LEADER_OR_FOLLOWER if leadership moved."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.is_leader and not self.offline and self.low_watermark(live_brokers) < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return ErrorCode.request_timed_out
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+        if self.offline:
+            return ErrorCode.kafka_storage_error
+        return None if self.is_leader else ErrorCode.not_leader_or_follower
+
+    def follow_log_start_offset(self, leader_log_start: int) -> None:
+        """As follower, Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented): the
+        leader's log start (DeleteRecords, retention) becomes this log's, never past this
+        replica's HW, so records deleted on the leader do not come back if this replica leads."""
+        if leader_log_start > self.log.log_start_offset:
+            self.log.delete_records_before(min(leader_log_start, self.high_watermark))
 
     # ------------------------------------------------------------------ follower
 

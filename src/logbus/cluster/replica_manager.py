@@ -7,6 +7,11 @@ use). A deleted topic's partitions leave the map immediately and their files go 
 background; a topic created again under the same name opens its logs only once the old files
 are gone. API handlers reach partitions only through here: network -> api handler -> replica
 manager -> partition -> log.
+
+When a log dir fails, its partitions go offline here (Kafka's HostedPartition.Offline): they
+leave `partitions` (no fetching, leading, ISR checks or checkpoints), requests for them answer
+KAFKA_STORAGE_ERROR (`is_offline`), and the metadata store is told, so that the controller
+moves their leadership to the rest of the ISR. They stay offline until the broker restarts.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ..config import BrokerConfig, LogConfig, log_config
+from ..errors import KafkaApiError
 from ..logging_config import RecurringWarning
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import PartitionLog
@@ -32,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ISR_RETRY_BACKOFF_S = 1.0  # a failed ISR change is asked for again after this, not at the next fetch
+REPORT_ATTEMPTS = 300  # one a second: offline replicas reach a metadata store back within 5 minutes
 
 LeadershipListener = Callable[[Partition, bool], None]
 MarkerListener = Callable[[Partition, int, bool], None]
@@ -62,6 +71,9 @@ class ReplicaManager:
         ), config["num.replica.fetchers"], self._address_of, inter_broker_tls, inter_broker_sasl)
         self._isr_check: asyncio.TimerHandle | None = None
         self._isr_change_failed = RecurringWarning(log)
+        self.offline: dict[tuple[str, int], Partition] = {}  # replicas in failed log dirs
+        self._reporting = asyncio.Lock()  # offline replicas reach the metadata store in order
+        logs.add_dir_failure_listener(self._on_dir_failure)
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         """Call `listener(partition, True)` when this broker becomes the leader of a partition (at
@@ -101,6 +113,7 @@ class ReplicaManager:
         self.metadata.add_listener(self._on_topic_change)
         self.metadata.add_broker_listener(lambda _brokers: self.fetchers.brokers_changed())
         self._schedule_isr_check()
+        self._run_in_background(self._report_offline())  # clears what an earlier run reported
 
     async def stop(self) -> None:
         if self._isr_check is not None:
@@ -175,6 +188,8 @@ class ReplicaManager:
             if self.broker_id not in state.replicas:
                 self._stop_hosting(topic.name, index)
                 continue
+            if (topic.name, index) in self.offline:
+                continue
             existing = self.partitions.get((topic.name, index))
             if existing is not None and existing.state == state and existing.log.config == config:
                 continue  # another partition of the topic changed
@@ -207,6 +222,7 @@ class ReplicaManager:
 
     def _stop_hosting(self, name: str, index: int) -> None:
         """A replica moved away from this broker (reassignment): stop it and delete its log."""
+        self.offline.pop((name, index), None)
         partition = self.partitions.pop((name, index), None)
         if partition is None:
             return
@@ -217,6 +233,7 @@ class ReplicaManager:
 
     def _drop_topic(self, name: str) -> None:
         """Forget the topic's partitions now; delete their files after any earlier drop of it."""
+        self.offline = {key: p for key, p in self.offline.items() if key[0] != name}
         keys = [key for key in self.partitions if key[0] == name]
         for key in keys:
             partition = self.partitions.pop(key)
@@ -258,6 +275,44 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def is_offline(self, topic: str, index: int) -> bool:
+        """The replica here is in a failed log dir: requests for it answer KAFKA_STORAGE_ERROR."""
+        return (topic, index) in self.offline
+
+    def missing_error(self, topic: str, index: int) -> ErrorCode:
+        """Why a request finds no partition here (Kafka's getPartitionOrError): its replica is in a
+        failed log dir, or this broker has no replica of it, or there is no such partition."""
+        if self.is_offline(topic, index):
+            return ErrorCode.kafka_storage_error
+        if self.metadata.partition_state(topic, index) is not None:
+            return ErrorCode.not_leader_or_follower
+        return ErrorCode.unknown_topic_or_partition
+
+    def _on_dir_failure(self, log_dir: str, keys: list[tuple[str, int]]) -> None:
+        """Kafka's handleLogDirFailure: the dir's replicas stop leading and following here."""
+        for key in keys:
+            partition = self.partitions.pop(key, None)
+            if partition is None:
+                continue
+            self.offline[key] = partition
+            self.fetchers.unfollow(partition)
+            partition.go_offline()
+            if partition.is_leader:
+                self._announce_leadership(partition, False)
+        self._run_in_background(self._report_offline())
+
+    async def _report_offline(self) -> None:
+        """Tell the metadata store every offline replica here, retrying until it took them."""
+        async with self._reporting:
+            for _ in range(REPORT_ATTEMPTS):
+                try:
+                    await self.metadata.report_offline_replicas(sorted(self.offline))
+                    return
+                except Exception:  # noqa: BLE001 - e.g. ZooKeeper out of reach: the controller must learn it
+                    log.warning("cannot report offline replicas %s; retrying", sorted(self.offline), exc_info=True)
+                    await asyncio.sleep(1)
+            log.error("gave up reporting offline replicas %s: restart the broker", sorted(self.offline))
+
     def all_logs(self) -> list[PartitionLog]:
         return [p.log for p in self.partitions.values()]
 
@@ -266,6 +321,10 @@ class ReplicaManager:
         return {key: partition.high_watermark for key, partition in self.partitions.items()}
 
     async def flush_if_due(self, partition: Partition) -> None:
-        """fsync now when the partition's flush policy says so (before acknowledging)."""
+        """fsync now when the partition's flush policy says so (before acknowledging); a disk
+        error (which took the log dir offline) is KAFKA_STORAGE_ERROR."""
         if partition.log.unflushed_messages >= partition.log.config.flush_messages:
-            await partition.log.flush(self.logs.run_blocking)
+            try:
+                await partition.log.flush(self.logs.run_blocking)
+            except OSError as exc:
+                raise KafkaApiError(ErrorCode.kafka_storage_error, f"flush failed: {exc.strerror or exc}") from None

@@ -26,6 +26,9 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
 - `/controller` (ephemeral), `/controller_epoch`, `/latest_producer_id_block`
 - `/logbus/controlled_shutdown/<id>` (ephemeral)  logbus's own: a broker asking to lose its leaderships
+- `/logbus/offline_replicas/<id>-<seq>`           logbus's own: {"version":1,"partitions":[{"topic","partition"}]},
+                                                   a broker's replicas in failed log dirs (replaced whole)
+- `/log_dir_event_notification/log_dir_event_<seq>`  {"version":1,"broker":<id>,"event":1}: a log dir failed
 - `/kafka-acl/<ResourceType>/<name>`              LITERAL ACLs {"version":1,"acls":[{"principal","permissionType",
                                                    "operation","host"}]}
 - `/kafka-acl-extended/prefixed/<ResourceType>/<name>`  PREFIXED ACLs, the same JSON
@@ -133,6 +136,9 @@ T = TypeVar("T")
 _UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError)
 
 CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking to lose their leaderships
+OFFLINE_REPLICAS = "/logbus/offline_replicas"  # children: brokers' replicas in failed log dirs
+LOG_DIR_EVENTS = "/log_dir_event_notification"  # Kafka's: tells the controller a log dir failed
+LOG_DIR_FAILURE = 1  # Kafka's LogDirEventNotification event type
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
@@ -322,6 +328,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._watch_quota_entities(IPS, lambda name: QuotaEntity(ip=name))
         for kind in CONFIG_ENTITIES:
             self._watch_config_entities(kind)
+        self._watch_offline_replicas()
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
         """Run `callback(*args)` on the event loop (from a kazoo thread)."""
@@ -1163,6 +1170,49 @@ class ZooKeeperMetadataStore(MetadataStore):
             await self._write_in_thread(self._write_admin_request, "/admin/reassign_partitions",
                                     {"version": 1, "partitions": accepted})
         return results
+
+    # ------------------------------------------------------------------ failed log dirs
+
+    async def report_offline_replicas(self, partitions: list[PartitionKey]) -> None:
+        """Replace this broker's offline replicas in ZooKeeper (a persistent znode, so a session
+        lost meanwhile keeps them; the broker clears them at start), then, for a new failure,
+        write Kafka's log dir event notification for the controller."""
+        await self._write_in_thread(self._write_offline_replicas, list(partitions))
+
+    def _write_offline_replicas(self, partitions: list[PartitionKey]) -> None:
+        self.client.ensure_path(OFFLINE_REPLICAS)
+        prefix = f"{self.broker_id}-"
+        stale = [child for child in self.client.get_children(OFFLINE_REPLICAS) if child.startswith(prefix)]
+        if not stale and not partitions:
+            return
+        transaction = self.client.transaction()
+        for child in stale:
+            transaction.delete(f"{OFFLINE_REPLICAS}/{child}")
+        if partitions:
+            listed = [{"topic": topic, "partition": index} for topic, index in partitions]
+            transaction.create(f"{OFFLINE_REPLICAS}/{prefix}", _json({"version": 1, "partitions": listed}),
+                               sequence=True)
+        results = transaction.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise MetadataWriteError(f"offline replicas of broker {self.broker_id} not written: {results}")
+        if partitions:
+            self.client.create(f"{LOG_DIR_EVENTS}/log_dir_event_", sequence=True, makepath=True, value=_json(
+                {"version": 1, "broker": self.broker_id, "event": LOG_DIR_FAILURE}))
+
+    def _watch_offline_replicas(self) -> None:
+        self.client.ensure_path(OFFLINE_REPLICAS)
+        ChildrenWatch(self.client, OFFLINE_REPLICAS, self._on_offline_replicas)
+
+    def _on_offline_replicas(self, children: list[str]) -> None:
+        offline: dict[int, frozenset[PartitionKey]] = {}
+        for child in children:
+            try:
+                raw, _ = self.client.get(f"{OFFLINE_REPLICAS}/{child}")
+                listed = json.loads(raw)["partitions"]
+                offline[int(child.split("-")[0])] = frozenset((str(p["topic"]), int(p["partition"])) for p in listed)
+            except (NoNodeError, ValueError, KeyError, TypeError):
+                continue
+        self._post(self._set_offline_replicas, offline)
 
     # ------------------------------------------------------------------ controlled shutdown
 

@@ -101,6 +101,18 @@ class ReplicaCollector(Collector):
         yield sizes
 
 
+class LogManagerCollector(Collector):
+    """LogManager's OfflineLogDirectoryCount: log dirs that failed since the broker started."""
+
+    def __init__(self, offline_dirs: Callable[[], int]) -> None:
+        self.offline_dirs = offline_dirs
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("kafka_log_logmanager_offlinelogdirectorycount",
+                                "Log dirs offline after a disk error (until the broker restarts).",
+                                value=self.offline_dirs())
+
+
 class ControllerCollector(Collector):
     """KafkaController's gauges: 1 on the active controller; offline partitions counted there only."""
 

@@ -25,6 +25,7 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
+import functools
 import glob
 import itertools
 import logging
@@ -32,6 +33,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -57,6 +59,7 @@ from .segment import FileRegion, LogSegment, OpenSegments, ReadSlice
 SCAN_AHEAD_BYTES = 64 * 1024  # past the index interval: the batch holding a fetch offset starts in here
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class OffsetOutOfRangeError(Exception):
@@ -93,6 +96,21 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _reports_io_errors(method: Callable[..., T]) -> Callable[..., T]:
+    """An OSError from the disk is told to the log's `on_io_error` (the log manager takes the
+    log dir offline, Kafka's LogDirFailureChannel), then raised as before."""
+
+    @functools.wraps(method)
+    def reporting(self: PartitionLog, *args: object, **kwargs: object) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            self.report_io_error(exc)
+            raise
+
+    return reporting
+
+
 class PartitionLog:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
                  clock: Callable[[], int] = now_ms) -> None:
@@ -114,6 +132,11 @@ class PartitionLog:
         self.unflushed_messages = 0
         self.last_flush_ms = clock()
         self.deleted = False
+        self.on_io_error: Callable[[OSError], None] | None = None  # the log manager's: the dir failed
+
+    def report_io_error(self, exc: OSError) -> None:
+        if self.on_io_error is not None:
+            self.on_io_error(exc)
 
     # ------------------------------------------------------------------ loading
 
@@ -198,6 +221,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ appends
 
+    @_reports_io_errors
     def append(
         self, data: bytearray, headers: list[BatchHeader], leader_epoch: int
     ) -> AppendInfo:
@@ -223,6 +247,7 @@ class PartitionLog:
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
         return AppendInfo(base, self.log_end_offset - 1, append_time)
 
+    @_reports_io_errors
     def append_as_follower(self, data: bytes | memoryview, headers: list[BatchHeader]) -> AppendInfo:
         """Append batches fetched from the leader as they are: offsets and leader epochs kept.
 
@@ -364,6 +389,7 @@ class PartitionLog:
         ):
             self.roll()
 
+    @_reports_io_errors
     def roll(self, base: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (or at `base`, past it: a follower's
         gap)."""
@@ -620,8 +646,10 @@ class PartitionLog:
             files = self._unsynced_files()
             try:
                 await _fsync_pinned(run_blocking, segments, files)
-            except BaseException:
+            except BaseException as exc:
                 self.epoch_cache.unsynced = self.epoch_cache.unsynced or bool(files)
+                if isinstance(exc, OSError):
+                    self.report_io_error(exc)
                 raise
             self.recovery_point = max(self.recovery_point, target)
             self.last_flush_ms = self.clock()
@@ -646,6 +674,13 @@ class PartitionLog:
             for segment in self.segments:
                 segment.close()
             self.deleted = True
+
+    async def close_offline(self) -> None:
+        """Close the files of a log whose dir failed, writing nothing (Kafka closes it quietly);
+        nothing of it is flushed or removed after."""
+        async with self.io_lock:
+            self.deleted = True
+            self.close_files()
 
     def close_files(self) -> None:
         """Close every open segment's files, whatever state a failed `load` left them in."""

@@ -13,13 +13,21 @@ Blocking file work (fsync, checkpoint writes) runs in a thread pool so the event
 waits on the disk; different partitions flush in parallel. Work no request waits for (a roll's
 producer snapshot, removing deleted segments' files after `file.delete.delay.ms`) runs in
 order in one more thread (`FileJobs`).
+
+A log dir whose disk fails (an OSError from an append, roll, flush or checkpoint write: a full
+disk, an I/O error) goes offline, as in Kafka (KIP-112): its logs are closed without writing,
+nothing is written to it again (no checkpoint, no clean-shutdown marker, no new partition) and
+the `dir failure listeners` (the replica manager) take its partitions offline. The other dirs go
+on. A restart brings the dir back (recovering its logs as after a crash).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
+import functools
 import glob
 import logging
 import os
@@ -45,6 +53,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 MAX_PREFERRED_DIRS = 10_000  # bounds what AlterReplicaLogDirs requests for absent partitions can pile up
+
+
+DirFailureListener = Callable[[str, list[tuple[str, int]]], None]
 
 
 class DataDirRefusedError(Exception):
@@ -102,6 +113,9 @@ class LogManager:
         self._checkpoints_read: dict[str, tuple[dict[tuple[str, int], int], ...]] = {}  # during open
         self.cleaner: LogCleaner | None = None
         self._lock_fds: list[int] = []
+        self.offline_dirs: dict[str, str] = {}  # failed log dir -> why
+        self._dir_failure_listeners: list[DirFailureListener] = []
+        self._closing: set[asyncio.Task] = set()  # logs of failed dirs being closed
 
     def lock(self) -> None:
         """Hold `<log dir>/.lock` (flock) in every log dir for the life of the process, as Kafka does.
@@ -221,9 +235,14 @@ class LogManager:
         return counts
 
     def least_loaded_dir(self) -> str:
-        """Where a new partition goes: the log dir holding the fewest partitions, as in Kafka."""
+        """Where a new partition goes: the online log dir holding the fewest partitions, as in
+        Kafka (the first dir when every one is offline: opening a log there then fails)."""
         counts = self.partitions_per_dir()
-        return min(self.log_dirs, key=counts.__getitem__)
+        return min(self.live_dirs or self.log_dirs, key=counts.__getitem__)
+
+    @property
+    def live_dirs(self) -> list[str]:
+        return [log_dir for log_dir in self.log_dirs if log_dir not in self.offline_dirs]
 
     def log_dir_for(self, topic: str, partition: int) -> str:
         """The log dir holding the partition; for a new one the dir AlterReplicaLogDirs named for
@@ -239,8 +258,10 @@ class LogManager:
         if key in self.preferred_dirs or len(self.preferred_dirs) < MAX_PREFERRED_DIRS:
             self.preferred_dirs[key] = log_dir
 
-    def _new_log(self, directory: str, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+    def _new_log(self, log_dir: str, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        directory = os.path.join(log_dir, partition_dir_name(topic, partition))
         log_ = PartitionLog(directory, topic, partition, config, self.clock)
+        log_.on_io_error = functools.partial(self.fail_dir, log_dir)
         log_.jobs = self.jobs
         log_.open_segments = self.open_segments
         return log_
@@ -249,9 +270,11 @@ class LogManager:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
         key = (topic, partition)
         log_dir = self.log_dir_for(topic, partition)
+        if log_dir in self.offline_dirs:
+            raise OSError(errno.EIO, f"log dir {log_dir} is offline")
         directory = os.path.join(log_dir, partition_dir_name(topic, partition))
         clean_shutdown = log_dir in self._cleanly_shut
-        log_ = self._new_log(directory, topic, partition, config)
+        log_ = self._new_log(log_dir, topic, partition, config)
         try:
             cut = log_.load(self._recovery_points.get(key, 0), self._log_starts.get(key, 0), clean_shutdown)
         except Exception:  # one partition must never keep the broker from starting
@@ -259,7 +282,7 @@ class LogManager:
             log_.close_files()
             for snapshot in glob.glob(os.path.join(directory, "*.snapshot")):
                 os.unlink(snapshot)  # derived data: rebuilt from the log
-            log_ = self._new_log(directory, topic, partition, config)
+            log_ = self._new_log(log_dir, topic, partition, config)
             cut = log_.load(0, self._log_starts.get(key, 0), clean_shutdown=False)
         if cut:
             log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
@@ -284,6 +307,34 @@ class LogManager:
             self.cleaner.forget((topic, partition))
         if log_ is not None:
             await log_.delete(self.run_blocking)
+
+    # ------------------------------------------------------------------ failed dirs
+
+    def add_dir_failure_listener(self, listener: DirFailureListener) -> None:
+        """Call `listener(log_dir, partitions)` when a log dir goes offline, with the partitions
+        whose logs it held."""
+        self._dir_failure_listeners.append(listener)
+
+    def fail_dir(self, log_dir: str, exc: OSError) -> None:
+        """Take `log_dir` offline after a disk error in it (once; later errors add nothing)."""
+        if log_dir in self.offline_dirs or log_dir not in self.log_dirs:
+            return
+        self.offline_dirs[log_dir] = exc.strerror or str(exc)
+        lost = [key for key in self.logs if self.placement.get(key) == log_dir]
+        log.error("log dir %s failed (%s): its %d partitions are offline on this broker until it restarts",
+                  log_dir, self.offline_dirs[log_dir], len(lost))
+        self._closing = {task for task in self._closing if not task.done()}
+        for key in lost:
+            self._closing.add(asyncio.get_running_loop().create_task(self.logs.pop(key).close_offline()))
+        for listener in self._dir_failure_listeners:
+            listener(log_dir, lost)
+
+    async def _in_dir(self, log_dir: str, job: Callable[..., None], *args: object) -> None:
+        """Blocking file work in `log_dir`, in a worker thread; an OSError takes the dir offline."""
+        try:
+            await self.run_blocking(job, *args)
+        except OSError as exc:
+            self.fail_dir(log_dir, exc)
 
     # ------------------------------------------------------------------ background
 
@@ -352,32 +403,31 @@ class LogManager:
         await self.write_log_start_checkpoint()
 
     async def write_recovery_checkpoints(self) -> None:
-        """The recovery-point and high-watermark checkpoints of every log dir (in a worker thread)."""
-        recovery = {key: log_.recovery_point for key, log_ in self.logs.items()}
-        watermarks = self.high_watermark_source()
-        await self.run_blocking(self._write_recovery_files, recovery, watermarks)
+        """The recovery-point and high-watermark checkpoints of every online log dir (in a worker thread)."""
+        recovery = self._per_dir({key: log_.recovery_point for key, log_ in self.logs.items()})
+        watermarks = self._per_dir(self.high_watermark_source())
+        for log_dir in recovery:
+            await self._in_dir(log_dir, self._write_recovery_files, log_dir, recovery[log_dir], watermarks[log_dir])
 
-    def _write_recovery_files(self, recovery: dict, watermarks: dict) -> None:
-        for log_dir, entries in self._per_dir(recovery).items():
-            checkpoints.write_offsets(os.path.join(log_dir, RECOVERY_POINT_FILE), entries)
-        for log_dir, entries in self._per_dir(watermarks).items():
-            checkpoints.write_offsets(os.path.join(log_dir, HIGH_WATERMARK_FILE), entries)
+    @staticmethod
+    def _write_recovery_files(log_dir: str, recovery: dict, watermarks: dict) -> None:
+        checkpoints.write_offsets(os.path.join(log_dir, RECOVERY_POINT_FILE), recovery)
+        checkpoints.write_offsets(os.path.join(log_dir, HIGH_WATERMARK_FILE), watermarks)
 
     async def write_log_start_checkpoint(self) -> None:
-        starts = {key: log_.log_start_offset for key, log_ in self.logs.items()}
-        await self.run_blocking(self._write_log_start_files, starts)
-
-    def _write_log_start_files(self, starts: dict) -> None:
-        for log_dir, entries in self._per_dir(starts).items():
-            checkpoints.write_offsets(os.path.join(log_dir, LOG_START_FILE), entries)
+        starts = self._per_dir({key: log_.log_start_offset for key, log_ in self.logs.items()})
+        for log_dir, entries in starts.items():
+            await self._in_dir(log_dir, checkpoints.write_offsets, os.path.join(log_dir, LOG_START_FILE), entries)
 
     def _per_dir(self, offsets: dict[tuple[str, int], int]) -> dict[str, dict[tuple[str, int], int]]:
-        """Split per-partition entries by the log dir holding each partition (every dir gets a
-        file, empty if need be; a partition without a dir, e.g. one that failed to open, goes
-        with the first dir, where it would be created)."""
-        split: dict[str, dict[tuple[str, int], int]] = {log_dir: {} for log_dir in self.log_dirs}
+        """Split per-partition entries by the online log dir holding each partition (every such
+        dir gets a file, empty if need be; a partition without a dir, e.g. one that failed to
+        open, goes with the first dir, where it would be created). Offline dirs get nothing."""
+        split: dict[str, dict[tuple[str, int], int]] = {log_dir: {} for log_dir in self.live_dirs}
         for key, offset in offsets.items():
-            split[self.placement.get(key, self.data_dir)][key] = offset
+            log_dir = self.placement.get(key, self.data_dir)
+            if log_dir in split:
+                split[log_dir][key] = offset
         return split
 
     async def shutdown(self) -> None:
@@ -392,7 +442,9 @@ class LogManager:
         self.jobs.cancel_delayed()
         await self._at_most_io_threads(log_.close(self.run_blocking, True) for log_ in self.logs.values())
         await self.write_checkpoints()
-        for log_dir in self.log_dirs:
+        if self._closing:
+            await asyncio.wait(self._closing)
+        for log_dir in self.live_dirs:  # an offline dir's logs are recovered at the next start
             with open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
                 pass
         self._pool.shutdown(wait=True)

@@ -2,18 +2,22 @@
 
 Advances each partition's log start offset to the offset given (-1: the high watermark);
 the answer's low watermark is the log start offset afterwards (unchanged when the offset is
-below it). Segments wholly below the new start are removed by the next retention pass, as
-in Kafka. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
-OFFSET_OUT_OF_RANGE (negative other than -1, or above the high watermark).
+below it). As Kafka's DelayedDeleteRecords, the answer waits (up to the request's timeout)
+until every replica on a live broker has adopted the new log start from its fetches, so a
+failover after a successful DeleteRecords never brings the records back. Segments wholly below
+the new start are removed by the next retention pass, as in Kafka. Errors per partition:
+UNKNOWN_TOPIC_OR_PARTITION (no such partition), NOT_LEADER_OR_FOLLOWER (not the leader, or
+no replica here), KAFKA_STORAGE_ERROR (its log dir failed), OFFSET_OUT_OF_RANGE (negative
+other than -1, or above the high watermark), REQUEST_TIMED_OUT (a follower did not follow in time).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.partition import Partition
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorized_names
@@ -28,27 +32,40 @@ HIGH_WATERMARK = -1
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    topics = []
+    live = {broker.broker_id for broker in ctx.broker.metadata.brokers()}
+    timeout = max(request.timeout.total_seconds(), 0.0)
     deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
-    for topic in request.topics:
-        results = tuple(
-            _delete(module, ctx.broker.replicas.get(topic.name, wanted.partition_index), wanted)
-            if topic.name in deletable else _result(module, wanted, ErrorCode.topic_authorization_failed)
+    waits = [
+        asyncio.gather(*(
+            _delete(module, ctx, topic.name, wanted, live, timeout)
+            if topic.name in deletable else _answered(module, wanted, ErrorCode.topic_authorization_failed)
             for wanted in topic.partitions
-        )
-        topics.append(make(module.DeleteRecordsTopicResult, name=topic.name, partitions=results))
-    return make(response_class(API_KEY, ctx.api_version), topics=tuple(topics))
+        ))
+        for topic in request.topics
+    ]
+    answers = await asyncio.gather(*waits)
+    return make(response_class(API_KEY, ctx.api_version), topics=tuple(
+        make(module.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(results))
+        for topic, results in zip(request.topics, answers, strict=True)
+    ))
 
 
-def _delete(module: Any, partition: Partition | None, wanted: Any) -> Any:
+async def _delete(module: Any, ctx: RequestContext, topic: str, wanted: Any, live: set[int], timeout: float) -> Any:
+    partition = ctx.broker.replicas.get(topic, wanted.partition_index)
     if partition is None:
-        return _result(module, wanted, ErrorCode.unknown_topic_or_partition)
+        return _result(module, wanted, ctx.broker.replicas.missing_error(topic, wanted.partition_index))
     if not partition.is_leader:
         return _result(module, wanted, ErrorCode.not_leader_or_follower)
     offset = partition.high_watermark if wanted.offset == HIGH_WATERMARK else wanted.offset
     if offset < 0 or offset > partition.high_watermark:
         return _result(module, wanted, ErrorCode.offset_out_of_range)
-    return _result(module, wanted, ErrorCode.none, partition.log.delete_records_before(offset))
+    start = partition.delete_records_before(offset)
+    error = await partition.wait_low_watermark(start, live, timeout)
+    return _result(module, wanted, error or ErrorCode.none, start)
+
+
+async def _answered(module: Any, wanted: Any, error: ErrorCode) -> Any:
+    return _result(module, wanted, error)
 
 
 def _result(module: Any, wanted: Any, error: ErrorCode, low_watermark: int = -1) -> Any:

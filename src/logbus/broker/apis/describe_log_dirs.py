@@ -5,7 +5,8 @@ partition it holds that the request names (null topics: all), with its size in b
 offset lag (Kafka: max(HW - LEO, 0), 0 for a leader). Partitions this broker does not host are
 left out, as Kafka leaves them out. v3+ has a top-level error code (always NONE: no
 authorizer); v4+ each volume's total and usable bytes. A log dir that cannot be read answers
-KAFKA_STORAGE_ERROR for it (Kafka's answer for an offline dir).
+KAFKA_STORAGE_ERROR for it (Kafka's answer for an offline dir), as does a log dir that failed
+(offline until the broker restarts).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.cluster_authorization_failed,
                     results=())
     by_dir = _partitions_by_dir(ctx, module, _wanted(request))
-    results = tuple(_describe_dir(module, log_dir, by_dir[log_dir]) for log_dir in ctx.broker.logs.log_dirs)
+    offline = ctx.broker.logs.offline_dirs
+    results = tuple(_describe_dir(module, log_dir, by_dir[log_dir], log_dir in offline)
+                    for log_dir in ctx.broker.logs.log_dirs)
     return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, results=results)
 
 
@@ -61,10 +64,9 @@ def _partitions_by_dir(ctx: RequestContext, module: Any,
     return by_dir
 
 
-def _describe_dir(module: Any, log_dir: str, by_topic: dict[str, list[Any]]) -> Any:
-    try:
-        volume = os.statvfs(log_dir)
-    except OSError:
+def _describe_dir(module: Any, log_dir: str, by_topic: dict[str, list[Any]], offline: bool) -> Any:
+    volume = None if offline else _volume(log_dir)
+    if volume is None:
         return make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error, log_dir=log_dir,
                     topics=(), total_bytes=-1, usable_bytes=-1)
     topics = tuple(make(module.DescribeLogDirsTopic, name=name, partitions=tuple(partitions))
@@ -73,3 +75,10 @@ def _describe_dir(module: Any, log_dir: str, by_topic: dict[str, list[Any]]) -> 
         module.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=log_dir, topics=topics,
         total_bytes=volume.f_blocks * volume.f_frsize, usable_bytes=volume.f_bavail * volume.f_frsize,
     )
+
+
+def _volume(log_dir: str) -> os.statvfs_result | None:
+    try:
+        return os.statvfs(log_dir)
+    except OSError:
+        return None

@@ -303,7 +303,7 @@ def _read_partition(
     one whose first batch does not fit answers no records (Kafka's ReplicaManager.readFromLog).
     """
     if partition is None:
-        return _answer(module, fetch.partition, _not_hosted_error(ctx, name, fetch.partition)), 0
+        return _answer(module, fetch.partition, _missing_error(ctx, name, fetch.partition)), 0
     epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
     if epoch_error is not None:  # first, as Kafka: a fetcher ahead of this broker retries soon
         return _answer(module, fetch.partition, epoch_error), 0
@@ -340,15 +340,10 @@ def _read_partition(
     ), len(records)
 
 
-def _not_hosted_error(ctx: RequestContext, name: str | None, index: int) -> ErrorCode:
-    """As Kafka's getPartitionOrException: a partition of a known topic that this broker does not
-    host answers NOT_LEADER_OR_FOLLOWER (the fetcher refreshes its metadata), else it is unknown."""
-    if name is None:
-        return ErrorCode.unknown_topic_id
-    topic = ctx.broker.metadata.topic(name)
-    if topic is not None and 0 <= index < len(topic.partitions):
-        return ErrorCode.not_leader_or_follower
-    return ErrorCode.unknown_topic_or_partition
+def _missing_error(ctx: RequestContext, name: str | None, index: int) -> ErrorCode:
+    """Why this broker has no partition to read: an unknown topic id, or the replica manager's
+    answer (a failed log dir, no replica here, or no such partition)."""
+    return ErrorCode.unknown_topic_id if name is None else ctx.broker.replicas.missing_error(name, index)
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition, fetch_offset: int,

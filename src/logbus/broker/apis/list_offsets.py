@@ -6,6 +6,8 @@ timestamp (v7+), -4 earliest local (v8+, the log start offset here: there is no 
 after it. As in Kafka's Partition.fetchOffsetForTimestamp, what a reader may fetch bounds the
 answers: latest is the high watermark, or the last stable offset for read_committed (isolation
 level 1, v2+), and a record found by timestamp (-3 included) at or past that bound gives offset -1.
+A partition not hosted here answers as Kafka's getPartitionOrError: KAFKA_STORAGE_ERROR (its log
+dir failed), NOT_LEADER_OR_FOLLOWER (no replica here) or UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -40,15 +42,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 answers.append(_answer(module, wanted.partition_index, ErrorCode.topic_authorization_failed))
                 continue
             partition = ctx.broker.replicas.get(topic.name, wanted.partition_index)
+            if partition is None:
+                answers.append(_answer(module, wanted.partition_index,
+                                       ctx.broker.replicas.missing_error(topic.name, wanted.partition_index)))
+                continue
             answers.append(_lookup(module, partition, wanted, read_committed))
         topics.append(make(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
     return make(response_class(API_KEY, ctx.api_version), topics=tuple(topics))
 
 
-def _lookup(module: Any, partition: Partition | None, wanted: Any, read_committed: bool) -> Any:
+def _lookup(module: Any, partition: Partition, wanted: Any, read_committed: bool) -> Any:
     index = wanted.partition_index
-    if partition is None:
-        return _answer(module, index, ErrorCode.unknown_topic_or_partition)
     if not partition.is_leader:
         return _answer(module, index, ErrorCode.not_leader_or_follower)
     log = partition.log

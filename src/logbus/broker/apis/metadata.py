@@ -135,13 +135,15 @@ def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operati
             module.MetadataResponseTopic, error_code=error, name=name, topic_id=_ZERO_UUID,
             is_internal=False, partitions=(), topic_authorized_operations=operations,
         )
+    failed = broker.metadata.offline_replicas()  # replicas in failed log dirs
     partitions = tuple(
         make(
             module.MetadataResponsePartition, partition_index=index,
             error_code=_leader_error(state.leader, live, reachable),
             leader_id=state.leader if state.leader in reachable else -1, leader_epoch=state.leader_epoch,
             replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
-            offline_replicas=tuple(b for b in state.replicas if b not in live),
+            offline_replicas=tuple(b for b in state.replicas
+                                   if b not in live or (name, index) in failed.get(b, ())),
         )
         for index, state in enumerate(metadata.partitions)
     )

@@ -156,6 +156,8 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         if topic in INTERNAL_TOPICS:
             raise KafkaApiError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}")
         if partition is None:
+            if topic is not None and broker.replicas.is_offline(topic, data.index):
+                raise KafkaApiError(ErrorCode.kafka_storage_error, f"the log dir of {topic}-{data.index} failed")
             raise _missing_partition_error(topic)
         records, header = _validate(partition.log.config, data.records, request, ctx.api_version)
         if header.is_transactional:
