@@ -11,8 +11,8 @@ import tracemalloc
 
 import pytest
 
+from logbus.client.client import MAX_RESPONSE_BYTES, Connection, KafkaError
 from logbus.protocol.codec import make, request_class
-from logbus.spark.client import MAX_RESPONSE_BYTES, Connection, KafkaError
 
 API_VERSIONS = 18
 

@@ -85,9 +85,9 @@ def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 
 
 def protocol_client(args: argparse.Namespace) -> Any:
-    """logbus's own blocking Kafka client (`spark/client.py`, for the requests confluent-kafka's
+    """logbus's own blocking Kafka client (`logbus.client`, for the requests confluent-kafka's
     AdminClient lacks) for `--bootstrap-server`, secured as `--command-config` says."""
-    from ..spark.client import Client, ClientSecurity, KafkaError
+    from ..client.client import Client, ClientSecurity, KafkaError
 
     try:
         return Client(args.bootstrap_server, args.timeout, ClientSecurity.from_settings(client_config(args)))

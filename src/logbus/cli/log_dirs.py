@@ -8,7 +8,7 @@ brokers 1,2", then one line of JSON, `{"brokers":[{"broker":1,"logDirs":[{"logDi
 "error":null,"partitions":[{"partition":"t-0","size":..,"offsetLag":0,"isFuture":false}]}]}],
 "version":1}`. `--topic-list` filters the partitions on the client side, as Kafka's tool does.
 confluent-kafka's AdminClient has no DescribeLogDirs: the request goes through the small
-blocking client of `logbus.spark.client`.
+blocking client of `logbus.client`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from ..client.client import Client, KafkaError
 from ..protocol.codec import make
-from ..spark.client import Client, KafkaError
 from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 
 DESCRIBE_LOG_DIRS = 35

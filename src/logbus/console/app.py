@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..cli.common import CliError, parse_key_values
-from ..cli.offset_reset import TARGETS as RESET_TARGETS
+from ..client.offset_reset import TARGETS as RESET_TARGETS
 from . import charts, messages, metrics
 from .admin import Actions, ResetRequest
 from .cluster_view import ClusterView, ConsoleError

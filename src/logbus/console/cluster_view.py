@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..cli.log_dirs import describe as describe_log_dirs
-from ..spark.client import Client, ClientSecurity, KafkaError
+from ..client.client import Client, ClientSecurity, KafkaError
 
 T = TypeVar("T")
 CACHE_TTL_S = 1.5

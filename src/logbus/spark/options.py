@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..client.client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
 from ..cluster.sasl_login import parse_jaas
 from ..config import ConfigError
-from .client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]

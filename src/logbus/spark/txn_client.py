@@ -22,9 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.codec import make
-from ..protocol.records import TRANSACTIONAL_BIT, build_batch
-from .client import (
+from ..client.client import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
     END_TXN,
@@ -39,6 +37,8 @@ from .client import (
     KafkaError,
     _module,
 )
+from ..protocol.codec import make
+from ..protocol.records import TRANSACTIONAL_BIT, build_batch
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 TopicPartition = tuple[str, int]
