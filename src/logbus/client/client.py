@@ -35,10 +35,10 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
-from ..cluster.sasl_login import SaslLogin, SaslLoginError
 from ..protocol import tolerant
 from ..protocol.codec import ChunkSink, make, request_class
 from ..protocol.frames import MalformedRequestError
+from ..security.sasl_client import SaslLogin, SaslLoginError
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46  # for `logbus reassign`, which shares this client

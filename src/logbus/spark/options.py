@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..client.client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
-from ..cluster.sasl_login import parse_jaas
 from ..config import ConfigError
+from ..security.sasl_client import parse_jaas
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
