@@ -11,7 +11,8 @@ import tracemalloc
 
 import pytest
 
-from logbus.client.client import MAX_RESPONSE_BYTES, Connection, KafkaError
+from logbus.client.connection import MAX_RESPONSE_BYTES, Connection
+from logbus.client.errors import KafkaError
 from logbus.protocol.codec import make, request_class
 
 API_VERSIONS = 18

@@ -87,7 +87,9 @@ def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 def protocol_client(args: argparse.Namespace) -> Any:
     """logbus's own blocking Kafka client (`logbus.client`, for the requests confluent-kafka's
     AdminClient lacks) for `--bootstrap-server`, secured as `--command-config` says."""
-    from ..client.client import Client, ClientSecurity, KafkaError
+    from ..client.client import Client
+    from ..client.errors import KafkaError
+    from ..client.security import ClientSecurity
 
     try:
         return Client(args.bootstrap_server, args.timeout, ClientSecurity.from_settings(client_config(args)))

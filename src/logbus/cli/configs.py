@@ -23,7 +23,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from ..broker.topic_configs import AlterOp, ResourceType
-from ..client.client import Client, KafkaError
+from ..client.client import Client
+from ..client.errors import KafkaError
 from ..config import ConfigSource
 from ..protocol.codec import make
 from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client

@@ -21,7 +21,8 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from ..client.client import Client, KafkaError
+from ..client.client import Client
+from ..client.errors import KafkaError
 from ..protocol.codec import make
 from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 

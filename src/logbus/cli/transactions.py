@@ -31,16 +31,16 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from ..client.client import (
+from ..client.apis import (
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     FIND_COORDINATOR,
     LIST_TRANSACTIONS,
     VERSIONS,
     WRITE_TXN_MARKERS,
-    Client,
-    KafkaError,
 )
+from ..client.client import Client
+from ..client.errors import KafkaError
 from ..protocol.codec import make
 from .common import CliError, add_connection_options, non_negative_int, protocol_client
 

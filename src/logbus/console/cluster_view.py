@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..cli.log_dirs import describe as describe_log_dirs
-from ..client.client import Client, ClientSecurity, KafkaError
+from ..client.client import Client
+from ..client.errors import KafkaError
+from ..client.security import ClientSecurity
 
 T = TypeVar("T")
 CACHE_TTL_S = 1.5

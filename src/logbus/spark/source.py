@@ -39,7 +39,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..client.client import EARLIEST, LATEST, READ_UNCOMMITTED, Client, KafkaError
+from ..client.client import EARLIEST, LATEST, READ_UNCOMMITTED, Client
+from ..client.errors import KafkaError
 from . import options as opts
 from .decode import decode
 
