@@ -49,7 +49,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.one_broker import QUIET, consume, cpu_seconds, new_topic, produce, timed, write_results  # noqa: E402
 from bench.tls_records import SINK_MODES, RecordTap, decrypt_seconds, receive_seconds  # noqa: E402
 from logbus.cluster.frame_stream import open_frame_stream  # noqa: E402
-from logbus.cluster.sasl_login import MAX_TOKEN_FRAME, SaslLogin  # noqa: E402
+from logbus.cluster.sasl_login import MAX_TOKEN_FRAME, InterBrokerLogin  # noqa: E402
+from logbus.security.sasl_client import SaslLogin  # noqa: E402
 from logbus.testing import BrokerProcess, free_test_port, running_broker  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -150,7 +151,7 @@ async def logins_per_second(broker: BrokerProcess, mechanism: str) -> dict[str, 
     salted password in pure Python (~25 ms at 4,096 iterations, against ~2.5 ms for hashlib),
     so the broker's CPU per login is the measure of what a broker can take."""
     port, pid = broker.ports["SASL_PLAINTEXT"], broker.process.pid
-    login = SaslLogin(mechanism, USER, PASSWORD)
+    login = InterBrokerLogin(SaslLogin(mechanism, USER, PASSWORD))
     deadline = time.perf_counter() + LOGIN_SECONDS
     done = 0
 

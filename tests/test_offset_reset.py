@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbus.cli.offset_reset import Key, reset_targets
+from logbus.client.offset_reset import Key, reset_targets
 
 KEYS: list[Key] = [("t", 0), ("t", 1)]
 EARLIEST = {("t", 0): 10, ("t", 1): 0}

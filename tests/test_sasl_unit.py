@@ -10,10 +10,10 @@ import pytest
 import scramp
 from kio.schema.errors import ErrorCode
 
-from logbus.cluster.sasl_login import parse_jaas
 from logbus.config import ConfigError
 from logbus.security.principal import ANONYMOUS, KafkaPrincipal
 from logbus.security.sasl import AuthenticationFailed, PlainServer, ScramServer, mechanism_server
+from logbus.security.sasl_client import parse_jaas
 from logbus.security.sasl_session import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslSession, Stage
 from logbus.security.scram import MECHANISMS, ScramCredential, new_credential
 

@@ -33,8 +33,8 @@ from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
 from pyspark.sql.utils import StreamingQueryException  # noqa: E402
 
 import logbus.spark  # noqa: E402
+from logbus.client.errors import AuthenticationError  # noqa: E402
 from logbus.protocol.records import build_batch  # noqa: E402
-from logbus.spark.client import AuthenticationError  # noqa: E402
 from logbus.spark.decode import decode  # noqa: E402
 from logbus.spark.options import client_config  # noqa: E402
 from logbus.spark.sink import WriteError, parse_target, produce_batches  # noqa: E402

@@ -11,8 +11,9 @@ import tracemalloc
 
 import pytest
 
+from logbus.client.connection import MAX_RESPONSE_BYTES, Connection
+from logbus.client.errors import KafkaError
 from logbus.protocol.codec import make, request_class
-from logbus.spark.client import MAX_RESPONSE_BYTES, Connection, KafkaError
 
 API_VERSIONS = 18
 

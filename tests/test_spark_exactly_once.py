@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from test_cluster import FAILOVER_S, create, partition_state, wait_new_leader
 from test_cluster_transactions import coordinator_of
 
+from logbus.client.client import LATEST, Client
 from logbus.protocol.records import (
     EndTxnMarker,
     build_batch,
@@ -35,7 +36,6 @@ from logbus.protocol.records import (
     iter_records,
     read_end_txn_marker,
 )
-from logbus.spark.client import LATEST, Client
 from logbus.spark.decode import decode
 from logbus.testing import BrokerProcess, Cluster, running_broker, running_cluster
 
@@ -403,7 +403,7 @@ def test_a_task_that_fails_after_writing_is_retried_without_duplicates(spark, br
     def fail_first_attempt(value: bytes) -> bytes:
         from pyspark import TaskContext
 
-        from logbus.spark.client import LATEST, Client
+        from logbus.client.client import LATEST, Client
 
         context = TaskContext.get()
         if context.attemptNumber() == 0 and context.partitionId() == 0 and value == last_of_first_task:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from test_tls import certs  # noqa: F401 - the fixture
 
-from logbus.spark.client import ClientSecurity
+from logbus.client.security import ClientSecurity
 from logbus.spark.options import OptionError, client_config
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -30,13 +30,14 @@ from logbus.broker.broker import Broker
 from logbus.cluster.broker_client import BrokerClient
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import MARKER_BATCH_BYTES, NotEnoughReplicasError, NotLeaderError, Partition
-from logbus.cluster.sasl_login import SaslLogin
+from logbus.cluster.sasl_login import InterBrokerLogin
 from logbus.cluster.txn_markers import write_marker
 from logbus.config import BrokerConfig
 from logbus.errors import KafkaApiError
 from logbus.protocol.codec import make, request_class
 from logbus.protocol.records import read_end_txn_marker, read_header
 from logbus.security.listeners import ListenerSettings
+from logbus.security.sasl_client import SaslLogin
 from logbus.storage.log import PartitionLog
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
@@ -341,7 +342,7 @@ def test_a_sasl_login_refuses_an_answer_larger_than_a_token_before_reading_it() 
     async def scenario() -> None:
         async with hostile_peer((1 << 20).to_bytes(4, "big")) as address:
             client = BrokerClient(address, "logbus-test", 10.0, max_response_bytes=4 << 20,
-                                  sasl=SaslLogin("PLAIN", "broker", "secret"))
+                                  sasl=InterBrokerLogin(SaslLogin("PLAIN", "broker", "secret")))
             with pytest.raises(ConnectionError, match="response frame of 1048576 bytes \\(at most 65536 taken\\)"):
                 await client.request(API_VERSIONS, 3, api_versions_request())
             client.close()

@@ -16,7 +16,7 @@ from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..cluster.replica_selector import replica_selector
-from ..cluster.sasl_login import SaslLogin
+from ..cluster.sasl_login import InterBrokerLogin
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
@@ -68,7 +68,7 @@ class Broker:
         self.controller = self._controller(config, self.metadata)
         self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
         inter_broker = listeners.inter_broker_listener
-        inter_broker_sasl = SaslLogin.for_inter_broker_listener(config, listeners)
+        inter_broker_sasl = InterBrokerLogin.from_config(config, listeners)
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker, inter_broker_tls,
                                        inter_broker_sasl)
         self.broker_clients = BrokerClients(broker_id, self.metadata, MARKER_TIMEOUT_S, inter_broker, inter_broker_tls,

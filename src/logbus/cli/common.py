@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..client import admin
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -65,13 +67,10 @@ def non_negative_int(text: str) -> int:
 
 def parse_key_values(items: list[str], option: str) -> dict[str, str]:
     """`["k=v", ...]` -> `{"k": "v"}`; a missing `=` is a usage error."""
-    values: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"{option} expects KEY=VALUE, got {item!r}", EXIT_USAGE)
-        values[key.strip()] = value.strip()
-    return values
+    try:
+        return admin.parse_key_values(items, option)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
@@ -85,9 +84,11 @@ def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 
 
 def protocol_client(args: argparse.Namespace) -> Any:
-    """logbus's own blocking Kafka client (`spark/client.py`, for the requests confluent-kafka's
+    """logbus's own blocking Kafka client (`logbus.client`, for the requests confluent-kafka's
     AdminClient lacks) for `--bootstrap-server`, secured as `--command-config` says."""
-    from ..spark.client import Client, ClientSecurity, KafkaError
+    from ..client.client import Client
+    from ..client.errors import KafkaError
+    from ..client.security import ClientSecurity
 
     try:
         return Client(args.bootstrap_server, args.timeout, ClientSecurity.from_settings(client_config(args)))

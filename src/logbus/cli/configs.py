@@ -5,7 +5,7 @@
         [--add-config k1=v1,k2=[a,b]] [--delete-config k1,k2]
 
 Through DescribeConfigs (v4, with synonyms) and IncrementalAlterConfigs (v1), sent with the small
-blocking client of `logbus.spark.client`: confluent-kafka's AdminClient cannot name the
+blocking client of `logbus.client`: confluent-kafka's AdminClient cannot name the
 cluster-wide broker default (an empty broker name). Output lines are kafka-configs.sh's.
 Without `--all`, describe shows what kafka-configs shows: the configs set on the entity itself
 (a topic's overrides; a broker's dynamic configs; with `--entity-default`, the cluster-wide
@@ -23,9 +23,10 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from ..broker.topic_configs import AlterOp, ResourceType
+from ..client.client import Client
+from ..client.errors import KafkaError
 from ..config import ConfigSource
 from ..protocol.codec import make
-from ..spark.client import Client, KafkaError
 from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 
 DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION = 32, 4

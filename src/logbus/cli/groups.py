@@ -14,6 +14,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
+from ..client.offset_reset import reset_targets
 from .common import (
     EXIT_USAGE,
     CliError,
@@ -24,7 +25,6 @@ from .common import (
     import_confluent_kafka,
     unreachable,
 )
-from .offset_reset import reset_targets
 
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 

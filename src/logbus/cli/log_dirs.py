@@ -8,7 +8,7 @@ brokers 1,2", then one line of JSON, `{"brokers":[{"broker":1,"logDirs":[{"logDi
 "error":null,"partitions":[{"partition":"t-0","size":..,"offsetLag":0,"isFuture":false}]}]}],
 "version":1}`. `--topic-list` filters the partitions on the client side, as Kafka's tool does.
 confluent-kafka's AdminClient has no DescribeLogDirs: the request goes through the small
-blocking client of `logbus.spark.client`.
+blocking client of `logbus.client` (`client/admin.py`, which the console uses too).
 """
 
 from __future__ import annotations
@@ -17,21 +17,10 @@ import argparse
 import json
 from typing import Any
 
-from kio.index import load_payload_module
-from kio.schema.errors import ErrorCode
-from kio.static.constants import EntityType
-
-from ..protocol.codec import make
-from ..spark.client import Client, KafkaError
+from ..client.admin import describe_log_dirs
+from ..client.client import Client
+from ..client.errors import KafkaError
 from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
-
-DESCRIBE_LOG_DIRS = 35
-DESCRIBE_LOG_DIRS_VERSION = 2
-# Kafka's tool prints the exception a log dir's error code maps to; these are the ones a broker sends.
-ERROR_NAMES = {
-    ErrorCode.kafka_storage_error: "org.apache.kafka.common.errors.KafkaStorageException",
-    ErrorCode.cluster_authorization_failed: "org.apache.kafka.common.errors.ClusterAuthorizationException",
-}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -86,21 +75,4 @@ def describe(client: Client, wanted: list[int], topics: set[str]) -> dict[str, A
             f"The given brokers do not exist from --broker-list: {','.join(map(str, missing))}. "
             f"Current existent brokers: {','.join(map(str, existing))}"
         )
-    module = load_payload_module(DESCRIBE_LOG_DIRS, DESCRIBE_LOG_DIRS_VERSION, EntityType.request)
-    request = make(module.DescribeLogDirsRequest, topics=None)
-    brokers = []
-    for broker_id in wanted or existing:
-        response = client.call_broker(broker_id, DESCRIBE_LOG_DIRS, request, DESCRIBE_LOG_DIRS_VERSION)
-        brokers.append({"broker": broker_id, "logDirs": [_log_dir(result, topics) for result in response.results]})
-    return {"brokers": brokers, "version": 1}
-
-
-def _log_dir(result: Any, topics: set[str]) -> dict[str, Any]:
-    error = None if result.error_code == ErrorCode.none else ERROR_NAMES.get(result.error_code, result.error_code.name)
-    partitions = [
-        {"partition": f"{topic.name}-{p.partition_index}", "size": p.partition_size, "offsetLag": p.offset_lag,
-         "isFuture": p.is_future_key}
-        for topic in result.topics if not topics or topic.name in topics
-        for p in topic.partitions
-    ]
-    return {"logDir": result.log_dir, "error": error, "partitions": partitions}
+    return describe_log_dirs(client, wanted or existing, topics)

@@ -14,7 +14,7 @@ time), controller_mutation_rate (partitions created or deleted per second); of a
 with a user or client id): connection_creation_rate (connections accepted per second, KIP-612).
 
 confluent-kafka's AdminClient has neither API, so this speaks them through the small blocking
-client of `logbus.spark.client`.
+client of `logbus.client`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from ..client.client import Client
+from ..client.errors import KafkaError
 from ..protocol.codec import make
 from ..security.quotas import CLIENT_ID, IP, USER
-from ..spark.client import Client, KafkaError
 from .common import EXIT_USAGE, CliError, add_connection_options, protocol_client
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49

@@ -94,7 +94,7 @@ def _generate(args: argparse.Namespace, admin: Any) -> int:
 
 
 def _alter(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], list[int] | None]) -> int:
-    from ..spark.client import ALTER_REASSIGNMENTS
+    from ..client.apis import ALTER_REASSIGNMENTS
 
     if not args.cancel:
         current = _current(args, admin, sorted({t for t, _ in targets}))
@@ -122,7 +122,7 @@ def _alter(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], 
 
 
 def _verify(args: argparse.Namespace, admin: Any, targets: dict[tuple[str, int], list[int]]) -> int:
-    from ..spark.client import LIST_REASSIGNMENTS
+    from ..client.apis import LIST_REASSIGNMENTS
 
     module = load_payload_module(LIST_REASSIGNMENTS, 0, EntityType.request)
     client = protocol_client(args)

@@ -15,7 +15,7 @@ such transactions and `abort` writes the missing ABORT marker, at the partition 
 coordinator would have (WriteTxnMarkers).
 
 confluent-kafka's AdminClient has none of these APIs, so this speaks them through the small
-blocking client of `logbus.spark.client`, one request at a time.
+blocking client of `logbus.client`, one request at a time.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from ..protocol.codec import make
-from ..spark.client import (
+from ..client.apis import (
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     FIND_COORDINATOR,
     LIST_TRANSACTIONS,
     VERSIONS,
     WRITE_TXN_MARKERS,
-    Client,
-    KafkaError,
 )
+from ..client.client import Client
+from ..client.errors import KafkaError
+from ..protocol.codec import make
 from .common import CliError, add_connection_options, non_negative_int, protocol_client
 
 TRANSACTION_KEY_TYPE = 1  # FindCoordinator's key type for transactional ids

@@ -27,7 +27,7 @@ from .frame_stream import FrameStream, open_frame_stream
 from .metadata import BrokerInfo, MetadataStore
 
 if TYPE_CHECKING:
-    from .sasl_login import SaslLogin
+    from .sasl_login import InterBrokerLogin
 
 MAX_RESPONSE_BYTES = 100 << 20  # Kafka's socket.request.max.bytes default: no peer answer is larger
 _SIZE = struct.Struct(">i")
@@ -104,7 +104,7 @@ class BrokerClient:
 
     def __init__(self, address: tuple[str, int], client_id: str, timeout: float,
                  max_response_bytes: int = MAX_RESPONSE_BYTES, tls: ssl.SSLContext | None = None,
-                 sasl: SaslLogin | None = None) -> None:
+                 sasl: InterBrokerLogin | None = None) -> None:
         """`tls`: connect with TLS (the peer's listener is an SSL one); `sasl`: log in first (a SASL one)."""
         self.address = address
         self.tls = tls
@@ -186,7 +186,7 @@ class BrokerClients:
 
     def __init__(self, broker_id: int, metadata: MetadataStore, timeout: float,
                  listener_name: str = "PLAINTEXT", tls: ssl.SSLContext | None = None,
-                 sasl: SaslLogin | None = None) -> None:
+                 sasl: InterBrokerLogin | None = None) -> None:
         """`listener_name`: the listener of other brokers to connect to (inter.broker.listener.name),
         with TLS context `tls` when it is an SSL listener, logging in with `sasl` on a SASL one."""
         self.broker_id = broker_id

@@ -46,7 +46,7 @@ from .frame_stream import FrameStream, open_frame_stream
 from .partition import Partition
 
 if TYPE_CHECKING:
-    from .sasl_login import SaslLogin
+    from .sasl_login import InterBrokerLogin
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ReplicaFetcher:
     """Fetches the partitions this broker follows from one leader."""
 
     def __init__(self, config: FetcherConfig, leader_id: int, address: ListenerEndpoint, name: str,
-                 tls: ssl.SSLContext | None = None, sasl: SaslLogin | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, sasl: InterBrokerLogin | None = None) -> None:
         """`tls`: the context to connect with when `address` is an SSL listener; `sasl`: the login
         on a SASL listener."""
         self.config = config
@@ -358,7 +358,7 @@ class FetcherManager:
     change."""
 
     def __init__(self, config: FetcherConfig, fetchers_per_broker: int,
-                 address_of: Any, tls: ssl.SSLContext | None = None, sasl: SaslLogin | None = None) -> None:
+                 address_of: Any, tls: ssl.SSLContext | None = None, sasl: InterBrokerLogin | None = None) -> None:
         self.config = config
         self.per_broker = fetchers_per_broker
         self.address_of = address_of  # broker id -> its inter-broker ListenerEndpoint | None

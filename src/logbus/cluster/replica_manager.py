@@ -35,7 +35,7 @@ from .metadata import MetadataStore, MetadataWriteError, PartitionState, StalePa
 from .partition import Partition
 
 if TYPE_CHECKING:
-    from .sasl_login import SaslLogin
+    from .sasl_login import InterBrokerLogin
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ MarkerListener = Callable[[Partition, int, bool], None]
 class ReplicaManager:
     def __init__(self, broker_id: int, config: BrokerConfig, metadata: MetadataStore,
                  logs: LogManager, inter_broker_listener: str = "PLAINTEXT",
-                 inter_broker_tls: ssl.SSLContext | None = None, inter_broker_sasl: SaslLogin | None = None) -> None:
+                 inter_broker_tls: ssl.SSLContext | None = None,
+                 inter_broker_sasl: InterBrokerLogin | None = None) -> None:
         """`inter_broker_listener`: the listener whose endpoint followers fetch from, over TLS
         with `inter_broker_tls` when it is an SSL listener, logging in with `inter_broker_sasl`
         when it is a SASL one."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cli.offset_reset import reset_targets
+from ..client.offset_reset import reset_targets
 from .cluster_view import ClusterView, ConsoleError
 
 

@@ -28,8 +28,8 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..cli.common import CliError, parse_key_values
-from ..cli.offset_reset import TARGETS as RESET_TARGETS
+from ..client.admin import parse_key_values
+from ..client.offset_reset import TARGETS as RESET_TARGETS
 from . import charts, messages, metrics
 from .admin import Actions, ResetRequest
 from .cluster_view import ClusterView, ConsoleError
@@ -252,7 +252,7 @@ def form_int(form: dict[str, str], name: str, default: int | None = None) -> int
 def form_configs(form: dict[str, str], name: str) -> dict[str, str]:
     try:
         return parse_key_values([line for line in form.get(name, "").splitlines() if line.strip()], name)
-    except CliError as exc:
+    except ValueError as exc:
         raise ConsoleError(str(exc)) from None
 
 

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..cli.log_dirs import describe as describe_log_dirs
-from ..spark.client import Client, ClientSecurity, KafkaError
+from ..client.admin import describe_log_dirs
+from ..client.client import Client
+from ..client.errors import KafkaError
+from ..client.security import ClientSecurity
 
 T = TypeVar("T")
 CACHE_TTL_S = 1.5
@@ -224,7 +226,7 @@ class ClusterView:
             return {}
         client = Client(self.config["bootstrap.servers"], self.timeout_s, security)
         try:
-            document = describe_log_dirs(client, [], set())
+            document = describe_log_dirs(client)
         except Exception:  # noqa: BLE001 - sizes are optional: a page without them beats an error page
             return {}
         finally:

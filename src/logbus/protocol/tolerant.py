@@ -5,7 +5,7 @@ them: newer clients may send tags this broker's schema version predates). `decod
 same kio dataclasses in Python: plain fields through kio's per-field readers, nested entities
 recursively, and each entity's tagged-field section by hand, keeping known tags and skipping
 the rest by their declared size. It is slower than the native reader, so `codec` uses it only
-for requests the native reader refused, and `logbus.spark.client` only for such responses (an
+for requests the native reader refused, and `logbus.client` only for such responses (an
 unknown tag from a newer broker, or a timestamp of -1, which kio refuses and `kio_adapter`
 reads as None).
 """

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 from pyspark.sql.datasource import WriterCommitMessage
 
-from .client import KafkaError
+from ..client.errors import KafkaError
 from .options import ExactlyOnce
 from .partitioner import murmur2, partition_for
 from .sink import Target, WriteError, binary_column

@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..cluster.sasl_login import parse_jaas
+from ..client.client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
 from ..config import ConfigError
-from .client import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
+from ..security.sasl_client import parse_jaas
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]

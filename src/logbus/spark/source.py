@@ -1,6 +1,6 @@
 """The `logbus` data source: batch and streaming reads of topics, with Spark's Kafka face.
 
-Planning happens on the driver (Metadata and ListOffsets through `logbus.spark.client`); each
+Planning happens on the driver (Metadata and ListOffsets through `logbus.client`); each
 Spark input partition is an offset range of one topic partition, read on an executor by
 `read_range`, which fetches raw record sets and yields Arrow record batches (`decode`). Both
 reach secured listeners as the `kafka.`-prefixed security options say (`options.client_config`).
@@ -39,8 +39,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..client.client import EARLIEST, LATEST, READ_UNCOMMITTED, Client
+from ..client.errors import KafkaError
 from . import options as opts
-from .client import EARLIEST, LATEST, READ_UNCOMMITTED, Client, KafkaError
 from .decode import decode
 
 SCHEMA = (

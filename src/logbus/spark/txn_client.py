@@ -22,9 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.codec import make
-from ..protocol.records import TRANSACTIONAL_BIT, build_batch
-from .client import (
+from ..client.apis import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
     END_TXN,
@@ -33,12 +31,13 @@ from .client import (
     OFFSET_FETCH,
     PRODUCE,
     TXN_OFFSET_COMMIT,
-    AuthenticationError,
-    Client,
-    ClientSecurity,
-    KafkaError,
-    _module,
+    api_module,
 )
+from ..client.client import Client
+from ..client.errors import AuthenticationError, KafkaError
+from ..client.security import ClientSecurity
+from ..protocol.codec import make
+from ..protocol.records import TRANSACTIONAL_BIT, build_batch
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 TopicPartition = tuple[str, int]
@@ -130,7 +129,7 @@ class TxnClient(Client):
             raise
 
     def _find_coordinator(self, key_type: int, key: str) -> tuple[str, int]:
-        module = _module(FIND_COORDINATOR)
+        module = api_module(FIND_COORDINATOR)
         response = self.call_any(FIND_COORDINATOR, make(module.request_cls, key=key, key_type=key_type))
         if response.error_code != ErrorCode.none:
             if response.error_code in RETRIABLE:
@@ -144,7 +143,7 @@ class TxnClient(Client):
     def init_producer_id(self, transactional_id: str, transaction_timeout_ms: int) -> ProducerId:
         """A new epoch for the id: fences its previous producer, whose open transaction the
         coordinator aborts first (CONCURRENT_TRANSACTIONS until that is done, retried here)."""
-        module = _module(INIT_PRODUCER_ID)
+        module = api_module(INIT_PRODUCER_ID)
         request = make(module.request_cls, transactional_id=transactional_id, producer_id=-1, producer_epoch=-1,
                        transaction_timeout=datetime.timedelta(milliseconds=transaction_timeout_ms))
         answer = self._ask_coordinator(f"InitProducerId {transactional_id}", (TRANSACTION, transactional_id),
@@ -153,7 +152,7 @@ class TxnClient(Client):
 
     def add_partitions(self, producer: ProducerId, partitions: Iterable[TopicPartition]) -> None:
         """Add partitions to the open transaction (or open it): before their first batch (KIP-890)."""
-        module = _module(ADD_PARTITIONS_TO_TXN)
+        module = api_module(ADD_PARTITIONS_TO_TXN)
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
@@ -170,7 +169,7 @@ class TxnClient(Client):
 
     def add_offsets(self, producer: ProducerId, group_id: str) -> None:
         """Put the group's offsets partition into the transaction, for a TxnOffsetCommit."""
-        module = _module(ADD_OFFSETS_TO_TXN)
+        module = api_module(ADD_OFFSETS_TO_TXN)
         request = make(module.request_cls, transactional_id=producer.transactional_id,
                        producer_id=producer.producer_id, producer_epoch=producer.epoch, group_id=group_id)
         self._ask_coordinator(f"AddOffsetsToTxn {producer.transactional_id}",
@@ -179,7 +178,7 @@ class TxnClient(Client):
     def end_txn(self, producer: ProducerId, commit: bool) -> None:
         """Commit or abort: answered once the decision is written (markers follow). Ending a
         transaction already ended the same way succeeds."""
-        module = _module(END_TXN)
+        module = api_module(END_TXN)
         request = make(module.request_cls, transactional_id=producer.transactional_id,
                        producer_id=producer.producer_id, producer_epoch=producer.epoch, committed=commit)
         self._ask_coordinator(f"EndTxn({'commit' if commit else 'abort'}) {producer.transactional_id}",
@@ -190,7 +189,7 @@ class TxnClient(Client):
     def txn_offset_commit(self, producer: ProducerId, group_id: str, partition: TopicPartition, offset: int,
                           metadata: str) -> None:
         """Commit a group offset inside the transaction: visible when (if) it commits."""
-        module = _module(TXN_OFFSET_COMMIT)
+        module = api_module(TXN_OFFSET_COMMIT)
         committed = make(module.request.TxnOffsetCommitRequestPartition, partition_index=partition[1],
                          committed_offset=offset, committed_leader_epoch=-1, committed_metadata=metadata)
         request = make(
@@ -205,7 +204,7 @@ class TxnClient(Client):
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str]]:
         """Everything the group committed: (offset, metadata) per partition. `require_stable`:
         waits out offsets of a transaction still being completed."""
-        module = _module(OFFSET_FETCH)
+        module = api_module(OFFSET_FETCH)
         request = make(module.request_cls, group_id=group_id, require_stable=True, topics=None)
         answer = self._ask_coordinator(f"OffsetFetch {group_id}", (GROUP, group_id), OFFSET_FETCH, request)
         return {(topic.name, p.partition_index): (p.committed_offset, p.metadata or "")
@@ -234,7 +233,7 @@ class TxnClient(Client):
 
     def _produce_to(self, address: tuple[str, int], producer: ProducerId,
                     batches: Mapping[TopicPartition, bytes]) -> dict[TopicPartition, ErrorCode]:
-        module = _module(PRODUCE)
+        module = api_module(PRODUCE)
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), batch in batches.items():
             by_topic.setdefault(topic, []).append(make(module.request.PartitionProduceData, index=partition,
