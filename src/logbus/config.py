@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from typing import Any
 
 from .cluster.replica_selector import SELECTORS
 from .logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, check_level, component_key
@@ -805,38 +806,26 @@ def _check_together(effective: Mapping[str, object]) -> None:
 
 def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
     """Every topic config with its effective value and source, for DescribeConfigs (in Kafka's order)."""
-    described = []
-    for name in _TOPIC_ORDER:
-        topic_key = TOPIC_KEYS[name]
-        default = broker.topic_default(topic_key)
-        if name in overrides:
-            text = overrides[name]
-            synonyms = ((name, text, ConfigSource.DYNAMIC_TOPIC_CONFIG),) + default.synonyms
-            described.append(
-                ConfigValue(
-                    name, topic_key.key.parse(text), text, ConfigSource.DYNAMIC_TOPIC_CONFIG,
-                    topic_key.key.type, synonyms,
-                )
-            )
-        else:
-            described.append(default)
-    return described
-
+    return _described(_TOPIC_ORDER, TOPIC_KEYS, broker.topic_default, overrides, ConfigSource.DYNAMIC_TOPIC_CONFIG)
 
 
 def describe_group_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
     """Every group config with its value and source (DYNAMIC_GROUP_CONFIG when the group sets it),
     in Kafka's order (ConfigHelper.createGroupConfigEntry)."""
+    return _described(_GROUP_ORDER, GROUP_KEYS, broker.group_default, overrides, ConfigSource.DYNAMIC_GROUP_CONFIG)
+
+
+def _described(order: list[str], keys: Mapping[str, Any], default_of: Callable[[Any], ConfigValue],
+               overrides: Mapping[str, str], source: ConfigSource) -> list[ConfigValue]:
+    """Each config of `order`: its override (of `source`, the broker's default its first synonym
+    after the override itself), or the broker's default."""
     described = []
-    for name in _GROUP_ORDER:
-        group_key = GROUP_KEYS[name]
-        default = broker.group_default(group_key)
+    for name in order:
+        default = default_of(keys[name])
         if name in overrides:
             text = overrides[name]
-            synonyms = ((name, text, ConfigSource.DYNAMIC_GROUP_CONFIG), *default.synonyms)
-            value = group_key.key.parse(text)
-            described.append(replace(default, value=value, text=text, source=ConfigSource.DYNAMIC_GROUP_CONFIG,
-                                     synonyms=synonyms))
+            described.append(replace(default, value=keys[name].key.parse(text), text=text, source=source,
+                                     synonyms=((name, text, source), *default.synonyms)))
         else:
             described.append(default)
     return described

@@ -426,57 +426,60 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _watch_quota_entities(self, parent: str, entity_of: Callable[[str], QuotaEntity]) -> None:
         """Watch the children of `parent` as quota entities (`entity_of` their sanitized names)."""
-        watched: set[str] = set()
 
-        def on_children(children: list[str]) -> None:
-            for name in children:
-                if name not in watched:
-                    watched.add(name)
-                    DataWatch(self.client, f"{parent}/{name}", lambda data, *_a, n=name: on_data(n, data))
-            for name in watched - set(children):
-                watched.discard(name)
-                self._post(self._apply_quotas, entity_of(desanitize(name)), {})
-
-        def on_data(name: str, data: bytes | None) -> bool:
-            if name not in watched:
-                return False
+        def on_data(name: str, data: bytes | None) -> None:
             entity = entity_of(desanitize(name))
             try:
                 quotas = decode_quota_config(read_entity_config(data), entity.keys)
             except (ValueError, TypeError, AttributeError) as exc:
                 log.warning("%s/%s: unreadable quotas in ZooKeeper: %s", parent, name, exc)
-                return True
+                return
             self._post(self._apply_quotas, entity, quotas)
-            return True
 
-        ChildrenWatch(self.client, parent, on_children)
+        def on_gone(name: str) -> None:
+            self._post(self._apply_quotas, entity_of(desanitize(name)), {})
+
+        self._watch_children_data(parent, on_data, on_gone)
 
     def _watch_config_entities(self, kind: str) -> None:
         """Watch /config/<kind>/<name> znodes (names sanitized as Kafka's Sanitizer does) as the
         dynamic configs of entity `<kind>/<name>`."""
+
+        def on_data(name: str, data: bytes | None) -> None:
+            try:
+                configs = {key: str(value) for key, value in read_entity_config(data).items()}
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.warning("/config/%s/%s: unreadable configs in ZooKeeper: %s", kind, name, exc)
+                return
+            self._post(self._apply_entity_config_seen, f"{kind}/{desanitize(name)}", configs)
+
+        def on_gone(name: str) -> None:
+            self._post(self._apply_entity_config_seen, f"{kind}/{desanitize(name)}", {})
+
+        self._watch_children_data(f"/config/{kind}", on_data, on_gone)
+
+    def _watch_children_data(self, parent: str, on_data: Callable[[str, bytes | None], None],
+                             on_gone: Callable[[str], None]) -> None:
+        """Watch `parent`'s children and the data of each (kazoo threads): `on_data(name, data)`
+        at every change of a child's data, `on_gone(name)` when a child is removed."""
         watched: set[str] = set()
 
         def on_children(children: list[str]) -> None:
             for name in children:
                 if name not in watched:
                     watched.add(name)
-                    DataWatch(self.client, f"/config/{kind}/{name}", lambda data, *_a, n=name: on_data(n, data))
+                    DataWatch(self.client, f"{parent}/{name}", lambda data, *_a, n=name: seen(n, data))
             for name in watched - set(children):
                 watched.discard(name)
-                self._post(self._apply_entity_config_seen, f"{kind}/{desanitize(name)}", {})
+                on_gone(name)
 
-        def on_data(name: str, data: bytes | None) -> bool:
+        def seen(name: str, data: bytes | None) -> bool:
             if name not in watched:
-                return False
-            try:
-                configs = {key: str(value) for key, value in read_entity_config(data).items()}
-            except (ValueError, TypeError, AttributeError) as exc:
-                log.warning("/config/%s/%s: unreadable configs in ZooKeeper: %s", kind, name, exc)
-                return True
-            self._post(self._apply_entity_config_seen, f"{kind}/{desanitize(name)}", configs)
+                return False  # removed: stop watching it
+            on_data(name, data)
             return True
 
-        ChildrenWatch(self.client, f"/config/{kind}", on_children)
+        ChildrenWatch(self.client, parent, on_children)
 
     def _apply_entity_config_seen(self, entity: str, configs: dict[str, str]) -> None:
         self._apply_entity_config(entity, configs)
