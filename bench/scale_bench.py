@@ -26,7 +26,7 @@ records that are missing.
 
 Every figure is reported as min/median/max over the repetitions; a target (the issue's, set for
 10,000 partitions) counts as met when the worst repetition meets it. Every wait has a deadline
-(`--deadline`, by default 60 s plus 20 ms per partition). Loopback only.
+(`--deadline`, by default 120 s plus 30 ms per partition). Loopback only.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -100,10 +102,6 @@ class Deadline:
         self.at = time.monotonic() + seconds
         self.what = what
 
-    def check(self) -> None:
-        if time.monotonic() > self.at:
-            raise TimeoutError(f"deadline passed: {self.what}")
-
     def left(self) -> float:
         return max(0.0, self.at - time.monotonic())
 
@@ -120,16 +118,20 @@ def view_of(broker: BrokerProcess) -> ClusterView:
         client.close()
 
 
-def wait_on(broker: BrokerProcess, condition: Callable[[ClusterView], bool], deadline: Deadline) -> ClusterView:
-    """Poll `broker`'s Metadata until `condition` holds on it (reconnecting if it drops us)."""
+Pending = Callable[[ClusterView], int]  # how many partitions (or controllers) are not yet as wanted
+
+
+def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: str) -> ClusterView:
+    """Poll `broker`'s Metadata until nothing is `pending` on it (reconnecting if it drops us)."""
     client: Client | None = None
+    left: int | str = "unknown (no answer)"
     try:
-        while True:
-            deadline.check()
+        while time.monotonic() < deadline.at:
             try:
                 client = client or Client(broker.port, timeout=max(deadline.left(), 1))
                 view = read_view(client)
-                if condition(view):
+                left = pending(view)
+                if not left:
                     return view
             except (OSError, ConnectionError):
                 if client is not None:
@@ -139,35 +141,35 @@ def wait_on(broker: BrokerProcess, condition: Callable[[ClusterView], bool], dea
     finally:
         if client is not None:
             client.close()
+    raise TimeoutError(f"{deadline.what}: {what}: {left} still pending on broker {broker.broker_id}")
 
 
-def wait_everywhere(cluster: Cluster, condition: Callable[[ClusterView], bool], deadline: Deadline,
-                    began: float) -> float:
-    """Seconds from `began` until every live broker's Metadata satisfies `condition` (each
+def wait_everywhere(cluster: Cluster, pending: Pending, deadline: Deadline, began: float, what: str) -> float:
+    """Seconds from `began` until nothing is `pending` in any live broker's Metadata (each
     broker is asked after the one before agreed)."""
     for broker in live(cluster):
-        wait_on(broker, condition, deadline)
+        wait_on(broker, pending, deadline, what)
     return time.monotonic() - began
 
 
-def all_ready(expected: int) -> Callable[[ClusterView], bool]:
-    """Every one of `expected` partitions has a leader and a full ISR."""
-    def ready(view: ClusterView) -> bool:
-        return len(view.partitions) >= expected and all(
-            p.leader >= 0 and set(p.isr) == set(p.replicas) for p in view.partitions.values())
-    return ready
+def not_ready(expected: int) -> Pending:
+    """Of `expected` partitions, those without a leader or a full ISR."""
+    def count(view: ClusterView) -> int:
+        return max(0, expected - len(view.partitions)) + sum(
+            1 for p in view.partitions.values() if p.leader < 0 or set(p.isr) != set(p.replicas))
+    return count
 
 
-def all_led_by(alive: set[int]) -> Callable[[ClusterView], bool]:
-    def led(view: ClusterView) -> bool:
-        return all(p.leader in alive for p in view.partitions.values())
-    return led
+def not_led_by(alive: set[int]) -> Pending:
+    def count(view: ClusterView) -> int:
+        return sum(1 for p in view.partitions.values() if p.leader not in alive)
+    return count
 
 
-def in_every_isr(broker_id: int) -> Callable[[ClusterView], bool]:
-    def back(view: ClusterView) -> bool:
-        return all(broker_id in p.isr for p in view.partitions.values() if broker_id in p.replicas)
-    return back
+def not_in_isr(broker_id: int) -> Pending:
+    def count(view: ClusterView) -> int:
+        return sum(1 for p in view.partitions.values() if broker_id in p.replicas and broker_id not in p.isr)
+    return count
 
 
 def topic_sizes(partitions: int, topics: int) -> dict[str, int]:
@@ -184,7 +186,7 @@ def create_topics(cluster: Cluster, sizes: dict[str, int], replication: int, dea
                                   request_timeout=deadline.left())
     for future in futures.values():
         future.result(deadline.left())
-    return wait_everywhere(cluster, all_ready(sum(sizes.values())), deadline, began)
+    return wait_everywhere(cluster, not_ready(sum(sizes.values())), deadline, began, "partitions not ready")
 
 
 def metadata_latency(broker: BrokerProcess, samples: int) -> dict[str, float]:
@@ -250,6 +252,7 @@ class Load:
         self._flush(deadline)
         if self.failed:
             raise RuntimeError(f"warm-up sends failed: {self.failed[:3]}")
+        self.slowest_ack_s = 0.0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -333,101 +336,128 @@ def stop_gracefully(broker: BrokerProcess, deadline: Deadline) -> float:
     return time.monotonic() - began
 
 
-def restart(cluster: Cluster, broker: BrokerProcess, deadline: Deadline) -> dict[str, float]:
+def restart(cluster: Cluster, broker: BrokerProcess, deadline: Deadline, out: dict[str, Any]) -> None:
     """Start `broker` again: seconds until it listens, and until it is back in every ISR."""
     began = time.monotonic()
     broker.start()
-    listening = time.monotonic() - began
-    back = wait_everywhere(cluster, in_every_isr(broker.broker_id), deadline, began)
-    return {"listening_s": round(listening, 3), "in_every_isr_s": round(back, 3)}
+    out["listening_s"] = round(time.monotonic() - began, 3)
+    out["in_every_isr_s"] = round(wait_everywhere(cluster, not_in_isr(broker.broker_id), deadline, began,
+                                                  f"partitions without broker {broker.broker_id} in their ISR"), 3)
 
 
-def graceful_stop_under_load(cluster: Cluster, broker: BrokerProcess, load: Load,
-                             deadline: Deadline) -> dict[str, Any]:
-    """SIGTERM `broker` while `load` writes: exit time, leaderships it still held when it was
-    gone, time until every partition had a live leader."""
+def graceful_stop(cluster: Cluster, broker: BrokerProcess, deadline: Deadline, out: dict[str, Any]) -> None:
+    """SIGTERM `broker`: exit time, leaderships it still held when it was gone (as another broker
+    saw them right after), time until every partition had a live leader."""
+    out["broker"] = broker.broker_id
     began = time.monotonic()
-    exit_s = stop_gracefully(broker, deadline)
+    out["exit_s"] = round(stop_gracefully(broker, deadline), 3)
     others = live(cluster)
-    left = view_of(others[0]).led_by(broker.broker_id)
-    led_s = wait_everywhere(cluster, all_led_by({b.broker_id for b in others}), deadline, began)
-    return {"broker": broker.broker_id, "exit_s": round(exit_s, 3), "led_at_exit": left,
-            "all_led_s": round(led_s, 3)}
+    out["led_at_exit"] = view_of(others[0]).led_by(broker.broker_id)
+    out["all_led_s"] = round(wait_everywhere(cluster, not_led_by({b.broker_id for b in others}), deadline, began,
+                                             "partitions without a live leader"), 3)
 
 
-def sigterm_step(cluster: Cluster, view: ClusterView, args: argparse.Namespace,
-                 deadline: Deadline) -> dict[str, Any]:
-    """Step 3 and 4: SIGTERM the non-controller broker leading the most, under load; restart it."""
+def sigterm_step(cluster: Cluster, view: ClusterView, args: argparse.Namespace, deadline: Deadline,
+                 out: dict[str, Any]) -> None:
+    """Steps 3 and 4: SIGTERM the non-controller broker leading the most, under load; restart it."""
     candidates = [b for b in cluster.brokers if b != view.controller_id] or list(cluster.brokers)
     target = cluster.brokers[max(candidates, key=view.led_by)]
+    out["led_before"] = view.led_by(target.broker_id)
     load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records)
     load.warm(deadline)
     load.start()
-    stopped = graceful_stop_under_load(cluster, target, load, deadline)
-    time.sleep(max(0.0, AFTER_EXIT_S - stopped["all_led_s"] + stopped["exit_s"]))  # load after the exit
-    produced = load.stop(deadline)
-    return {"led_before": view.led_by(target.broker_id), **stopped, "producer": produced,
-            "restart": restart(cluster, target, deadline)}
+    try:
+        graceful_stop(cluster, target, deadline, out)
+        time.sleep(max(0.0, AFTER_EXIT_S - out["all_led_s"] + out["exit_s"]))  # writing on after the exit
+    finally:
+        out["producer"] = load.stop(deadline)
+    restart(cluster, target, Deadline(args.deadline, "restart after SIGTERM"), out.setdefault("restart", {}))
 
 
-def controller_kill_step(cluster: Cluster, deadline: Deadline) -> dict[str, Any]:
+def controller_kill_step(cluster: Cluster, seconds: float, out: dict[str, Any]) -> None:
     """Step 5: SIGKILL the controller; a new one, every partition led by a live broker; restart."""
     some = live(cluster)[0]
     controller_id = view_of(some).controller_id
     if controller_id not in cluster.brokers:
         raise RuntimeError(f"no controller known to broker {some.broker_id}: {controller_id}")
+    out["broker"] = controller_id
     killed = cluster.brokers[controller_id]
+    deadline = Deadline(seconds, "controller SIGKILL")
     began = time.monotonic()
     killed.kill()
     alive = {b.broker_id for b in live(cluster)}
-    new_controller = wait_everywhere(cluster, lambda v: v.controller_id in alive, deadline, began)
-    led = wait_everywhere(cluster, all_led_by(alive), deadline, began)
-    return {"broker": controller_id, "new_controller_s": round(new_controller, 3), "all_led_s": round(led, 3),
-            "restart": restart(cluster, killed, deadline)}
+    out["new_controller_s"] = round(wait_everywhere(cluster, lambda v: int(v.controller_id not in alive), deadline,
+                                                    began, "controllers gone"), 3)
+    out["all_led_s"] = round(wait_everywhere(cluster, not_led_by(alive), deadline, began,
+                                             "partitions without a live leader"), 3)
+    restart(cluster, killed, Deadline(seconds, "restart after SIGKILL"), out.setdefault("restart", {}))
 
 
 @contextmanager
-def created_cluster(args: argparse.Namespace, deadline: Deadline) -> Iterator[tuple[Cluster, dict[str, Any]]]:
-    """A fresh cluster with the topics created: the create's time and the brokers' resources."""
+def created_cluster(args: argparse.Namespace, deadline: Deadline, out: dict[str, Any]) -> Iterator[Cluster]:
+    """A fresh cluster with the topics created: the create's time and the brokers' resources.
+    When a step times out, the brokers' logs are kept (their directory is in `out["logs"]`)."""
     config = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms), "min.insync.replicas": "2"}
     with running_cluster(args.brokers, config) as cluster:
-        before = resources(cluster)
-        sizes = topic_sizes(args.partitions, args.topics or max(1, args.partitions // 100))
-        create_s = create_topics(cluster, sizes, min(3, args.brokers), deadline)
-        view = view_of(live(cluster)[0])
-        after = resources(cluster)
-        yield cluster, {"create_s": round(create_s, 3), "topics": len(sizes), "partitions": len(view.partitions),
-                        "resources_before": before, "resources_after": after,
-                        **per_replica(before, after, view)}
+        try:
+            before = resources(cluster)
+            sizes = topic_sizes(args.partitions, args.topics or max(1, args.partitions // 100))
+            out.update(topics=len(sizes), partitions=sum(sizes.values()))
+            out["create_s"] = round(create_topics(cluster, sizes, min(3, args.brokers), deadline), 3)
+            after = resources(cluster)
+            out.update(resources_before=before, resources_after=after,
+                       **per_replica(before, after, view_of(live(cluster)[0])))
+            yield cluster
+        except TimeoutError:
+            out["logs"] = keep_logs(cluster)
+            raise
+
+
+def keep_logs(cluster: Cluster) -> str:
+    """Copy the brokers' logs out of the cluster's directory, which goes with the cluster."""
+    kept = tempfile.mkdtemp(prefix="scale-bench-logs-")
+    for broker_id, broker in cluster.brokers.items():
+        shutil.copy(broker.log_path, os.path.join(kept, f"broker-{broker_id}.log"))
+    return kept
 
 
 def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
-    """One repetition of steps 1-6 on a fresh cluster."""
-    deadline = Deadline(args.deadline, "a repetition")
-    with created_cluster(args, deadline) as (cluster, result):
-        first = live(cluster)[0]
-        result["metadata_ms"] = metadata_latency(first, args.samples)
-        result["sigterm"] = sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"))
-        result["controller_kill"] = controller_kill_step(cluster, Deadline(args.deadline, "controller SIGKILL step"))
+    """One repetition of steps 1-6 on a fresh cluster; a step that times out ends it (`failed`)."""
+    result: dict[str, Any] = {}
+    try:
+        with created_cluster(args, Deadline(args.deadline, "create"), result) as cluster:
+            first = live(cluster)[0]
+            result["metadata_ms"] = metadata_latency(first, args.samples)
+            sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
+                         result.setdefault("sigterm", {}))
+            controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
+    except TimeoutError as exc:
+        result["failed"] = str(exc)
     return result
 
 
 def rolling_rep(args: argparse.Namespace) -> dict[str, Any]:
     """SIGTERM each broker in turn under an acks=all producer; every acknowledged record read back."""
-    deadline = Deadline(args.deadline * (args.brokers + 1), "a rolling restart")
-    with created_cluster(args, deadline) as (cluster, result):
-        view = view_of(live(cluster)[0])
-        load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records)
-        load.warm(deadline)
-        load.start()
-        rounds = []
-        for broker in list(cluster.brokers.values()):
-            step = Deadline(args.deadline, f"rolling restart of broker {broker.broker_id}")
-            stopped = graceful_stop_under_load(cluster, broker, load, step)
-            rounds.append({**stopped, "restart": restart(cluster, broker, step)})
-        produced = load.stop(deadline)
-        produced["lost"] = lost_records(cluster.bootstrap, load.acked, deadline)
-        result.update({"rolling": rounds, "producer": produced})
+    result: dict[str, Any] = {"rolling": []}
+    deadline = Deadline(args.deadline * (args.brokers + 2), "a rolling restart")
+    try:
+        with created_cluster(args, deadline, result) as cluster:
+            view = view_of(live(cluster)[0])
+            load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records)
+            load.warm(deadline)
+            load.start()
+            try:
+                for broker in list(cluster.brokers.values()):
+                    step = Deadline(args.deadline, f"rolling restart of broker {broker.broker_id}")
+                    result["rolling"].append(done := {})
+                    graceful_stop(cluster, broker, step, done)
+                    restart(cluster, broker, Deadline(args.deadline, f"restart of broker {broker.broker_id}"),
+                            done.setdefault("restart", {}))
+            finally:
+                result["producer"] = load.stop(deadline)
+            result["producer"]["lost"] = lost_records(cluster.bootstrap, load.acked, deadline)
+    except TimeoutError as exc:
+        result["failed"] = str(exc)
     return result
 
 
@@ -480,25 +510,36 @@ def targets(session_timeout_ms: int) -> dict[str, tuple[str, float]]:
 
 def summarize(reps: list[dict[str, Any]], figures: dict[str, Callable[[dict[str, Any]], float]],
               session_timeout_ms: int) -> dict[str, dict[str, Any]]:
-    """min/median/max of every figure over the repetitions, with its target and whether the
-    worst repetition met it."""
+    """min/median/max of every figure over the repetitions that got that far, with its target,
+    met when every repetition measured it and the worst one met it."""
     bounds = targets(session_timeout_ms)
     summary = {}
     for name, figure in figures.items():
-        values = [figure(rep) for rep in reps]
-        row: dict[str, Any] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
+        values = [value for value in (_figure(figure, rep) for rep in reps) if value is not None]
+        row: dict[str, Any] = {"measured_in": len(values)}
+        if values:
+            row.update(min=min(values), median=statistics.median(values), max=max(values))
         if name in bounds:
             row["target"], bound = bounds[name]
-            row["met"] = max(values) <= bound
+            row["met"] = len(values) == len(reps) and max(values) <= bound
         summary[name] = row
     return summary
+
+
+def _figure(figure: Callable[[dict[str, Any]], float], rep: dict[str, Any]) -> float | None:
+    """One repetition's figure; None when a step before it failed."""
+    try:
+        return figure(rep)
+    except (KeyError, ValueError):  # ValueError: max() of no rolling rounds
+        return None
 
 
 def print_table(summary: dict[str, dict[str, Any]]) -> None:
     print(f"{'figure':<30}{'min':>11}{'median':>11}{'max':>11}  target")
     for name, row in summary.items():
         verdict = f"  {row['target']}: {'met' if row['met'] else 'MISSED'}" if "target" in row else ""
-        print(f"{name:<30}{row['min']:>11,.3f}{row['median']:>11,.3f}{row['max']:>11,.3f}{verdict}")
+        spread = "".join(f"{row[key]:>11,.3f}" if key in row else f"{'-':>11}" for key in ("min", "median", "max"))
+        print(f"{name:<30}{spread}{verdict}")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -513,12 +554,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-records", type=int, default=200_000, help="producer records at most per run")
     parser.add_argument("--session-timeout-ms", type=int, default=SESSION_TIMEOUT_MS)
     parser.add_argument("--deadline", type=float, default=0, help="seconds any one step may take "
-                        "(default: 60 + 0.02 per partition)")
+                        "(default: 120 + 0.03 per partition)")
     parser.add_argument("--rolling-restart", action="store_true")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "scale_bench.json"))
     args = parser.parse_args(argv)
-    args.deadline = args.deadline or 60 + 0.02 * args.partitions
+    args.deadline = args.deadline or 120 + 0.03 * args.partitions
     return args
 
 
