@@ -11,9 +11,11 @@ min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures
 2. Metadata for all topics: a raw Metadata v12 request from one connection, `--samples` times
    (the time until the whole answer is read, not decoded);
 3. SIGTERM of the (non-controller) broker leading the most partitions, while an acks=all
-   idempotent producer writes round-robin to every partition: time until the process exits,
-   partitions still led by it at that moment (Metadata of another broker right after), time
-   until every partition is led by a live broker, and the producer's failed sends;
+   idempotent producer writes round-robin to every partition (`--rate` records/s, from 5 s
+   before the signal until 2 s after the exit): time until the process exits, partitions still
+   led by it at that moment (Metadata of another broker right after), time until every partition
+   is led by a live broker, the producer's failed sends (`--message-timeout-ms`), and how long
+   records waited for their answer, sent before the signal (the steady state) and after;
 4. restart of that broker: time until it listens, time until it is back in every ISR;
 5. SIGKILL of the controller (Metadata's controller_id): time until another broker is
    controller, time until every partition is led by a live broker; then its restart as in 4
@@ -66,7 +68,8 @@ ALL_TOPICS = metadata_v12.MetadataRequest(topics=None, allow_auto_topic_creation
 READ_METADATA = entity_reader(metadata_response.MetadataResponse)
 SESSION_TIMEOUT_MS = 6000
 POLL_S = 0.1
-AFTER_EXIT_S = 2.0  # the producer keeps writing this long after the stopped broker is gone
+BEFORE_SIGNAL_S = 5.0  # the producer writes this long before the SIGTERM
+AFTER_EXIT_S = 2.0  # and this long after the stopped broker is gone
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,13 @@ def per_replica(before: dict[int, dict[str, float]], after: dict[int, dict[str, 
     return {"rss_kib_per_replica": round(rss / replicas, 2), "fds_per_replica": round(fds / replicas, 3)}
 
 
+@dataclass(frozen=True)
+class Failure:
+    error: str
+    partition: tuple[str, int]
+    sent_at: float
+
+
 @dataclass
 class Load:
     """An acks=all idempotent producer writing round-robin to `partitions` at about `rate`
@@ -236,8 +246,8 @@ class Load:
     message_timeout_ms: int = 30000
     sent: int = 0
     acked: dict[tuple[str, int], set[bytes]] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-    slowest_ack_s: float = 0.0
+    failed: list[Failure] = field(default_factory=list)
+    answered: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds until answered)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -251,8 +261,8 @@ class Load:
             self._send(topic, partition)
         self._flush(deadline)
         if self.failed:
-            raise RuntimeError(f"warm-up sends failed: {self.failed[:3]}")
-        self.slowest_ack_s = 0.0
+            raise RuntimeError(f"warm-up sends failed: {[f.error for f in self.failed[:3]]}")
+        self.answered.clear()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -265,7 +275,25 @@ class Load:
             self._thread.join(deadline.left())
         self._flush(deadline)
         return {"sent": self.sent, "acked": sum(len(v) for v in self.acked.values()), "failed": len(self.failed),
-                "failures": sorted(set(self.failed))[:5], "slowest_ack_s": round(self.slowest_ack_s, 3)}
+                "failures": sorted({f.error for f in self.failed})[:5],
+                "slowest_answer_s": round(max((s for _, s in self.answered), default=0.0), 3)}
+
+    def around(self, signalled_at: float, its_partitions: set[tuple[str, int]]) -> dict[str, Any]:
+        """Seconds until records were answered, median and slowest, for those sent before the
+        signal (the steady state) and after it; where the failed sends were: in how many
+        partitions, how many in partitions the stopped broker led, when they were sent (seconds
+        after the signal, first and last)."""
+        result: dict[str, Any] = {}
+        for name, answers in (("before", [s for at, s in self.answered if at < signalled_at]),
+                              ("after", [s for at, s in self.answered if at >= signalled_at])):
+            if answers:
+                result[f"answer_s_sent_{name}_signal"] = [round(statistics.median(answers), 3), round(max(answers), 3)]
+        if self.failed:
+            sent = [f.sent_at - signalled_at for f in self.failed]
+            result.update(failed_partitions=len({f.partition for f in self.failed}),
+                          failed_in_its_partitions=sum(1 for f in self.failed if f.partition in its_partitions),
+                          failed_sent_after_signal_s=[round(min(sent), 3), round(max(sent), 3)])
+        return result
 
     def _run(self) -> None:
         began, written = time.monotonic(), 0
@@ -282,9 +310,9 @@ class Load:
         sent_at = time.monotonic()
 
         def done(error: KafkaError | None, _message: object) -> None:
-            self.slowest_ack_s = max(self.slowest_ack_s, time.monotonic() - sent_at)
+            self.answered.append((sent_at, time.monotonic() - sent_at))
             if error is not None:
-                self.failed.append(error.name())
+                self.failed.append(Failure(error.name(), (topic, partition), sent_at))
             else:
                 self.acked.setdefault((topic, partition), set()).add(value)
 
@@ -294,7 +322,7 @@ class Load:
                 return
             except BufferError:
                 self.producer.poll(0.05)
-        self.failed.append("local queue full")
+        self.failed.append(Failure("local queue full", (topic, partition), sent_at))
 
     def _flush(self, deadline: Deadline) -> None:
         if self.producer.flush(deadline.left()) > 0:
@@ -363,14 +391,18 @@ def sigterm_step(cluster: Cluster, view: ClusterView, args: argparse.Namespace, 
     candidates = [b for b in cluster.brokers if b != view.controller_id] or list(cluster.brokers)
     target = cluster.brokers[max(candidates, key=view.led_by)]
     out["led_before"] = view.led_by(target.broker_id)
-    load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records)
+    load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records, args.message_timeout_ms)
     load.warm(deadline)
     load.start()
+    time.sleep(BEFORE_SIGNAL_S)  # the steady state the answers during the shutdown compare with
+    signalled_at = time.monotonic()
     try:
         graceful_stop(cluster, target, deadline, out)
         time.sleep(max(0.0, AFTER_EXIT_S - out["all_led_s"] + out["exit_s"]))  # writing on after the exit
     finally:
         out["producer"] = load.stop(deadline)
+        its_partitions = {key for key, p in view.partitions.items() if p.leader == target.broker_id}
+        out["producer"].update(load.around(signalled_at, its_partitions))
     restart(cluster, target, Deadline(args.deadline, "restart after SIGTERM"), out.setdefault("restart", {}))
 
 
@@ -397,18 +429,20 @@ def controller_kill_step(cluster: Cluster, seconds: float, out: dict[str, Any]) 
 def created_cluster(args: argparse.Namespace, deadline: Deadline, out: dict[str, Any]) -> Iterator[Cluster]:
     """A fresh cluster with the topics created: the create's time and the brokers' resources.
     When a step times out, the brokers' logs are kept (their directory is in `out["logs"]`)."""
-    config = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms), "min.insync.replicas": "2"}
+    replication = min(3, args.brokers)
+    config = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms),
+              "min.insync.replicas": str(min(2, replication))}
     with running_cluster(args.brokers, config) as cluster:
         try:
             before = resources(cluster)
             sizes = topic_sizes(args.partitions, args.topics or max(1, args.partitions // 100))
             out.update(topics=len(sizes), partitions=sum(sizes.values()))
-            out["create_s"] = round(create_topics(cluster, sizes, min(3, args.brokers), deadline), 3)
+            out["create_s"] = round(create_topics(cluster, sizes, replication, deadline), 3)
             after = resources(cluster)
             out.update(resources_before=before, resources_after=after,
                        **per_replica(before, after, view_of(live(cluster)[0])))
             yield cluster
-        except TimeoutError:
+        except (TimeoutError, RuntimeError):
             out["logs"] = keep_logs(cluster)
             raise
 
@@ -422,7 +456,7 @@ def keep_logs(cluster: Cluster) -> str:
 
 
 def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
-    """One repetition of steps 1-6 on a fresh cluster; a step that times out ends it (`failed`)."""
+    """One repetition of steps 1-6 on a fresh cluster; a step that fails ends it (`failed`)."""
     result: dict[str, Any] = {}
     try:
         with created_cluster(args, Deadline(args.deadline, "create"), result) as cluster:
@@ -431,7 +465,7 @@ def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
             sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
                          result.setdefault("sigterm", {}))
             controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
-    except TimeoutError as exc:
+    except (TimeoutError, RuntimeError) as exc:  # RuntimeError: a broker that did not start again
         result["failed"] = str(exc)
     return result
 
@@ -443,7 +477,8 @@ def rolling_rep(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with created_cluster(args, deadline, result) as cluster:
             view = view_of(live(cluster)[0])
-            load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records)
+            load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records,
+                        args.message_timeout_ms)
             load.warm(deadline)
             load.start()
             try:
@@ -456,7 +491,7 @@ def rolling_rep(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 result["producer"] = load.stop(deadline)
             result["producer"]["lost"] = lost_records(cluster.bootstrap, load.acked, deadline)
-    except TimeoutError as exc:
+    except (TimeoutError, RuntimeError) as exc:  # RuntimeError: a broker that did not start again
         result["failed"] = str(exc)
     return result
 
@@ -471,7 +506,9 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "sigterm_led_at_exit": lambda r: r["sigterm"]["led_at_exit"],
     "sigterm_all_led_s": lambda r: r["sigterm"]["all_led_s"],
     "sigterm_failed_sends": lambda r: r["sigterm"]["producer"]["failed"],
-    "sigterm_slowest_ack_s": lambda r: r["sigterm"]["producer"]["slowest_ack_s"],
+    "steady_answer_median_s": lambda r: r["sigterm"]["producer"]["answer_s_sent_before_signal"][0],
+    "steady_answer_max_s": lambda r: r["sigterm"]["producer"]["answer_s_sent_before_signal"][1],
+    "sigterm_slowest_answer_s": lambda r: r["sigterm"]["producer"]["slowest_answer_s"],
     "sigterm_restart_listening_s": lambda r: r["sigterm"]["restart"]["listening_s"],
     "sigterm_restart_isr_s": lambda r: r["sigterm"]["restart"]["in_every_isr_s"],
     "kill_new_controller_s": lambda r: r["controller_kill"]["new_controller_s"],
@@ -486,7 +523,7 @@ ROLLING_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "restart_isr_s_worst": lambda r: max(s["restart"]["in_every_isr_s"] for s in r["rolling"]),
     "failed_sends": lambda r: r["producer"]["failed"],
     "lost_records": lambda r: r["producer"]["lost"],
-    "slowest_ack_s": lambda r: r["producer"]["slowest_ack_s"],
+    "slowest_answer_s": lambda r: r["producer"]["slowest_answer_s"],
 }
 
 
@@ -552,6 +589,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=10, help="Metadata requests timed per repetition")
     parser.add_argument("--rate", type=int, default=1000, help="producer records per second")
     parser.add_argument("--max-records", type=int, default=200_000, help="producer records at most per run")
+    parser.add_argument("--message-timeout-ms", type=int, default=30000,
+                        help="the producer's message.timeout.ms: a send not acknowledged by then fails")
     parser.add_argument("--session-timeout-ms", type=int, default=SESSION_TIMEOUT_MS)
     parser.add_argument("--deadline", type=float, default=0, help="seconds any one step may take "
                         "(default: 120 + 0.03 per partition)")
