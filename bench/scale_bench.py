@@ -587,7 +587,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=0, help="topics to spread the partitions over "
                         "(default: one per 100 partitions)")
     parser.add_argument("--samples", type=int, default=10, help="Metadata requests timed per repetition")
-    parser.add_argument("--rate", type=int, default=1000, help="producer records per second")
+    parser.add_argument("--rate", type=int, default=200, help="producer records per second")
     parser.add_argument("--max-records", type=int, default=200_000, help="producer records at most per run")
     parser.add_argument("--message-timeout-ms", type=int, default=30000,
                         help="the producer's message.timeout.ms: a send not acknowledged by then fails")
