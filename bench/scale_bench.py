@@ -39,6 +39,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -614,9 +615,16 @@ def broker_start_deadline(seconds: float) -> Iterator[None]:
         logbus.testing.READY_TIMEOUT_S = saved
 
 
+def commit() -> str:
+    """The checkout's commit (the brokers run its code), or "" outside a git checkout."""
+    found = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, check=False)
+    return found.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(),
                                "args": {k: v for k, v in vars(args).items() if k != "out"},
                                "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "reps": []}
     rep, figures = (rolling_rep, ROLLING_FIGURES) if args.rolling_restart else (measure_rep, FIGURES)
