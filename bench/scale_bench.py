@@ -51,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.schema.metadata.v12 import request as metadata_v12  # noqa: E402
 from kio.schema.metadata.v12 import response as metadata_response  # noqa: E402
@@ -68,6 +68,7 @@ ALL_TOPICS = metadata_v12.MetadataRequest(topics=None, allow_auto_topic_creation
                                           include_topic_authorized_operations=False)
 READ_METADATA = entity_reader(metadata_response.MetadataResponse)
 SESSION_TIMEOUT_MS = 6000
+MAX_SOCKET_TIMEOUT_MS = 300_000  # librdkafka's bound on socket.timeout.ms
 POLL_S = 0.1
 BEFORE_SIGNAL_S = 5.0  # the producer writes this long before the SIGTERM
 AFTER_EXIT_S = 2.0  # and this long after the stopped broker is gone
@@ -184,7 +185,8 @@ def topic_sizes(partitions: int, topics: int) -> dict[str, int]:
 
 def create_topics(cluster: Cluster, sizes: dict[str, int], replication: int, deadline: Deadline) -> float:
     """Seconds from CreateTopics until every live broker sees every partition led with a full ISR."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+    wait_ms = min(MAX_SOCKET_TIMEOUT_MS, int(deadline.left() * 1000))  # librdkafka's 60 s would cut CreateTopics
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": wait_ms, **QUIET})
     began = time.monotonic()
     futures = admin.create_topics([NewTopic(name, count, replication) for name, count in sizes.items()],
                                   request_timeout=deadline.left())
@@ -443,7 +445,7 @@ def created_cluster(args: argparse.Namespace, deadline: Deadline, out: dict[str,
             out.update(resources_before=before, resources_after=after,
                        **per_replica(before, after, view_of(live(cluster)[0])))
             yield cluster
-        except (TimeoutError, RuntimeError):
+        except (TimeoutError, RuntimeError, KafkaException):
             out["logs"] = keep_logs(cluster)
             raise
 
@@ -466,7 +468,7 @@ def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
             sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
                          result.setdefault("sigterm", {}))
             controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
-    except (TimeoutError, RuntimeError) as exc:  # RuntimeError: a broker that did not start again
+    except (TimeoutError, RuntimeError, KafkaException) as exc:  # RuntimeError: a broker that did not start
         result["failed"] = str(exc)
     return result
 
@@ -492,7 +494,7 @@ def rolling_rep(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 result["producer"] = load.stop(deadline)
             result["producer"]["lost"] = lost_records(cluster.bootstrap, load.acked, deadline)
-    except (TimeoutError, RuntimeError) as exc:  # RuntimeError: a broker that did not start again
+    except (TimeoutError, RuntimeError, KafkaException) as exc:  # RuntimeError: a broker that did not start
         result["failed"] = str(exc)
     return result
 
