@@ -11,8 +11,8 @@ min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures
 2. Metadata for all topics: a raw Metadata v12 request from one connection, `--samples` times
    (the time until the whole answer is read, not decoded);
 3. SIGTERM of the (non-controller) broker leading the most partitions, while an acks=all
-   idempotent producer writes round-robin to every partition (`--rate` records/s, from 5 s
-   before the signal until 2 s after the exit): time until the process exits, partitions still
+   idempotent producer writes round-robin to every partition (`--rate` records/s, from
+   `--steady-s` before the signal until 2 s after the exit): time until the process exits, partitions still
    led by it at that moment (Metadata of another broker right after), time until every partition
    is led by a live broker, the producer's failed sends (`--message-timeout-ms`), and how long
    records waited for their answer, sent before the signal (the steady state) and after;
@@ -70,8 +70,7 @@ READ_METADATA = entity_reader(metadata_response.MetadataResponse)
 SESSION_TIMEOUT_MS = 6000
 MAX_SOCKET_TIMEOUT_MS = 300_000  # librdkafka's bound on socket.timeout.ms
 POLL_S = 0.1
-BEFORE_SIGNAL_S = 5.0  # the producer writes this long before the SIGTERM
-AFTER_EXIT_S = 2.0  # and this long after the stopped broker is gone
+AFTER_EXIT_S = 2.0  # the producer writes on this long after the stopped broker is gone
 
 
 @dataclass(frozen=True)
@@ -397,7 +396,7 @@ def sigterm_step(cluster: Cluster, view: ClusterView, args: argparse.Namespace, 
     load = Load(cluster.bootstrap, sorted(view.partitions), args.rate, args.max_records, args.message_timeout_ms)
     load.warm(deadline)
     load.start()
-    time.sleep(BEFORE_SIGNAL_S)  # the steady state the answers during the shutdown compare with
+    time.sleep(args.steady_s)  # the steady state the answers during the shutdown compare with
     signalled_at = time.monotonic()
     try:
         graceful_stop(cluster, target, deadline, out)
@@ -434,7 +433,7 @@ def created_cluster(args: argparse.Namespace, deadline: Deadline, out: dict[str,
     When a step times out, the brokers' logs are kept (their directory is in `out["logs"]`)."""
     replication = min(3, args.brokers)
     config = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms),
-              "min.insync.replicas": str(min(2, replication))}
+              "min.insync.replicas": str(min(2, replication)), **dict(item.split("=", 1) for item in args.set)}
     with running_cluster(args.brokers, config) as cluster:
         try:
             before = resources(cluster)
@@ -592,12 +591,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=10, help="Metadata requests timed per repetition")
     parser.add_argument("--rate", type=int, default=200, help="producer records per second")
     parser.add_argument("--max-records", type=int, default=200_000, help="producer records at most per run")
+    parser.add_argument("--steady-s", type=float, default=5.0,
+                        help="seconds the producer writes before the SIGTERM (the steady state)")
     parser.add_argument("--message-timeout-ms", type=int, default=30000,
                         help="the producer's message.timeout.ms: a send not acknowledged by then fails")
     parser.add_argument("--session-timeout-ms", type=int, default=SESSION_TIMEOUT_MS)
     parser.add_argument("--deadline", type=float, default=0, help="seconds any one step may take "
                         "(default: 120 + 0.03 per partition)")
     parser.add_argument("--rolling-restart", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting (e.g. replica.lag.time.max.ms=30000; the test clusters' is 3000)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "scale_bench.json"))
     args = parser.parse_args(argv)

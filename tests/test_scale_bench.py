@@ -14,7 +14,7 @@ from bench import scale_bench  # noqa: E402
 
 def test_one_repetition_measures_every_step() -> None:
     args = scale_bench.parse(["--partitions", "30", "--topics", "3", "--session-timeout-ms", "2000",
-                              "--rate", "200", "--samples", "3", "--deadline", "60"])
+                              "--rate", "200", "--samples", "3", "--steady-s", "1", "--deadline", "60"])
     rep = scale_bench.measure_rep(args)
     assert "failed" not in rep, rep
     assert (rep["topics"], rep["partitions"]) == (3, 30)
