@@ -28,39 +28,13 @@ import time
 from broker_bench import rss_mib  # run as a script: bench/ is on sys.path
 from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.produce.v9 import request as produce_v9
+from raw_client import Client
 
-from logbus.protocol import codec
 from logbus.protocol.records import build_batch
 from logbus.testing import running_broker
 
 TOPIC = "connections-bench"
 RSS_TARGET_MB, P99_TARGET_MS = 200, 50
-
-
-class Client:
-    """A blocking Kafka connection that sends kio requests and reads the answers whole."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.correlation = 0
-
-    def call(self, api_key: int, version: int, request: object) -> bytes:
-        self.correlation += 1
-        header = struct.pack(">hhih", api_key, version, self.correlation, 5) + b"bench\x00"
-        body = header + b"".join(codec.encode(request))
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        return self._exactly(size)
-
-    def _exactly(self, count: int) -> bytes:
-        data = bytearray()
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("broker closed the control connection")
-            data += chunk
-        return bytes(data)
 
 
 def create_topic(client: Client) -> None:

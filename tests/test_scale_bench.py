@@ -1,0 +1,44 @@
+"""bench/scale_bench.py end to end on a small cluster (30 partitions, 2 s ZooKeeper sessions), and
+how it judges its figures. The bench's numbers are not checked here, only that every step
+measures what it says."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `bench` is not installed
+
+from bench import scale_bench  # noqa: E402
+
+
+def test_one_repetition_measures_every_step() -> None:
+    args = scale_bench.parse(["--partitions", "30", "--topics", "3", "--session-timeout-ms", "2000",
+                              "--rate", "200", "--samples", "3", "--steady-s", "1", "--deadline", "60"])
+    rep = scale_bench.measure_rep(args)
+    assert "failed" not in rep, rep
+    assert (rep["topics"], rep["partitions"]) == (3, 30)
+    assert rep["create_s"] > 0 and 0 < rep["metadata_ms"]["min"] <= rep["metadata_ms"]["max"]
+    assert all(rep["resources_after"][b]["fds"] > rep["resources_before"][b]["fds"] for b in (1, 2, 3))
+    sigterm, kill = rep["sigterm"], rep["controller_kill"]
+    assert sigterm["broker"] != kill["broker"] and sigterm["led_before"] > 0  # the SIGTERM spares the controller
+    assert sigterm["exit_s"] <= sigterm["all_led_s"]
+    produced = sigterm["producer"]
+    assert produced["sent"] > 30 and produced["acked"] + produced["failed"] == produced["sent"]
+    assert kill["new_controller_s"] <= kill["all_led_s"]
+    for restarted in (sigterm["restart"], kill["restart"]):
+        assert 0 < restarted["listening_s"] <= restarted["in_every_isr_s"]
+    summary = scale_bench.summarize([rep], scale_bench.FIGURES, args.session_timeout_ms)
+    assert summary["create_s"]["min"] == summary["create_s"]["max"] == rep["create_s"]
+
+
+def test_a_target_is_met_only_when_the_worst_repetition_meets_it() -> None:
+    reps = [{"create_s": 12.0}, {"create_s": 16.0}, {"create_s": 14.0}]
+    summary = scale_bench.summarize(reps, {"create_s": lambda r: r["create_s"]}, 6000)["create_s"]
+    assert (summary["min"], summary["median"], summary["max"], summary["met"]) == (12.0, 14.0, 16.0, False)
+    assert scale_bench.summarize(reps[:1], {"create_s": lambda r: r["create_s"]}, 6000)["create_s"]["met"]
+
+
+def test_partitions_are_spread_over_the_topics() -> None:
+    assert scale_bench.topic_sizes(10, 3) == {"scale-0000": 4, "scale-0001": 3, "scale-0002": 3}
+    assert scale_bench.topic_sizes(2, 3) == {"scale-0000": 1, "scale-0001": 1}
