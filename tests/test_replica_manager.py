@@ -3,8 +3,8 @@ metadata store (the embedded one) and real logs, as Kafka's ReplicaManagerTest b
 
 Broker 1 hosts the partitions; broker 2 is a follower that never runs: its fetches are played
 through the partition's follower bookkeeping (`Partition.update_follower`, what a follower's
-Fetch does on the leader), so acks=all, min.insync.replicas and DeleteRecords' wait are tested
-without a cluster.
+Fetch does on the leader), so acks=all, min.insync.replicas, DeleteRecords' wait and a fetch's
+wait for data are tested without a cluster.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from test_storage import record_batch
 
 from logbus.cluster.appends import ACKS_ALL, Batches, TxnMarker
+from logbus.cluster.delayed_fetch import wait_for_fetchable
 from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore
 from logbus.cluster.replica_manager import ReplicaManager
 from logbus.config import BrokerConfig
@@ -149,3 +150,47 @@ def test_delete_records_waits_for_the_follower_to_adopt_the_new_log_start(tmp_pa
     asyncio.run(scenario())
 
 
+
+def test_reads_find_the_partition_with_kafkas_epoch_and_role_checks(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "led", [LEADER])
+            await create(replicas, "followed", [FOLLOWER, LEADER])
+            assert replicas.partition_to_read("led", 0, 0) is replicas.get("led", 0)
+            assert replicas.partition_to_read("followed", 0, leader_only=False) is replicas.get("followed", 0)
+            for topic, epoch, code in (("led", 1, ErrorCode.unknown_leader_epoch),
+                                       ("followed", 0, ErrorCode.not_leader_or_follower),
+                                       ("nowhere", -1, ErrorCode.unknown_topic_or_partition)):
+                with pytest.raises(KafkaApiError) as refused:
+                    replicas.partition_to_read(topic, 0, epoch)
+                assert refused.value.code == code, topic
+            # the epoch check comes first, as Kafka's: a fetcher ahead of this broker retries soon
+            with pytest.raises(KafkaApiError) as ahead:
+                replicas.partition_to_read("followed", 0, 3, leader_only=True)
+            assert ahead.value.code == ErrorCode.unknown_leader_epoch
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_fetch_wakes_a_follower_on_appended_bytes_and_a_consumer_on_the_hw(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER])
+            partition = replicas.get("t", 0)
+            deadline = asyncio.get_running_loop().time() + 30
+
+            def fetch(follower: bool, stopping: bool = False) -> asyncio.Future[None]:
+                return asyncio.ensure_future(wait_for_fetchable([(partition, 1 << 20)], 1, deadline, False, follower,
+                                                                lambda: stopping))
+
+            consumer, follower = fetch(follower=False), fetch(follower=True)
+            await asyncio.sleep(0)
+            await replicas.append_records("t", 0, batches(b"a"), 1)
+            await asyncio.wait_for(follower, 5.0)
+            await asyncio.sleep(0)
+            assert not consumer.done(), "the batch is above the HW: not a consumer's to read yet"
+            partition.update_follower(FOLLOWER, 1)
+            await asyncio.wait_for(consumer, 5.0)
+            await asyncio.wait_for(fetch(follower=False, stopping=True), 5.0)  # the broker stops: answered now
+
+    asyncio.run(scenario())

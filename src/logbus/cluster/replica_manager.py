@@ -11,7 +11,8 @@ manager -> partition -> log.
 The data plane, as Kafka's ReplicaManager: `append_records` is the one append pipeline (Produce,
 the coordinators' internal topics and transaction markers all append through it), with
 `wait_for_replicas` its delayed part for acks=all (Kafka's DelayedProduce); `delete_records`
-moves a leader's log start and waits for the live replicas to follow (DelayedDeleteRecords).
+moves a leader's log start and waits for the live replicas to follow (DelayedDeleteRecords);
+`partition_to_read` is the partition a fetch reads, with Kafka's epoch and role checks.
 
 When a log dir fails, its partitions go offline here (Kafka's HostedPartition.Offline): they
 leave `partitions` (no fetching, leading, ISR checks or checkpoints), requests for them answer
@@ -294,6 +295,24 @@ class ReplicaManager:
         if self.metadata.partition_state(topic, index) is not None:
             return ErrorCode.not_leader_or_follower
         return ErrorCode.unknown_topic_or_partition
+
+    def partition_to_read(self, topic: str, index: int, current_leader_epoch: int = -1,
+                          leader_only: bool = True) -> Partition:
+        """The partition a read is served from (Kafka's getPartitionOrException, then
+        localLogWithEpochOrThrow), else KafkaApiError: `missing_error` when it is not here; for a
+        current leader epoch the client names (>= 0) that is not this replica's,
+        FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer: this broker has not heard of
+        it yet, the client retries soon); NOT_LEADER_OR_FOLLOWER unless this replica leads, or
+        follows when not `leader_only`."""
+        partition = self.get(topic, index)
+        if partition is None:
+            raise KafkaApiError(self.missing_error(topic, index))
+        if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
+            newer = current_leader_epoch > partition.leader_epoch
+            raise KafkaApiError(ErrorCode.unknown_leader_epoch if newer else ErrorCode.fenced_leader_epoch)
+        if not (partition.is_leader or (partition.is_follower and not leader_only)):
+            raise KafkaApiError(ErrorCode.not_leader_or_follower)
+        return partition
 
     def _on_dir_failure(self, log_dir: str, keys: list[tuple[str, int]]) -> None:
         """Kafka's handleLogDirFailure: the dir's replicas stop leading and following here."""
