@@ -8,6 +8,12 @@ background; a topic created again under the same name opens its logs only once t
 are gone. API handlers reach partitions only through here: network -> api handler -> replica
 manager -> partition -> log.
 
+The data plane, as Kafka's ReplicaManager: `append_records` is the one append pipeline (Produce,
+the coordinators' internal topics and transaction markers all append through it), with
+`wait_for_replicas` its delayed part for acks=all (Kafka's DelayedProduce); `delete_records`
+moves a leader's log start and waits for the live replicas to follow (DelayedDeleteRecords);
+`partition_to_read` is the partition a fetch reads, with Kafka's epoch and role checks.
+
 When a log dir fails, its partitions go offline here (Kafka's HostedPartition.Offline): they
 leave `partitions` (no fetching, leading, ISR checks or checkpoints), requests for them answer
 KAFKA_STORAGE_ERROR (`is_offline`), and the metadata store is told, so that the controller
@@ -28,8 +34,9 @@ from ..config import BrokerConfig, LogConfig, log_config
 from ..errors import KafkaApiError
 from ..logging_config import RecurringWarning
 from ..security.listeners import ListenerEndpoint
-from ..storage.log import PartitionLog
+from ..storage.log import AppendInfo, PartitionLog
 from ..storage.manager import LogManager
+from .appends import AppendResult, Entry, append_to_leader
 from .fetcher import FetcherConfig, FetcherManager
 from .metadata import MetadataStore, MetadataWriteError, PartitionState, StalePartitionStateError, TopicMetadata
 from .partition import Partition
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ISR_RETRY_BACKOFF_S = 1.0  # a failed ISR change is asked for again after this, not at the next fetch
+HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
 REPORT_ATTEMPTS = 300  # one a second: offline replicas reach a metadata store back within 5 minutes
 
 LeadershipListener = Callable[[Partition, bool], None]
@@ -289,6 +297,24 @@ class ReplicaManager:
             return ErrorCode.not_leader_or_follower
         return ErrorCode.unknown_topic_or_partition
 
+    def partition_to_read(self, topic: str, index: int, current_leader_epoch: int = -1,
+                          leader_only: bool = True) -> Partition:
+        """The partition a read is served from (Kafka's getPartitionOrException, then
+        localLogWithEpochOrThrow), else KafkaApiError: `missing_error` when it is not here; for a
+        current leader epoch the client names (>= 0) that is not this replica's,
+        FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer: this broker has not heard of
+        it yet, the client retries soon); NOT_LEADER_OR_FOLLOWER unless this replica leads, or
+        follows when not `leader_only`."""
+        partition = self.get(topic, index)
+        if partition is None:
+            raise KafkaApiError(self.missing_error(topic, index))
+        if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
+            newer = current_leader_epoch > partition.leader_epoch
+            raise KafkaApiError(ErrorCode.unknown_leader_epoch if newer else ErrorCode.fenced_leader_epoch)
+        if not (partition.is_leader or (partition.is_follower and not leader_only)):
+            raise KafkaApiError(ErrorCode.not_leader_or_follower)
+        return partition
+
     def _on_dir_failure(self, log_dir: str, keys: list[tuple[str, int]]) -> None:
         """Kafka's handleLogDirFailure: the dir's replicas stop leading and following here."""
         for key in keys:
@@ -329,3 +355,45 @@ class ReplicaManager:
                 await partition.log.flush(self.logs.run_blocking)
             except OSError as exc:
                 raise KafkaApiError(ErrorCode.kafka_storage_error, f"flush failed: {exc.strerror or exc}") from None
+
+    async def append_records(self, topic: str, index: int, entry: Entry, acks: int,
+                             on_appended: Callable[[AppendInfo], None] | None = None) -> AppendResult:
+        """Kafka's appendRecords for one partition, up to its delayed part: find the partition
+        (`missing_error` when it is not here), append `entry` as leader (`appends.append_to_leader`),
+        then fsync when the flush policy says so. `on_appended(info)` runs as soon as the entry is in
+        the log, before the flush. A refusal raises KafkaApiError. For acks=all, a result that is
+        `awaiting_replicas` is answered after `wait_for_replicas`."""
+        partition = self.get(topic, index)
+        if partition is None:
+            raise KafkaApiError(self.missing_error(topic, index), f"{topic}-{index} is not hosted here")
+        info = append_to_leader(partition, entry, acks)
+        if on_appended is not None:
+            on_appended(info)
+        await self.flush_if_due(partition)
+        return AppendResult(partition, info, acks)
+
+    async def wait_for_replicas(self, appended: AppendResult, timeout: float) -> ErrorCode | None:
+        """Kafka's DelayedProduce: None once every ISR member has the appended entry (and the ISR
+        meets min.insync.replicas), else the code that ends the wait: REQUEST_TIMED_OUT after
+        `timeout`, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR."""
+        return await appended.partition.wait_replicated(appended.required_offset, timeout)
+
+    async def delete_records(self, topic: str, index: int, offset: int, timeout: float) -> tuple[ErrorCode, int]:
+        """Kafka's deleteRecords for one partition: as its leader, move the log start offset to
+        `offset` (-1: the high watermark), then wait up to `timeout` until every replica on a live
+        broker has adopted it from its fetches (DelayedDeleteRecords). Returns the code and the new
+        low watermark (-1 on a refusal: `missing_error`, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE
+        for a negative offset other than -1 or one above the high watermark)."""
+        partition = self.get(topic, index)
+        if partition is None:
+            return self.missing_error(topic, index), -1
+        if not partition.is_leader:
+            return ErrorCode.not_leader_or_follower, -1
+        if offset == HIGH_WATERMARK:
+            offset = partition.high_watermark
+        if offset < 0 or offset > partition.high_watermark:
+            return ErrorCode.offset_out_of_range, -1
+        start = partition.delete_records_before(offset)
+        live = {broker.broker_id for broker in self.metadata.brokers()}
+        error = await partition.wait_low_watermark(start, live, timeout)
+        return error or ErrorCode.none, start

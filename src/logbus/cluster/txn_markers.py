@@ -26,16 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as _REQUEST
 
 from ..errors import KafkaApiError
+from .appends import ACKS_ALL, TxnMarker
 from .broker_client import BrokerClients
 from .metadata import NO_LEADER, MetadataStore
-from .partition import NotEnoughReplicasError, NotLeaderError
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -63,45 +62,28 @@ async def write_marker(replicas: ReplicaManager, topic: str, index: int, produce
     """Write a COMMIT or ABORT marker to partition `topic`-`index` as its leader, wait up to
     `timeout` seconds for the ISR to have it, then call the marker listeners.
 
-    Answers as Kafka does: UNKNOWN_TOPIC_OR_PARTITION (not hosted here), NOT_LEADER_OR_FOLLOWER,
+    Appended through the replica manager's append pipeline; answers as Kafka does: the replica
+    manager's code for a partition not hosted here (UNKNOWN_TOPIC_OR_PARTITION...), NOT_LEADER_OR_FOLLOWER,
     NOT_ENOUGH_REPLICAS (before the append), INVALID_PRODUCER_EPOCH and
     TRANSACTION_COORDINATOR_FENCED (the log refuses the epochs), KAFKA_STORAGE_ERROR (the disk),
     then REQUEST_TIMED_OUT / NOT_ENOUGH_REPLICAS_AFTER_APPEND / NOT_LEADER_OR_FOLLOWER while
     waiting for the ISR; a listener that fails makes it UNKNOWN_SERVER_ERROR, as Kafka answers
     when the group coordinator cannot complete the offsets.
     """
-    partition = replicas.get(topic, index)
-    if partition is None:
-        return ErrorCode.unknown_topic_or_partition
     try:
-        info = partition.append_control_marker(producer_id, producer_epoch, commit, coordinator_epoch)
-        await replicas.flush_if_due(partition)
-    except NotLeaderError:
-        return ErrorCode.not_leader_or_follower
-    except NotEnoughReplicasError:
-        return ErrorCode.not_enough_replicas
+        appended = await replicas.append_records(
+            topic, index, TxnMarker(producer_id, producer_epoch, commit, coordinator_epoch), ACKS_ALL)
     except KafkaApiError as exc:
         return exc.code
-    except OSError as exc:
-        log.warning("cannot write a transaction marker to %s: %s", partition, exc)
-        return ErrorCode.kafka_storage_error
-    verdict = await partition.wait_replicated(info.last_offset + 1, timeout)
+    verdict = await replicas.wait_for_replicas(appended, timeout)
     if verdict is not None:
         return verdict
     try:
-        replicas.marker_written(partition, producer_id, commit)
+        replicas.marker_written(appended.partition, producer_id, commit)
     except Exception:  # noqa: BLE001 - a listener's bug must not leave the marker unanswered
-        log.exception("a marker listener failed for producer %d on %s", producer_id, partition)
+        log.exception("a marker listener failed for producer %d on %s", producer_id, appended.partition)
         return ErrorCode.unknown_server_error
     return ErrorCode.none
-
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    commit: bool
 
 
 class TxnMarkerWriter:
@@ -130,19 +112,19 @@ class TxnMarkerWriter:
         """Write the COMMIT (`commit`) or ABORT marker of producer `producer_id` to every partition;
         returns once each has its final code (see the module docstring)."""
         results: dict[PartitionKey, ErrorCode] = {}
-        marker = Marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        marker = TxnMarker(producer_id, producer_epoch, commit, coordinator_epoch)
         task = asyncio.get_running_loop().create_task(self._write_all(marker, set(partitions), results))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
         await task
         return results
 
-    async def _write_all(self, marker: Marker, partitions: set[PartitionKey],
+    async def _write_all(self, marker: TxnMarker, partitions: set[PartitionKey],
                          results: dict[PartitionKey, ErrorCode]) -> None:
         async with asyncio.TaskGroup() as group:
             self._dispatch(group, marker, partitions, results)
 
-    def _dispatch(self, group: asyncio.TaskGroup, marker: Marker, partitions: Iterable[PartitionKey],
+    def _dispatch(self, group: asyncio.TaskGroup, marker: TxnMarker, partitions: Iterable[PartitionKey],
                   results: dict[PartitionKey, ErrorCode]) -> None:
         """One write per current leader; a partition gone from the metadata is final."""
         by_leader: dict[int, list[PartitionKey]] = {}
@@ -162,7 +144,7 @@ class TxnMarkerWriter:
             return None
         return topic.partitions[key[1]].leader
 
-    async def _write_to(self, group: asyncio.TaskGroup, leader: int, marker: Marker, keys: list[PartitionKey],
+    async def _write_to(self, group: asyncio.TaskGroup, leader: int, marker: TxnMarker, keys: list[PartitionKey],
                         results: dict[PartitionKey, ErrorCode]) -> None:
         codes = await self._attempt(leader, marker, keys)
         retry = [key for key in keys if codes[key] in RETRIABLE]
@@ -173,7 +155,7 @@ class TxnMarkerWriter:
             await asyncio.sleep(self.backoff_s)
             self._dispatch(group, marker, retry, results)
 
-    async def _attempt(self, leader: int, marker: Marker, keys: list[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
+    async def _attempt(self, leader: int, marker: TxnMarker, keys: list[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
         if leader == self.broker_id:
             codes = await asyncio.gather(*(
                 write_marker(self.replicas, topic, index, marker.producer_id, marker.producer_epoch, marker.commit,
@@ -192,7 +174,7 @@ class TxnMarkerWriter:
         return _codes(response, marker, keys)
 
 
-def _request(marker: Marker, keys: list[PartitionKey]) -> Any:
+def _request(marker: TxnMarker, keys: list[PartitionKey]) -> Any:
     topics: dict[str, list[int]] = {}
     for topic, index in keys:
         topics.setdefault(topic, []).append(index)
@@ -203,7 +185,7 @@ def _request(marker: Marker, keys: list[PartitionKey]) -> Any:
     ),))
 
 
-def _codes(response: Any, marker: Marker, keys: list[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
+def _codes(response: Any, marker: TxnMarker, keys: list[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
     """Each partition's code in a leader's answer; one it did not answer is tried again."""
     answered = {(topic.name, p.partition_index): ErrorCode(p.error_code)
                 for result in response.markers if result.producer_id == marker.producer_id

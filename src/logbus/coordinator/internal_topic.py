@@ -1,12 +1,13 @@
 """An internal topic as a coordinator's durable store: `__consumer_offsets`, `__transaction_state`.
 
-Writes go the normal way data goes: a v2 batch (`records.build_batch`) appended by the
-partition as leader, flushed if the topic's flush policy says so, and answered once every
-in-sync replica has it (acks=all, as Kafka writes its coordinators' records), so a write
-survives the coordinator's death. The topic is created on first use, as Kafka does
-(compacted, with the partitions, replication and segment size its keys give); the log cleaner
-keeps the latest record per key. Reads walk a partition a chunk at a time, handing the event
-loop back between chunks, so loading a big partition does not stall the broker's clients.
+Writes go the normal way data goes: a v2 batch (`records.build_batch`) appended through the
+replica manager's one append pipeline (`ReplicaManager.append_records`: as leader, flushed if
+the topic's flush policy says so), and answered once every in-sync replica has it (acks=all,
+as Kafka writes its coordinators' records), so a write survives the coordinator's death. The
+topic is created on first use, as Kafka does (compacted, with the partitions, replication and
+segment size its keys give); the log cleaner keeps the latest record per key. Reads walk a
+partition a chunk at a time, handing the event loop back between chunks, so loading a big
+partition does not stall the broker's clients.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from ..cluster.appends import ACKS_ALL, Batches
 from ..cluster.metadata import MetadataWriteError, TopicExistsError
-from ..cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ..cluster.partition import Partition
 from ..errors import KafkaApiError
 from ..protocol.records import (
     TRANSACTIONAL_BIT,
@@ -32,7 +34,6 @@ from ..protocol.records import (
     read_end_txn_marker,
     validate_batches,
 )
-from ..storage.log import InvalidProducerEpochError
 
 if TYPE_CHECKING:
     from ..cluster.metadata import MetadataStore
@@ -137,29 +138,20 @@ class InternalTopic:
         before the wait, so that nothing written after it (a transaction marker) can find the
         caller's state without it. Raises KafkaApiError (NOT_COORDINATOR when this broker no longer
         leads the partition; INVALID_PRODUCER_EPOCH for a fenced producer's transactional batch)."""
-        partition = self.partition(index)
-        if partition is None:
+        if self.partition(index) is None:
             raise KafkaApiError(ErrorCode.not_coordinator, f"{self.name}-{index} is not hosted here")
         data = bytearray(self._batch(records, producer))
         try:
-            info = partition.append_as_leader(data, validate_batches(data), acks=-1)
-        except NotLeaderError as exc:
-            raise KafkaApiError(ErrorCode.not_coordinator, str(exc)) from None
-        except NotEnoughReplicasError as exc:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, str(exc)) from None
-        except InvalidProducerEpochError as exc:
-            raise KafkaApiError(ErrorCode.invalid_producer_epoch, str(exc)) from None
-        except OSError as exc:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, f"cannot write {self.name}: {exc}") from None
-        if on_appended is not None:
-            on_appended(info.base_offset)
-        await self.replicas.flush_if_due(partition)
-        error = await partition.wait_replicated(info.last_offset + 1, WRITE_TIMEOUT_S)
-        if error == ErrorCode.not_leader_or_follower:
-            raise KafkaApiError(ErrorCode.not_coordinator, f"{self.name}-{index} changed leader")
+            appended = await self.replicas.append_records(
+                self.name, index, Batches(data, validate_batches(data)), ACKS_ALL,
+                on_appended=None if on_appended is None else lambda info: on_appended(info.base_offset),
+            )
+            error = await self.replicas.wait_for_replicas(appended, WRITE_TIMEOUT_S)
+        except KafkaApiError as exc:
+            raise _coordinator_error(exc.code, f"cannot write {self.name}-{index}: {exc}") from None
         if error is not None:
-            raise KafkaApiError(ErrorCode.coordinator_not_available, f"{self.name}-{index}: {error.name}")
-        return info.base_offset
+            raise _coordinator_error(error, f"{self.name}-{index}: {error.name}")
+        return appended.info.base_offset
 
     def _batch(self, records: list[Record], producer: ProducerFields | None) -> bytes:
         if producer is None:
@@ -197,3 +189,14 @@ class InternalTopic:
                 return
             yield batches
             await asyncio.sleep(0)
+
+
+def _coordinator_error(code: ErrorCode, message: str) -> KafkaApiError:
+    """A failed write as its coordinator answers it: NOT_COORDINATOR when this broker no longer
+    leads the partition, INVALID_PRODUCER_EPOCH for a fenced producer, else
+    COORDINATOR_NOT_AVAILABLE (too few in-sync replicas, a timeout, the disk), which clients retry."""
+    if code == ErrorCode.not_leader_or_follower:
+        return KafkaApiError(ErrorCode.not_coordinator, message)
+    if code == ErrorCode.invalid_producer_epoch:
+        return KafkaApiError(code, message)
+    return KafkaApiError(ErrorCode.coordinator_not_available, message)

@@ -1,11 +1,12 @@
 """DeleteRecords (key 21): serves v0–v2.
 
-Advances each partition's log start offset to the offset given (-1: the high watermark);
-the answer's low watermark is the log start offset afterwards (unchanged when the offset is
-below it). As Kafka's DelayedDeleteRecords, the answer waits (up to the request's timeout)
-until every replica on a live broker has adopted the new log start from its fetches, so a
-failover after a successful DeleteRecords never brings the records back. Segments wholly below
-the new start are removed by the next retention pass, as in Kafka. Errors per partition:
+Advances each partition's log start offset to the offset given (-1: the high watermark), through
+`ReplicaManager.delete_records` (Kafka's deleteRecords); the answer's low watermark is the log
+start offset afterwards (unchanged when the offset is below it). As Kafka's
+DelayedDeleteRecords, the answer waits (up to the request's timeout) until every replica on a
+live broker has adopted the new log start from its fetches, so a failover after a successful
+DeleteRecords never brings the records back. Segments wholly below the new start are removed by
+the next retention pass, as in Kafka. Errors per partition:
 UNKNOWN_TOPIC_OR_PARTITION (no such partition), NOT_LEADER_OR_FOLLOWER (not the leader, or
 no replica here), KAFKA_STORAGE_ERROR (its log dir failed), OFFSET_OUT_OF_RANGE (negative
 other than -1, or above the high watermark), REQUEST_TIMED_OUT (a follower did not follow in time).
@@ -27,17 +28,14 @@ API_KEY = 21
 MIN_VERSION = 0
 MAX_VERSION = 2
 
-HIGH_WATERMARK = -1
-
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    live = {broker.broker_id for broker in ctx.broker.metadata.brokers()}
     timeout = max(request.timeout.total_seconds(), 0.0)
     deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     waits = [
         asyncio.gather(*(
-            _delete(module, ctx, topic.name, wanted, live, timeout)
+            _delete(module, ctx, topic.name, wanted, timeout)
             if topic.name in deletable else _answered(module, wanted, ErrorCode.topic_authorization_failed)
             for wanted in topic.partitions
         ))
@@ -50,18 +48,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     ))
 
 
-async def _delete(module: Any, ctx: RequestContext, topic: str, wanted: Any, live: set[int], timeout: float) -> Any:
-    partition = ctx.broker.replicas.get(topic, wanted.partition_index)
-    if partition is None:
-        return _result(module, wanted, ctx.broker.replicas.missing_error(topic, wanted.partition_index))
-    if not partition.is_leader:
-        return _result(module, wanted, ErrorCode.not_leader_or_follower)
-    offset = partition.high_watermark if wanted.offset == HIGH_WATERMARK else wanted.offset
-    if offset < 0 or offset > partition.high_watermark:
-        return _result(module, wanted, ErrorCode.offset_out_of_range)
-    start = partition.delete_records_before(offset)
-    error = await partition.wait_low_watermark(start, live, timeout)
-    return _result(module, wanted, error or ErrorCode.none, start)
+async def _delete(module: Any, ctx: RequestContext, topic: str, wanted: Any, timeout: float) -> Any:
+    error, low_watermark = await ctx.broker.replicas.delete_records(topic, wanted.partition_index, wanted.offset,
+                                                                    timeout)
+    return _result(module, wanted, error, low_watermark)
 
 
 async def _answered(module: Any, wanted: Any, error: ErrorCode) -> Any:

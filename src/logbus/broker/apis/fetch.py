@@ -39,14 +39,15 @@ ClusterAction on the cluster; refused partitions answer TOPIC_AUTHORIZATION_FAIL
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster.delayed_fetch import wait_for_fetchable
 from ...cluster.partition import Partition
 from ...cluster.replica_selector import ReplicaView
+from ...errors import KafkaApiError
 from ...metrics.counters import TopicTraffic
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
@@ -88,8 +89,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 or _answer_now(topics):
             break
         _close_regions(topics)
-        await _wait_for_enough(ctx, partitions, request.min_bytes - total, deadline, reader.read_committed,
-                               follower=reader.follower)
+        await wait_for_fetchable(partitions, request.min_bytes - total, deadline, reader.read_committed,
+                                 follower=reader.follower, stopping=lambda: ctx.broker.stopping)
     topics = await _read_cold(ctx, topics)
     if ctx.broker.metrics is not None and replica_id(request) < 0:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
@@ -266,7 +267,7 @@ def _read_all(
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
-            answer, size = _read_partition(module, ctx, name, partition, fetch, budget, reader,
+            answer, size = _read_partition(module, ctx, name, fetch, budget, reader,
                                            min_one_batch=total == 0, cached=cached)
             if answer is None:
                 continue
@@ -291,8 +292,8 @@ def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
 
 
 def _read_partition(
-    module: Any, ctx: RequestContext, name: str | None, partition: Partition | None, fetch: Any, budget: int,
-    reader: _Reader, min_one_batch: bool, cached: CachedPartition | None = None,
+    module: Any, ctx: RequestContext, name: str | None, fetch: Any, budget: int, reader: _Reader,
+    min_one_batch: bool, cached: CachedPartition | None = None,
 ) -> tuple[Any, int]:
     """The partition's answer and its record bytes; (None, 0) when `cached` says the fetcher has
     been told everything there is (an incremental session's quiet partition).
@@ -302,13 +303,14 @@ def _read_partition(
     its first batch even when that is larger, so that the fetcher always makes progress; a later
     one whose first batch does not fit answers no records (Kafka's ReplicaManager.readFromLog).
     """
-    if partition is None:
-        return _answer(module, fetch.partition, _missing_error(ctx, name, fetch.partition)), 0
-    epoch_error = _check_leader_epoch(partition, getattr(fetch, "current_leader_epoch", -1))  # v9+
-    if epoch_error is not None:  # first, as Kafka: a fetcher ahead of this broker retries soon
-        return _answer(module, fetch.partition, epoch_error), 0
-    if not (partition.is_leader or (partition.is_follower and reader.client_rack is not None)):
-        return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
+    if name is None:
+        return _answer(module, fetch.partition, ErrorCode.unknown_topic_id), 0
+    try:  # a consumer with a rack (v11+) may read from a follower (KIP-392)
+        partition = ctx.broker.replicas.partition_to_read(name, fetch.partition,
+                                                          getattr(fetch, "current_leader_epoch", -1),  # v9+
+                                                          leader_only=reader.client_rack is None)
+    except KafkaApiError as exc:
+        return _answer(module, fetch.partition, exc.code), 0
     if reader.follower:
         if reader.replica not in partition.state.replicas:
             return _answer(module, fetch.partition, ErrorCode.not_leader_or_follower), 0
@@ -338,12 +340,6 @@ def _read_partition(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
         data.log_start_offset, records, aborted=data.aborted_transactions,
     ), len(records)
-
-
-def _missing_error(ctx: RequestContext, name: str | None, index: int) -> ErrorCode:
-    """Why this broker has no partition to read: an unknown topic id, or the replica manager's
-    answer (a failed log dir, no replica here, or no such partition)."""
-    return ErrorCode.unknown_topic_id if name is None else ctx.broker.replicas.missing_error(name, index)
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition, fetch_offset: int,
@@ -470,14 +466,6 @@ def _diverging_epoch(partition: Partition, fetch: Any) -> tuple[int, int] | None
     return None
 
 
-def _check_leader_epoch(partition: Partition, requested: int) -> ErrorCode | None:
-    if requested < 0 or requested == partition.leader_epoch:
-        return None
-    if requested > partition.leader_epoch:
-        return ErrorCode.unknown_leader_epoch
-    return ErrorCode.fenced_leader_epoch
-
-
 def _answer(
     module: Any, index: int, error: ErrorCode, high_watermark: int = -1, last_stable: int = -1,
     log_start: int = -1, records: bytes | memoryview | FileRegion | _ColdRecords = b"",
@@ -499,60 +487,3 @@ def _aborted(module: Any, aborted: list[tuple[int, int]] | None) -> tuple | None
     if aborted is None:
         return None
     return tuple(module.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted)
-
-
-async def _wait_for_enough(
-    ctx: RequestContext, partitions: list[tuple[Partition, int]], missing: int, deadline: float,
-    read_committed: bool, follower: bool,
-) -> None:
-    """Wait until what the fetcher may read could make up `missing` bytes, or the deadline, or
-    the broker stops. As Kafka's DelayedFetch: a follower reads to the log end, so the bytes
-    appended since now count (each partition up to its max bytes), and a moved high watermark
-    answers it too (the HW it knows moves on: KIP-392's case); a consumer reads below the high
-    watermark, so only a moved HW wakes it (bytes appended above the HW of a replicated
-    partition are not its to read yet; a lone leader's HW moves with every append).
-
-    For a read_committed consumer the last stable offset counts instead: bytes appended lie
-    above it until it moves (when the HW passes a transaction's marker, or records no transaction
-    holds back), so the appends of an open transaction do not wake it.
-
-    A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
-    caller then reads for real, which may still find too little (an estimate: bytes appended
-    include batches above the partition's high watermark or before the fetch offset).
-    """
-    loop = asyncio.get_running_loop()
-    bound = _last_stable_offset if read_committed else _high_watermark
-    start = [partition.appended_bytes for partition, _ in partitions]
-    marks = [bound(partition) for partition, _ in partitions]
-    while (remaining := deadline - loop.time()) > 0 and not ctx.broker.stopping:
-        await _wait_for_data([partition for partition, _ in partitions], remaining)
-        arrived = sum(
-            min(partition.appended_bytes - before, max_bytes)
-            for (partition, max_bytes), before in zip(partitions, start, strict=True)
-        )
-        if (follower and arrived >= missing) or any(
-            bound(partition) != mark for (partition, _), mark in zip(partitions, marks, strict=True)
-        ):
-            return
-
-
-def _high_watermark(partition: Partition) -> int:
-    return partition.high_watermark
-
-
-def _last_stable_offset(partition: Partition) -> int:
-    return partition.last_stable_offset
-
-
-async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
-    """Until the HW or LEO of any of `partitions` moves, or `timeout`."""
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    for partition in partitions:
-        partition.wake_on_data(waiter)
-    try:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await waiter
-    finally:
-        for partition in partitions:
-            partition.forget_waiter(waiter)

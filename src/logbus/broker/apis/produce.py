@@ -30,7 +30,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ...cluster.appends import AppendResult, Batches
+from ...cluster.partition import Partition
 from ...config import LogConfig
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
@@ -51,7 +52,7 @@ from ...protocol.records import (
     validate_batches,
 )
 from ...security.acl import AclOperation, ResourceType
-from ...storage.log import InvalidProducerEpochError, OutOfOrderSequenceError, now_ms
+from ...storage.log import AppendInfo, now_ms
 from ..authorization import authorize
 from ..context import DeferredResponse, RequestContext
 from ..topics import INTERNAL_TOPICS, validate_topic_name
@@ -93,7 +94,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 async def _answer_once_replicated(ctx: RequestContext, module: Any, topics: list[tuple[Any, list[Any]]],
                                   timeout: float) -> Any:
-    await _wait_for_replicas(topics, timeout)
+    await _wait_for_replicas(ctx, topics, timeout)
     return _response(ctx, module, topics)
 
 
@@ -105,25 +106,25 @@ def _response(ctx: RequestContext, module: Any, topics: list[tuple[Any, list[Any
     ), node_endpoints=())
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class _AwaitingReplicas:
     """An appended partition whose acks=all answer waits for the ISR (Kafka's DelayedProduce)."""
 
-    def __init__(self, partition: Partition, offset: int, response: Any) -> None:
-        self.partition = partition
-        self.offset = offset
-        self.response = response
+    appended: AppendResult
+    response: Any
 
 
 def _failed(response: Any) -> bool:
     return not isinstance(response, _AwaitingReplicas) and response.error_code != ErrorCode.none
 
 
-async def _wait_for_replicas(topics: list[tuple[Any, list[Any]]], timeout: float) -> None:
+async def _wait_for_replicas(ctx: RequestContext, topics: list[tuple[Any, list[Any]]], timeout: float) -> None:
     """Replace every waiting partition's answer once the ISR has its records, or with the error
     that ends the wait (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER)."""
     waiting = [(responses, i, r) for _, responses in topics for i, r in enumerate(responses)
                if isinstance(r, _AwaitingReplicas)]
-    verdicts = await asyncio.gather(*(r.partition.wait_replicated(r.offset, timeout) for _, _, r in waiting))
+    verdicts = await asyncio.gather(*(ctx.broker.replicas.wait_for_replicas(r.appended, timeout)
+                                      for _, _, r in waiting))
     for (responses, i, waited), verdict in zip(waiting, verdicts, strict=True):
         response = waited.response
         if verdict is not None:
@@ -165,19 +166,27 @@ async def _produce_partition(ctx: RequestContext, module: Any, topic: str | None
         record_errors = await _check_records_off_loop_if_heavy(ctx, partition, records, header)
         if record_errors:
             return _rejected_records(module, data.index, record_errors)
-        info = _append(partition, records, [header], request.acks)
-        if broker.metrics is not None and not info.duplicate:
-            broker.metrics.traffic.produced(partition.topic, header.record_count, header.size)
-        await broker.replicas.flush_if_due(partition)
+        batches = _apply_compression_type(partition.log.config, records, [header])
+        appended = await broker.replicas.append_records(
+            partition.topic, partition.index, batches, request.acks,
+            on_appended=lambda info: _count_produced(ctx, partition.topic, header, info),
+        )
     except KafkaApiError as exc:
         return _partition_response(module, data.index, exc.code, -1, -1, -1, exc.message)
+    info = appended.info
     response = _partition_response(
         module, data.index, ErrorCode.none, info.base_offset, info.log_append_time,
-        partition.log.log_start_offset, None,
+        appended.partition.log.log_start_offset, None,
     )
-    if request.acks == -1 and partition.replicated(info.last_offset + 1) is not None:
-        return _AwaitingReplicas(partition, info.last_offset + 1, response)
+    if appended.awaiting_replicas:
+        return _AwaitingReplicas(appended, response)
     return response
+
+
+def _count_produced(ctx: RequestContext, topic: str, header: BatchHeader, info: AppendInfo) -> None:
+    """BytesIn and MessagesIn as Kafka counts them: a batch appended (not a retried duplicate)."""
+    if ctx.broker.metrics is not None and not info.duplicate:
+        ctx.broker.metrics.traffic.produced(topic, header.record_count, header.size)
 
 
 def _missing_partition_error(topic: str | None) -> KafkaApiError:
@@ -314,31 +323,13 @@ def _rejected_records(module: Any, index: int, errors: list[RecordError]) -> Any
     return _partition_response(module, index, code, -1, -1, -1, message, record_errors)
 
 
-def _append(partition: Partition, records: bytes, headers: list[BatchHeader], acks: int) -> Any:
-    records, headers = _apply_compression_type(partition.log.config, records, headers)
-    try:
-        return partition.append_as_leader(bytearray(records), headers, acks)
-    except NotLeaderError as exc:
-        raise KafkaApiError(ErrorCode.not_leader_or_follower, str(exc)) from None
-    except NotEnoughReplicasError as exc:
-        raise KafkaApiError(ErrorCode.not_enough_replicas, str(exc)) from None
-    except OutOfOrderSequenceError as exc:
-        raise KafkaApiError(ErrorCode.out_of_order_sequence_number, str(exc)) from None
-    except InvalidProducerEpochError as exc:
-        raise KafkaApiError(ErrorCode.invalid_producer_epoch, str(exc)) from None
-    except OSError as exc:
-        raise KafkaApiError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
-
-
-def _apply_compression_type(
-    config: LogConfig, records: bytes, headers: list[BatchHeader]
-) -> tuple[bytes, list[BatchHeader]]:
+def _apply_compression_type(config: LogConfig, records: bytes, headers: list[BatchHeader]) -> Batches:
     """compression.type as Kafka means it: `producer` keeps the batch as sent; a codec the
     batch does not have already recompresses it (cramjam)."""
     target = CODECS.get(config.compression_type)
     header = headers[0]
     if target is None or target == header.compression:
-        return records, headers
+        return Batches(bytearray(records), headers)
     rebuilt = recompress_batch(header, _body(config, records, header), target)
     if len(rebuilt) > config.max_message_bytes:  # Kafka checks the recompressed batch too
         raise KafkaApiError(
@@ -346,7 +337,7 @@ def _apply_compression_type(
             f"batch recompressed as {config.compression_type} is {len(rebuilt)} bytes, "
             f"over max.message.bytes={config.max_message_bytes}",
         )
-    return rebuilt, validate_batches(rebuilt)
+    return Batches(bytearray(rebuilt), validate_batches(rebuilt))
 
 
 def _partition_response(

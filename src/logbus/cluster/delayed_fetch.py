@@ -1,0 +1,69 @@
+"""Kafka's DelayedFetch: a fetch that found fewer than `min_bytes` waits here for the partitions
+it reads to have more, woken by the partitions themselves (`Partition.wake_on_data`) rather than
+by polling. Sans request: `apis/fetch.py` reads, and calls `wait_for_fetchable` between reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from .partition import Partition
+
+
+async def wait_for_fetchable(
+    partitions: list[tuple[Partition, int]], missing: int, deadline: float, read_committed: bool, follower: bool,
+    stopping: Callable[[], bool],
+) -> None:
+    """Wait until what the fetcher may read could make up `missing` bytes, or the `deadline` (in
+    event loop time), or `stopping()`. As Kafka's DelayedFetch: a follower reads to the log end, so
+    the bytes appended since now count (each partition up to its max bytes), and a moved high
+    watermark answers it too (the HW it knows moves on: KIP-392's case); a consumer reads below the
+    high watermark, so only a moved HW wakes it (bytes appended above the HW of a replicated
+    partition are not its to read yet; a lone leader's HW moves with every append).
+
+    For a read_committed consumer the last stable offset counts instead: bytes appended lie
+    above it until it moves (when the HW passes a transaction's marker, or records no transaction
+    holds back), so the appends of an open transaction do not wake it.
+
+    A wake-up compares counters only, reading nothing (Kafka's DelayedFetch.tryComplete); the
+    caller then reads for real, which may still find too little (an estimate: bytes appended
+    include batches above the partition's high watermark or before the fetch offset).
+    """
+    loop = asyncio.get_running_loop()
+    bound = _last_stable_offset if read_committed else _high_watermark
+    start = [partition.appended_bytes for partition, _ in partitions]
+    marks = [bound(partition) for partition, _ in partitions]
+    while (remaining := deadline - loop.time()) > 0 and not stopping():
+        await _wait_for_data([partition for partition, _ in partitions], remaining)
+        arrived = sum(
+            min(partition.appended_bytes - before, max_bytes)
+            for (partition, max_bytes), before in zip(partitions, start, strict=True)
+        )
+        if (follower and arrived >= missing) or any(
+            bound(partition) != mark for (partition, _), mark in zip(partitions, marks, strict=True)
+        ):
+            return
+
+
+def _high_watermark(partition: Partition) -> int:
+    return partition.high_watermark
+
+
+def _last_stable_offset(partition: Partition) -> int:
+    return partition.last_stable_offset
+
+
+async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
+    """Until the HW or LEO of any of `partitions` moves, or `timeout`."""
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.wake_on_data(waiter)
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await waiter
+    finally:
+        for partition in partitions:
+            partition.forget_waiter(waiter)

@@ -1,0 +1,196 @@
+"""The replica manager's data plane in-process (no broker): a real ReplicaManager over a real
+metadata store (the embedded one) and real logs, as Kafka's ReplicaManagerTest builds one.
+
+Broker 1 hosts the partitions; broker 2 is a follower that never runs: its fetches are played
+through the partition's follower bookkeeping (`Partition.update_follower`, what a follower's
+Fetch does on the leader), so acks=all, min.insync.replicas, DeleteRecords' wait and a fetch's
+wait for data are tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+from test_storage import record_batch
+
+from logbus.cluster.appends import ACKS_ALL, Batches, TxnMarker
+from logbus.cluster.delayed_fetch import wait_for_fetchable
+from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore
+from logbus.cluster.replica_manager import ReplicaManager
+from logbus.config import BrokerConfig
+from logbus.errors import KafkaApiError
+from logbus.protocol.records import validate_batches
+from logbus.storage.manager import LogManager
+
+LEADER, FOLLOWER = 1, 2
+
+
+@contextlib.asynccontextmanager
+async def replica_manager(directory: Path) -> AsyncIterator[ReplicaManager]:
+    """Broker 1's replica manager, started over an embedded metadata store in `directory`."""
+    store = EmbeddedMetadataStore(str(directory), LEADER)
+    await store.start()
+    replicas = ReplicaManager(LEADER, BrokerConfig({}), store, LogManager(str(directory)))
+    replicas.start()
+    try:
+        yield replicas
+    finally:
+        await replicas.stop()
+
+
+async def create(replicas: ReplicaManager, name: str, assignment: list[int], **configs: str) -> None:
+    await replicas.metadata.create_topic(name, 1, len(assignment), configs, assignments=[assignment])
+
+
+def batches(value: bytes) -> Batches:
+    data = bytearray(record_batch(value))
+    return Batches(data, validate_batches(data))
+
+
+def test_acks_all_is_answered_once_the_follower_has_fetched_past_the_batch(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER], **{"min.insync.replicas": "2"})
+            appended = await replicas.append_records("t", 0, batches(b"a"), ACKS_ALL)
+            assert appended.info.base_offset == 0 and appended.awaiting_replicas
+            waiting = asyncio.ensure_future(replicas.wait_for_replicas(appended, 30.0))
+            await asyncio.sleep(0)
+            assert not waiting.done(), "the follower has not fetched the batch yet"
+            partition = replicas.get("t", 0)
+            partition.update_follower(FOLLOWER, 0)
+            await asyncio.sleep(0)
+            assert not waiting.done() and partition.high_watermark == 0
+            partition.update_follower(FOLLOWER, 1)  # its next fetch starts after the batch
+            assert await asyncio.wait_for(waiting, 5.0) is None
+            assert partition.high_watermark == 1
+            assert not (await replicas.append_records("t", 0, batches(b"b"), 1)).awaiting_replicas
+
+    asyncio.run(scenario())
+
+
+def test_acks_all_times_out_while_the_follower_lags(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER])
+            appended = await replicas.append_records("t", 0, batches(b"a"), ACKS_ALL)
+            assert await replicas.wait_for_replicas(appended, 0.05) == ErrorCode.request_timed_out
+
+    asyncio.run(scenario())
+
+
+def test_min_insync_replicas_refuses_acks_all_appends_and_markers_but_not_acks_1(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER], **{"min.insync.replicas": "2"})
+            await replicas.metadata.alter_partition("t", 0, 0, 0, [LEADER])  # the follower fell out
+            assert replicas.get("t", 0).state.isr == [LEADER]
+            for entry in (batches(b"a"), TxnMarker(7, 0, True, 0)):
+                with pytest.raises(KafkaApiError) as refused:
+                    await replicas.append_records("t", 0, entry, ACKS_ALL)
+                assert refused.value.code == ErrorCode.not_enough_replicas
+            appended = await replicas.append_records("t", 0, batches(b"b"), 1)
+            assert appended.info.base_offset == 0 and replicas.get("t", 0).log.log_end_offset == 1
+
+    asyncio.run(scenario())
+
+
+def test_appends_to_a_partition_not_led_here_are_refused_with_kafkas_codes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "followed", [FOLLOWER, LEADER])
+            for topic, code in (("followed", ErrorCode.not_leader_or_follower),
+                                ("nowhere", ErrorCode.unknown_topic_or_partition)):
+                with pytest.raises(KafkaApiError) as refused:
+                    await replicas.append_records(topic, 0, batches(b"a"), 1)
+                assert refused.value.code == code, topic
+
+    asyncio.run(scenario())
+
+
+def test_every_append_is_fsynced_before_the_answer_when_flush_messages_says_so(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER], **{"flush.messages": "1"})
+            seen: list[int] = []
+            await replicas.append_records("t", 0, batches(b"a"), 1, on_appended=lambda info: seen.append(
+                replicas.get("t", 0).log.recovery_point))
+            await replicas.append_records("t", 0, TxnMarker(7, 0, False, 0), ACKS_ALL)
+            assert seen == [0], "on_appended runs before the flush"
+            assert replicas.get("t", 0).log.recovery_point == 2
+
+    asyncio.run(scenario())
+
+
+def test_delete_records_waits_for_the_follower_to_adopt_the_new_log_start(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER])
+            for value in (b"a", b"b", b"c"):
+                await replicas.append_records("t", 0, batches(value), 1)
+            partition = replicas.get("t", 0)
+            partition.update_follower(FOLLOWER, 3, 0)
+            assert partition.high_watermark == 3
+            assert await replicas.delete_records("t", 0, 4, 1.0) == (ErrorCode.offset_out_of_range, -1)
+            assert await replicas.delete_records("t", 0, -2, 1.0) == (ErrorCode.offset_out_of_range, -1)
+            assert await replicas.delete_records("nowhere", 0, 1, 1.0) == (ErrorCode.unknown_topic_or_partition, -1)
+            # broker 2 is not registered (not live): the leader's own log start is the low watermark
+            assert await replicas.delete_records("t", 0, 1, 1.0) == (ErrorCode.none, 1)
+            await replicas.metadata.register_broker(BrokerInfo(FOLLOWER, ()))  # live, never reached
+            deleting = asyncio.ensure_future(replicas.delete_records("t", 0, -1, 30.0))
+            await asyncio.sleep(0)
+            assert not deleting.done() and partition.log.log_start_offset == 3
+            partition.update_follower(FOLLOWER, 3, 3)
+            assert await asyncio.wait_for(deleting, 5.0) == (ErrorCode.none, 3)
+
+    asyncio.run(scenario())
+
+
+
+def test_reads_find_the_partition_with_kafkas_epoch_and_role_checks(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "led", [LEADER])
+            await create(replicas, "followed", [FOLLOWER, LEADER])
+            assert replicas.partition_to_read("led", 0, 0) is replicas.get("led", 0)
+            assert replicas.partition_to_read("followed", 0, leader_only=False) is replicas.get("followed", 0)
+            for topic, epoch, code in (("led", 1, ErrorCode.unknown_leader_epoch),
+                                       ("followed", 0, ErrorCode.not_leader_or_follower),
+                                       ("nowhere", -1, ErrorCode.unknown_topic_or_partition)):
+                with pytest.raises(KafkaApiError) as refused:
+                    replicas.partition_to_read(topic, 0, epoch)
+                assert refused.value.code == code, topic
+            # the epoch check comes first, as Kafka's: a fetcher ahead of this broker retries soon
+            with pytest.raises(KafkaApiError) as ahead:
+                replicas.partition_to_read("followed", 0, 3, leader_only=True)
+            assert ahead.value.code == ErrorCode.unknown_leader_epoch
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_fetch_wakes_a_follower_on_appended_bytes_and_a_consumer_on_the_hw(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER])
+            partition = replicas.get("t", 0)
+            deadline = asyncio.get_running_loop().time() + 30
+
+            def fetch(follower: bool, stopping: bool = False) -> asyncio.Future[None]:
+                return asyncio.ensure_future(wait_for_fetchable([(partition, 1 << 20)], 1, deadline, False, follower,
+                                                                lambda: stopping))
+
+            consumer, follower = fetch(follower=False), fetch(follower=True)
+            await asyncio.sleep(0)
+            await replicas.append_records("t", 0, batches(b"a"), 1)
+            await asyncio.wait_for(follower, 5.0)
+            await asyncio.sleep(0)
+            assert not consumer.done(), "the batch is above the HW: not a consumer's to read yet"
+            partition.update_follower(FOLLOWER, 1)
+            await asyncio.wait_for(consumer, 5.0)
+            await asyncio.wait_for(fetch(follower=False, stopping=True), 5.0)  # the broker stops: answered now
+
+    asyncio.run(scenario())
