@@ -198,11 +198,13 @@ def test_keyless_records_are_refused_by_a_compacted_topic(broker: BrokerProcess)
 
 
 def test_compact_delete_also_applies_retention() -> None:
-    config = {**BROKER_CONFIG, "log.cleanup.policy": "compact,delete", "log.retention.ms": "1500"}
+    # Retention long enough that the records are still there for the first read on a busy
+    # machine (1.5 s was not: they were gone before it), short enough to wait for.
+    config = {**BROKER_CONFIG, "log.cleanup.policy": "compact,delete", "log.retention.ms": "5000"}
     with running_broker(config=config) as broker:
         produced = produce(broker.bootstrap, "compact-delete", [(b"k%d" % i, b"v" * 100) for i in range(60)])
         assert read_all(broker.bootstrap, "compact-delete") != []
-        wait_until(lambda: read_all(broker.bootstrap, "compact-delete") == [], timeout=20,
+        wait_until(lambda: read_all(broker.bootstrap, "compact-delete") == [], timeout=30,
                    message="retention to delete every segment")
         assert watermarks(broker.bootstrap, "compact-delete") == (len(produced), len(produced))
 
