@@ -62,6 +62,7 @@ import contextlib
 import functools
 import json
 import logging
+import threading
 import time
 import uuid
 import warnings
@@ -76,6 +77,8 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -140,6 +143,9 @@ OFFLINE_REPLICAS = "/logbus/offline_replicas"  # children: brokers' replicas in 
 LOG_DIR_EVENTS = "/log_dir_event_notification"  # Kafka's: tells the controller a log dir failed
 LOG_DIR_FAILURE = 1  # Kafka's LogDirEventNotification event type
 PRODUCER_ID_BLOCK = 1000
+# A multi-op's size bound: half of ZooKeeper's jute.maxbuffer default (1 MB), which bounds a request
+MULTI_OP_BYTES = 512 * 1024
+MULTI_OP_OVERHEAD_BYTES = 32  # per set_data in a multi: header, version, lengths
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 # A write ZooKeeper did not take (out of reach) or that did not show in time: Kafka's answer
@@ -275,6 +281,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._shutting_down: frozenset[int] = frozenset()
         self._watched_topics: set[str] = set()
         self._state_watchers: dict[tuple[str, int], Callable[[Any], None]] = {}  # one watcher per znode
+        self._states_read: list[tuple[str, int, bytes, int]] = []  # read on kazoo's threads, not yet applied
+        self._states_read_lock = threading.Lock()
         self._users: UserCredentials = {}
         self._watched_users: set[str] = set()
         self._quotas: QuotaConfigs = {}
@@ -665,21 +673,25 @@ class ZooKeeperMetadataStore(MetadataStore):
         return True
 
     def _read_topic(self, name: str, assignment: dict[str, Any]) -> TopicMetadata | None:
+        """The topic with every partition's state, None while a state is missing. The states are
+        read all at once, each watched (one round trip per partition, one after another, took a
+        100-partition topic ~100 ms to enter the view)."""
         adding = assignment.get("adding_replicas") or {}
         removing = assignment.get("removing_replicas") or {}
+        replicas = [assignment["partitions"].get(str(i)) for i in range(len(assignment.get("partitions", {})))]
+        if any(r is None for r in replicas):
+            return None
+        reads = [self.client.get_async(state_path(name, i), watch=self._state_watcher(name, i))
+                 for i in range(len(replicas))]
         partitions = []
-        for index in range(len(assignment.get("partitions", {}))):
-            replicas = assignment["partitions"].get(str(index))
-            if replicas is None:
-                return None
+        for index, read in enumerate(reads):
             try:
-                raw, stat = self.client.get(state_path(name, index))
+                raw, stat = read.get()
             except NoNodeError:
                 return None  # not fully created yet (or being deleted): not in the view
-            self._watch_state(name, index)
             leader, leader_epoch, isr = decode_state(raw)
             partitions.append(PartitionState(
-                leader, leader_epoch, list(replicas), isr, stat.version,
+                leader, leader_epoch, list(replicas[index]), isr, stat.version,
                 list(adding.get(str(index), [])), list(removing.get(str(index), [])),
             ))
         configs: dict[str, str] = {}
@@ -691,11 +703,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         topic_id = assignment.get("topic_id") or str(uuid.UUID(int=0))
         return TopicMetadata(name, topic_id, partitions, configs, name in INTERNAL_TOPICS)
 
-    def _watch_state(self, name: str, index: int) -> None:
-        if (name, index) in self._state_watchers:
-            return
-        self._state_watchers[(name, index)] = lambda _event: self._read_state(name, index)
-        self._read_state(name, index)
+    def _state_watcher(self, name: str, index: int) -> Callable[[Any], None]:
+        """The one watcher of a partition's state znode: its change reads it again."""
+        watcher = self._state_watchers.get((name, index))
+        if watcher is None:
+            watcher = self._state_watchers[(name, index)] = lambda _event: self._read_state(name, index)
+        return watcher
 
     def _read_state(self, name: str, index: int) -> None:
         """Read a partition's state znode, watching it: its next change reads it again.
@@ -720,7 +733,11 @@ class ZooKeeperMetadataStore(MetadataStore):
             return
         except Exception:  # noqa: BLE001 - no connection: no watch was set; `_read_watched_states` on reconnecting
             return
-        self._post(self._apply_state, name, index, data, stat.version)
+        with self._states_read_lock:
+            self._states_read.append((name, index, data, stat.version))
+            if len(self._states_read) > 1:
+                return  # the loop applies it with those read before
+        self._post(self._apply_states_read)
 
     def _read_watched_states(self) -> None:
         """After a reconnection: read every watched state again (a new session has lost the watches,
@@ -728,23 +745,22 @@ class ZooKeeperMetadataStore(MetadataStore):
         for name, index in list(self._state_watchers):
             self._read_state(name, index)
 
-    def _apply_state(self, name: str, index: int, raw: bytes, version: int) -> None:
-        """One partition's state changed: only it is updated in the view (reading the whole topic
-        again on every change cost a 50-partition topic 2,500 reads when a broker left it)."""
-        current = self._topics.get(name)
-        if current is None or index >= len(current.partitions):
-            return  # the topic's own read brings it
-        old = current.partitions[index]
-        if version <= old.partition_epoch:
-            return
-        try:
-            leader, leader_epoch, isr = decode_state(raw)
-        except (ValueError, KeyError, TypeError):
-            log.warning("%s-%d: unreadable partition state %r", name, index, raw[:200])
-            return
-        partitions = list(current.partitions)
-        partitions[index] = replace(old, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=version)
-        self._apply_topic(name, replace(current, partitions=partitions))
+    def _apply_states_read(self) -> None:
+        """Apply every partition state read since the last call, each topic once: a controller
+        moving thousands of leaders makes thousands of reads, and one topic copy (and one
+        announcement) per read cost O(partitions²). Reading the whole topic again on every change
+        cost a 50-partition topic 2,500 reads when a broker left it."""
+        with self._states_read_lock:
+            states, self._states_read = self._states_read, []
+        by_topic: dict[str, list[tuple[int, bytes, int]]] = {}
+        for name, index, raw, version in states:
+            by_topic.setdefault(name, []).append((index, raw, version))
+        for name, changes in by_topic.items():
+            current = self._topics.get(name)
+            if current is not None:  # else the topic's own read brings it
+                partitions = _with_states(name, current.partitions, changes)
+                if partitions is not None:
+                    self._apply_topic(name, replace(current, partitions=partitions))
 
     def _apply_topic(self, name: str, metadata: TopicMetadata | None) -> None:
         current = self._topics.get(name)
@@ -1080,17 +1096,17 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def write_states_as_controller(self, writes: list[tuple[str, int, PartitionState, int]],
                                          controller_epoch_version: int) -> list[bool]:
-        """Write (topic, index, state, znode version) conditionally, each fenced by /controller_epoch;
-        sent together so that ZooKeeper commits them in few syncs. True for each one written."""
+        """Write (topic, index, state, znode version) conditionally, fenced by /controller_epoch, in
+        multi-ops of at most MULTI_OP_BYTES (Kafka's controller batches its ZooKeeper writes the same
+        way, within jute.maxbuffer). A write that lost a race (its znode moved on) is left out and the
+        rest of its batch sent again. True for each one written."""
         def write_all() -> list[bool]:
-            pending = []
             epoch = self.controller_epoch()
-            for topic, index, state, version in writes:
-                transaction = self.client.transaction()
-                transaction.check("/controller_epoch", controller_epoch_version)
-                transaction.set_data(state_path(topic, index), encode_state(state, epoch), version=version)
-                pending.append(transaction.commit_async())
-            return [_all_applied(result) for result in pending]
+            written = [False] * len(writes)
+            for batch in _multi_op_batches([(state_path(t, i), encode_state(s, epoch), v) for t, i, s, v in writes]):
+                for position in _commit_state_batch(self.client, batch, controller_epoch_version):
+                    written[position] = True
+            return written
 
         return await self._write_in_thread(write_all)
 
@@ -1340,6 +1356,25 @@ def _initial_state(replicas: list[int], live: set[int]) -> PartitionState:
     return PartitionState(leader, 0, list(replicas), isr)
 
 
+def _with_states(name: str, partitions: list[PartitionState],
+                 changes: list[tuple[int, bytes, int]]) -> list[PartitionState] | None:
+    """`partitions` with the newer of the states read (index, znode data, version) in; None when
+    none is newer."""
+    updated: list[PartitionState] | None = None
+    for index, raw, version in changes:
+        if index >= len(partitions) or version <= (updated or partitions)[index].partition_epoch:
+            continue
+        try:
+            leader, leader_epoch, isr = decode_state(raw)
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s-%d: unreadable partition state %r", name, index, raw[:200])
+            continue
+        updated = updated or list(partitions)
+        updated[index] = replace(updated[index], leader=leader, leader_epoch=leader_epoch, isr=isr,
+                                 partition_epoch=version)
+    return updated
+
+
 def _older(new: TopicMetadata, current: TopicMetadata) -> bool:
     """A read of a topic that is older than the view's (some partition's state version is lower)."""
     if new.topic_id != current.topic_id:
@@ -1349,12 +1384,45 @@ def _older(new: TopicMetadata, current: TopicMetadata) -> bool:
     )
 
 
-def _all_applied(pending: Any) -> bool:
-    """Whether every operation of a kazoo transaction committed asynchronously applied."""
-    try:
-        return not any(isinstance(result, Exception) for result in pending.get())
-    except (BadVersionError, NoNodeError):
-        return False
+StateWrite = tuple[str, bytes, int]  # znode path, data, expected version
+_NOT_TRIED = (RolledBackError, RuntimeInconsistency)  # a failed multi's other operations
+
+
+def _multi_op_batches(writes: list[StateWrite]) -> list[list[tuple[int, StateWrite]]]:
+    """`writes` (with their positions) cut into batches of at most MULTI_OP_BYTES each."""
+    batches: list[list[tuple[int, StateWrite]]] = [[]]
+    size = 0
+    for position, write in enumerate(writes):
+        cost = len(write[0]) + len(write[1]) + MULTI_OP_OVERHEAD_BYTES
+        if batches[-1] and size + cost > MULTI_OP_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append((position, write))
+        size += cost
+    return [batch for batch in batches if batch]
+
+
+def _commit_state_batch(client: KazooClient, batch: list[tuple[int, StateWrite]], epoch_version: int) -> list[int]:
+    """Commit one batch of conditional state writes as a multi-op fenced by /controller_epoch's
+    version; the positions written. A write whose znode moved on (or is gone) fails the whole
+    multi: it is left out and the others are sent again. A fenced controller writes nothing."""
+    pending = list(batch)
+    while pending:
+        transaction = client.transaction()
+        transaction.check("/controller_epoch", epoch_version)
+        for _, (path, data, version) in pending:
+            transaction.set_data(path, data, version=version)
+        results = transaction.commit()
+        if not any(isinstance(result, Exception) for result in results):
+            return [position for position, _ in pending]
+        if isinstance(results[0], Exception) and not isinstance(results[0], _NOT_TRIED):
+            return []  # another controller's epoch
+        lost = {i for i, result in enumerate(results[1:])
+                if isinstance(result, Exception) and not isinstance(result, _NOT_TRIED)}
+        if not lost:
+            raise MetadataWriteError(f"ZooKeeper refused the partition states: {results[:3]!r}")
+        pending = [write for i, write in enumerate(pending) if i not in lost]
+    return []
 
 
 def _commit(transaction: Any, failure: Callable[[], Exception]) -> None:
