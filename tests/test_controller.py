@@ -7,7 +7,16 @@ from kazoo.client import KazooClient
 
 from logbus.cluster.controller import partition_changes
 from logbus.cluster.metadata import PartitionState, TopicMetadata
-from logbus.cluster.zookeeper import MULTI_OP_BYTES, _commit_state_batch, _multi_op_batches
+from logbus.cluster.zookeeper import (
+    MULTI_OP_BYTES,
+    STATE_CHANGES,
+    _commit_state_batch,
+    _multi_op_batches,
+    decode_state_changes,
+    encode_state,
+    encode_state_changes,
+    state_path,
+)
 from logbus.testing import running_zookeeper
 
 
@@ -61,12 +70,15 @@ def test_an_offline_replica_is_treated_as_on_a_dead_broker() -> None:
 
 
 def test_writes_are_cut_into_multi_ops_within_the_size_bound() -> None:
-    writes = [(f"/brokers/topics/t/partitions/{i}/state", b"x" * 200, 0) for i in range(10_000)]
-    batches = _multi_op_batches(writes)
+    writes = [("t", i, PartitionState(1, 7, [1, 2, 3], [1, 2, 3]), 4) for i in range(10_000)]
+    batches = _multi_op_batches(writes, epoch=3)
     assert len(batches) > 1
     assert [position for batch in batches for position, _ in batch] == list(range(10_000))
     for batch in batches:
-        assert sum(len(path) + len(data) for _, (path, data, _) in batch) <= MULTI_OP_BYTES
+        states = [write for _, write in batch]
+        size = sum(len(state_path(t, i)) + len(encode_state(s, 3)) for t, i, s, _ in states)
+        entries = [(t, i, s.leader, s.leader_epoch, s.isr, v + 1) for t, i, s, v in states]
+        assert size + len(encode_state_changes(entries)) <= MULTI_OP_BYTES
 
 
 def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenced() -> None:
@@ -75,15 +87,23 @@ def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenc
         client.start(10)
         try:
             client.create("/controller_epoch", b"1")
-            for index in range(3):
-                client.create(f"/s/{index}", b"old", makepath=True)
-            client.set("/s/1", b"moved on")  # version 1 now
-            batch = list(enumerate((f"/s/{index}", b"new", 0) for index in range(3)))
-            assert _commit_state_batch(client, batch, epoch_version=0) == [0, 2]
-            assert [client.get(f"/s/{i}")[0] for i in range(3)] == [b"new", b"moved on", b"new"]
+            client.ensure_path(STATE_CHANGES)
+            for index in range(4):
+                client.create(state_path("t", index), b"old", makepath=True)
+            for moved in (1, 2):
+                client.set(state_path("t", moved), b"moved on")  # version 1 now
+            new = PartitionState(2, 1, [1, 2], [2])
+            batch = list(enumerate(("t", index, new, 0) for index in range(4)))
+            assert _commit_state_batch(client, batch, 1, epoch_version=0) == [0, 3]
+            assert [client.get(state_path("t", i))[0] for i in range(4)] == [
+                encode_state(new, 1), b"moved on", b"moved on", encode_state(new, 1)]
+            [change] = client.get_children(STATE_CHANGES)
+            assert decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0]) == [
+                ("t", 0, 2, 1, [2], 1), ("t", 3, 2, 1, [2], 1)]
             client.set("/controller_epoch", b"2")  # a successor
-            assert _commit_state_batch(client, [(0, ("/s/0", b"newer", 1))], epoch_version=0) == []
-            assert client.get("/s/0")[0] == b"new"
+            assert _commit_state_batch(client, [(0, ("t", 0, new, 1))], 1, epoch_version=0) == []
+            assert client.get(state_path("t", 0))[1].version == 1
+            assert len(client.get_children(STATE_CHANGES)) == 1
         finally:
             client.stop()
             client.close()

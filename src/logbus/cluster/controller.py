@@ -195,12 +195,18 @@ class Controller:
                 await self._handle_admin_requests()
                 await self._fix_partitions(topics)
                 await self.finish_reassignments(topics)
+                await self._delete_expired_state_changes()
             except OUT_OF_REACH as exc:
                 self._out_of_reach("controller pass stopped, ZooKeeper out of reach: %r", exc)
                 return
             except Exception:  # noqa: BLE001 - the next change triggers another pass
                 log.exception("controller pass failed")
                 return
+
+    async def _delete_expired_state_changes(self) -> None:
+        expired = self.store.expired_state_changes()
+        if expired:
+            await self.store.delete_state_changes(expired)
 
     def _decide_again(self, topic: str) -> None:
         """A write lost a race: the next pass decides `topic` again from the fresh state."""
@@ -245,8 +251,10 @@ class Controller:
         time, a broker leaving 60 partitions took 3.5 s to be out of every ISR)."""
         if not changes:
             return
+        began = time.monotonic()
         written = await self.store.write_states_as_controller(
             [(name, index, new, old.partition_epoch) for name, index, old, new in changes], self._epoch_version)
+        log.info("wrote %d of %d partition states in %.2f s", sum(written), len(changes), time.monotonic() - began)
         for (name, index, old, new), ok in zip(changes, written, strict=True):
             if not ok:
                 self._decide_again(name)  # decided from an old state: decide again from the new one
