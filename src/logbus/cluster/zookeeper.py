@@ -26,6 +26,9 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
 - `/controller` (ephemeral), `/controller_epoch`, `/latest_producer_id_block`
 - `/logbus/controlled_shutdown/<id>` (ephemeral)  logbus's own: a broker asking to lose its leaderships
+- `/logbus/state_changes/change_<seq>`            logbus's own: {"version":1,"partitions":[[topic, partition,
+                                                   leader, leader_epoch, isr, znode_version]]}, the states
+                                                   one write changed (see "State changes" below)
 - `/logbus/offline_replicas/<id>-<seq>`           logbus's own: {"version":1,"partitions":[{"topic","partition"}]},
                                                    a broker's replicas in failed log dirs (replaced whole)
 - `/log_dir_event_notification/log_dir_event_<seq>`  {"version":1,"broker":<id>,"event":1}: a log dir failed
@@ -52,7 +55,13 @@ that creates a topic writes both in one ZooKeeper transaction (Kafka's admin pat
 assignment and left the states to the controller; one transaction means no half-created topic
 is ever seen). Every partition-state write is conditional on the znode's version, which is the
 state's `partition_epoch`; a write that loses a race raises StalePartitionStateError and the
-writer decides again from the fresh state that its watch brings.
+writer decides again from the fresh state that a state change brings.
+
+State changes: brokers do not watch the partition-state znodes (one watch event per partition
+and broker when a controller moves thousands). Every write of states creates, in its transaction,
+one `/logbus/state_changes/change_<seq>` listing them; brokers read each once and apply its
+states per topic. The controller deletes those older than STATE_CHANGE_EXPIRATION_S; a broker
+that missed one (deleted before it read it, or while it was disconnected) reads every topic again.
 """
 
 from __future__ import annotations
