@@ -1143,8 +1143,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         """Write (topic, index, state, znode version) conditionally, fenced by /controller_epoch, in
         multi-ops of at most MULTI_OP_BYTES (Kafka's controller batches its ZooKeeper writes the same
         way, within jute.maxbuffer), each with one STATE_CHANGES znode listing its states for the
-        brokers. A write that lost a race (its znode moved on) is left out and the rest of its batch
-        sent again. True for each one written."""
+        brokers. A write that lost a race (its znode moved on) is left out and those of its batch
+        still current are sent once more. True for each one written."""
         def write_all() -> list[bool]:
             epoch = self.controller_epoch()
             written = [False] * len(writes)
