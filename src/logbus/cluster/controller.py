@@ -198,10 +198,19 @@ class Controller:
                 await self._delete_expired_state_changes()
             except OUT_OF_REACH as exc:
                 self._out_of_reach("controller pass stopped, ZooKeeper out of reach: %r", exc)
+                self._put_back(topics)
                 return
             except Exception:  # noqa: BLE001 - the next change triggers another pass
                 log.exception("controller pass failed")
+                self._put_back(topics)
                 return
+
+    def _put_back(self, topics: set[str] | None) -> None:
+        """A failed pass's topics join the next pass (which the next change starts)."""
+        if topics is None:
+            self._pending = None
+        elif self._pending is not None:
+            self._pending |= topics
 
     async def _delete_expired_state_changes(self) -> None:
         expired = self.store.expired_state_changes()
