@@ -184,8 +184,11 @@ class Broker:
         if request is None or not self.config["controlled.shutdown.enable"]:
             return
         timeout = self.config["zookeeper.session.timeout.ms"] / 1000
+        began = time.monotonic()
         if not await request(timeout):
             log.warning("controlled shutdown: still leading some partitions after %.0f s; stopping anyway", timeout)
+        else:
+            log.info("controlled shutdown: leading nothing after %.1f s", time.monotonic() - began)
 
     def _apply_dynamic_configs(self) -> None:
         """This broker's dynamic configs and the cluster-wide default ones, from the metadata store."""

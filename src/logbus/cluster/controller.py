@@ -6,8 +6,9 @@ transaction that also checks `/controller_epoch`'s version, so a controller that
 session (and was replaced) cannot overwrite its successor's decisions. When the active one
 dies its znode goes with its session; the others see `/controller` vanish and race to create it.
 
-The active controller reconciles: whenever brokers, partition states or admin requests change,
-it walks every partition and writes what the rules in `elections.py` say it should be (a new
+The active controller reconciles: whenever brokers or admin requests change it walks every
+partition, whenever a topic's partition states change it walks that topic's, and writes what
+the rules in `elections.py` say they should be, in batched multi-ops (a new
 leader from the live ISR with a higher leader epoch when the leader died, dead followers out of
 the ISR, an offline partition back when a replica of its last ISR returns). Requests from other
 brokers arrive as znodes (`/admin/delete_topics/<t>`, `/admin/preferred_replica_election`,
@@ -27,6 +28,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -63,7 +65,8 @@ class Controller:
         self.epoch = 0
         self._epoch_version = -1
         self._pending_deletes: list[str] = []
-        self._dirty = False
+        self._pending: set[str] | None = set()  # topics a pass must look at; None: every topic
+        self._admin_requested = True  # an election or reassignment request may be waiting
         self._pass: asyncio.Task | None = None
         self._rebalancer: asyncio.TimerHandle | None = None
         self._watching = False
@@ -72,7 +75,7 @@ class Controller:
     def start(self) -> None:
         self.store.add_session_listener(self._on_session)
         self.store.add_broker_listener(lambda _brokers: self.reconcile_soon())
-        self.store.add_listener(lambda _name, _topic: self.reconcile_soon())
+        self.store.add_listener(lambda name, _topic: self.reconcile_soon(name))
         self._on_session(True)
 
     def stop(self) -> None:
@@ -107,6 +110,7 @@ class Controller:
         if not won:
             return
         self.active = True
+        self._admin_requested = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
         if not self._watching:
             self._watching = True
@@ -140,8 +144,8 @@ class Controller:
 
     def _watch_requests(self) -> None:
         ChildrenWatch(self.client, DELETE_TOPICS, self._on_delete_requests)
-        DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store._post(self.reconcile_soon))
-        DataWatch(self.client, REASSIGN, lambda *_a: self.store._post(self.reconcile_soon))
+        DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store._post(self._on_admin_request))
+        DataWatch(self.client, REASSIGN, lambda *_a: self.store._post(self._on_admin_request))
         self.client.ensure_path(LOG_DIR_EVENTS)
         ChildrenWatch(self.client, LOG_DIR_EVENTS, self._on_log_dir_events)
 
@@ -156,6 +160,10 @@ class Controller:
         if children:
             self.store._post(self.reconcile_soon)
 
+    def _on_admin_request(self) -> None:
+        self._admin_requested = True
+        self.reconcile_soon()
+
     def _on_delete_requests(self, children: list[str]) -> None:
         self.store._post(self._set_pending_deletes, list(children))
 
@@ -165,29 +173,54 @@ class Controller:
 
     # ------------------------------------------------------------------ reconciling
 
-    def reconcile_soon(self) -> None:
-        """Run one reconciling pass (another after it if something changes meanwhile)."""
+    def reconcile_soon(self, topic: str | None = None) -> None:
+        """Run a reconciling pass over `topic`'s partitions (None: every topic's, as when brokers
+        come, go or start a controlled shutdown); another after it if something changes meanwhile.
+        A change of one topic (thousands arrive when a broker leaves) looks at that topic only."""
         if not self.active:
             return
+        if topic is None:
+            self._pending = None
+        elif self._pending is not None:
+            self._pending.add(topic)
         if self._pass is not None and not self._pass.done():
-            self._dirty = True
             return
         self._pass = asyncio.get_running_loop().create_task(self._reconcile())
 
     async def _reconcile(self) -> None:
-        while self.active:
-            self._dirty = False
+        while self.active and self._pending != set():
+            topics, self._pending = self._pending, set()
             try:
                 await self._delete_requested_topics()
                 await self._handle_admin_requests()
-                await self._fix_partitions()
-                await self.finish_reassignments()
+                await self._fix_partitions(topics)
+                await self.finish_reassignments(topics)
+                await self._delete_expired_state_changes()
             except OUT_OF_REACH as exc:
                 self._out_of_reach("controller pass stopped, ZooKeeper out of reach: %r", exc)
+                self._put_back(topics)
+                return
             except Exception:  # noqa: BLE001 - the next change triggers another pass
                 log.exception("controller pass failed")
-            if not self._dirty:
+                self._put_back(topics)
                 return
+
+    def _put_back(self, topics: set[str] | None) -> None:
+        """A failed pass's topics join the next pass (which the next change starts)."""
+        if topics is None:
+            self._pending = None
+        elif self._pending is not None:
+            self._pending |= topics
+
+    async def _delete_expired_state_changes(self) -> None:
+        expired = self.store.expired_state_changes()
+        if expired:
+            await self.store.delete_state_changes(expired)
+
+    def _decide_again(self, topic: str) -> None:
+        """A write lost a race: the next pass decides `topic` again from the fresh state."""
+        if self._pending is not None:
+            self._pending.add(topic)
 
     def _live(self) -> set[int]:
         return self.store.live_broker_ids()
@@ -200,18 +233,11 @@ class Controller:
         value = topic.configs.get("unclean.leader.election.enable")
         return self.unclean_default if value is None else value.strip().lower() == "true"
 
-    async def _fix_partitions(self) -> None:
+    async def _fix_partitions(self, topics: set[str] | None) -> None:
+        """Write what the partitions of `topics` (None: all) should be; the others are as decided."""
         live, serving = self._live(), self._serving()
-        offline = self.store.offline_replicas()
-        changes: list[StateChange] = []
-        for name, topic in list(self.store.topics().items()):
-            for index, state in enumerate(topic.partitions):
-                lost = {broker for broker, keys in offline.items() if (name, index) in keys}
-                new_state = self._decide(state, live - lost, serving - lost, self._unclean(topic))
-                if new_state is None:
-                    new_state = self._progress_reassignment(state)
-                if new_state is not None:
-                    changes.append((name, index, state, new_state))
+        changes = partition_changes(self.store.topics(), topics, live, serving, self.store.offline_replicas(),
+                                    self._unclean)
         await self._write_states(changes)
 
     @staticmethod
@@ -234,11 +260,13 @@ class Controller:
         time, a broker leaving 60 partitions took 3.5 s to be out of every ISR)."""
         if not changes:
             return
+        began = time.monotonic()
         written = await self.store.write_states_as_controller(
             [(name, index, new, old.partition_epoch) for name, index, old, new in changes], self._epoch_version)
+        log.info("wrote %d of %d partition states in %.2f s", sum(written), len(changes), time.monotonic() - began)
         for (name, index, old, new), ok in zip(changes, written, strict=True):
             if not ok:
-                self._dirty = True  # decided from an old state: decide again from the new one
+                self._decide_again(name)  # decided from an old state: decide again from the new one
             elif new.leader != old.leader:
                 log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", name, index, old.leader, new.leader,
                          new.leader_epoch, new.isr)
@@ -273,6 +301,9 @@ class Controller:
     # ------------------------------------------------------------------ elections and reassignments
 
     async def _handle_admin_requests(self) -> None:
+        if not self._admin_requested:
+            return
+        self._admin_requested = False
         election = await asyncio.to_thread(_take_request, self.client, PREFERRED_ELECTION)
         if election is not None:
             await self._run_elections(election)
@@ -312,7 +343,8 @@ class Controller:
                 return
         await self._write_assignment(topic, index, new)
 
-    def _progress_reassignment(self, state: PartitionState) -> PartitionState | None:
+    @staticmethod
+    def _progress_reassignment(state: PartitionState) -> PartitionState | None:
         """A reassignment whose new replicas are all in the ISR completes: the leader moves into
         the target replicas if it is leaving, the leaving replicas drop out of the ISR."""
         if not (state.adding_replicas or state.removing_replicas):
@@ -327,9 +359,11 @@ class Controller:
         return replace(state, leader=leader, isr=isr, partition_epoch=state.partition_epoch + 1,
                        leader_epoch=state.leader_epoch + (leader != state.leader))
 
-    async def finish_reassignments(self) -> None:
+    async def finish_reassignments(self, topics: set[str] | None = None) -> None:
         """Assignments whose partition state is final: drop the old replicas from the assignment."""
-        for _name, topic in list(self.store.topics().items()):
+        for name, topic in list(self.store.topics().items()):
+            if topics is not None and name not in topics:
+                continue
             for index, state in enumerate(topic.partitions):
                 target = state.target_replicas
                 if (state.adding_replicas or state.removing_replicas) and state.leader in target \
@@ -342,7 +376,7 @@ class Controller:
         try:
             await asyncio.to_thread(self._set_assignment, topic, partitions)
         except (BadVersionError, RuntimeError):
-            self._dirty = True
+            self._decide_again(topic.name)
 
     def _set_assignment(self, topic: TopicMetadata, partitions: list[PartitionState]) -> None:
         _, stat = self.client.get(topic_path(topic.name))
@@ -387,6 +421,27 @@ class Controller:
                 if isinstance(decided, PartitionState):
                     changes.append((name, index, state, decided))
         await self._write_states(changes)
+
+
+def partition_changes(all_topics: dict[str, TopicMetadata], topics: set[str] | None, live: set[int],
+                      serving: set[int], offline: dict[int, frozenset[tuple[str, int]]],
+                      unclean: Callable[[TopicMetadata], bool]) -> list[StateChange]:
+    """The state changes the partitions of `topics` (None: all) need, given the live brokers, those
+    that may lead (`serving`) and the replicas in failed log dirs (`offline`)."""
+    changes: list[StateChange] = []
+    names = all_topics.keys() if topics is None else topics & all_topics.keys()
+    for name in names:
+        topic = all_topics[name]
+        topic_unclean = unclean(topic)
+        for index, state in enumerate(topic.partitions):
+            lost = {broker for broker, keys in offline.items() if (name, index) in keys} if offline else set()
+            new_state = Controller._decide(state, live - lost, serving - lost, topic_unclean) if lost \
+                else Controller._decide(state, live, serving, topic_unclean)
+            if new_state is None:
+                new_state = Controller._progress_reassignment(state)
+            if new_state is not None:
+                changes.append((name, index, state, new_state))
+    return changes
 
 
 def _tree(client: Any, path: str) -> list[str]:

@@ -26,6 +26,9 @@ Layout (JSON as Kafka writes it, so an operator who knows Kafka recognises it):
 - `/admin/reassign_partitions`                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
 - `/controller` (ephemeral), `/controller_epoch`, `/latest_producer_id_block`
 - `/logbus/controlled_shutdown/<id>` (ephemeral)  logbus's own: a broker asking to lose its leaderships
+- `/logbus/state_changes/change_<seq>`            logbus's own: {"version":1,"partitions":[[topic, partition,
+                                                   leader, leader_epoch, isr, znode_version]]}, the states
+                                                   one write changed (see "State changes" below)
 - `/logbus/offline_replicas/<id>-<seq>`           logbus's own: {"version":1,"partitions":[{"topic","partition"}]},
                                                    a broker's replicas in failed log dirs (replaced whole)
 - `/log_dir_event_notification/log_dir_event_<seq>`  {"version":1,"broker":<id>,"event":1}: a log dir failed
@@ -52,7 +55,13 @@ that creates a topic writes both in one ZooKeeper transaction (Kafka's admin pat
 assignment and left the states to the controller; one transaction means no half-created topic
 is ever seen). Every partition-state write is conditional on the znode's version, which is the
 state's `partition_epoch`; a write that loses a race raises StalePartitionStateError and the
-writer decides again from the fresh state that its watch brings.
+writer decides again from the fresh state that a state change brings.
+
+State changes: brokers do not watch the partition-state znodes (one watch event per partition
+and broker when a controller moves thousands). Every write of states creates, in its transaction,
+one `/logbus/state_changes/change_<seq>` listing them; brokers read each once and apply its
+states per topic. The controller deletes those older than STATE_CHANGE_EXPIRATION_S; a broker
+that missed one (deleted before it read it, or while it was disconnected) reads every topic again.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ import contextlib
 import functools
 import json
 import logging
+import threading
 import time
 import uuid
 import warnings
@@ -76,6 +86,8 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -136,10 +148,18 @@ T = TypeVar("T")
 _UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError)
 
 CONTROLLED_SHUTDOWN = "/logbus/controlled_shutdown"  # children: brokers asking to lose their leaderships
+STATE_CHANGES = "/logbus/state_changes"  # children: batches of partition states written, for every broker
+STATE_CHANGE_PREFIX = "change_"
+STATE_CHANGE_EXPIRATION_S = 60.0  # the controller deletes older state changes
 OFFLINE_REPLICAS = "/logbus/offline_replicas"  # children: brokers' replicas in failed log dirs
 LOG_DIR_EVENTS = "/log_dir_event_notification"  # Kafka's: tells the controller a log dir failed
 LOG_DIR_FAILURE = 1  # Kafka's LogDirEventNotification event type
 PRODUCER_ID_BLOCK = 1000
+# A multi-op's size bound: half of ZooKeeper's jute.maxbuffer default (1 MB), which bounds a request
+MULTI_OP_BYTES = 512 * 1024
+MULTI_OP_OVERHEAD_BYTES = 32  # per set_data in a multi: header, version, lengths
+STATE_CHANGE_DELETES_PER_MULTI = 1000
+STATE_BATCH_ATTEMPTS = 2
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CHANGE_TIMEOUT_S = 30.0  # how long a change waits to show in this broker's view
 # A write ZooKeeper did not take (out of reach) or that did not show in time: Kafka's answer
@@ -211,6 +231,20 @@ def decode_state(raw: bytes) -> tuple[int, int, list[int]]:
     return int(state["leader"]), int(state["leader_epoch"]), [int(b) for b in state["isr"]]
 
 
+StateEntry = tuple[str, int, int, int, list[int], int]  # topic, index, leader, leader epoch, ISR, znode version
+
+
+def encode_state_changes(entries: list[StateEntry]) -> bytes:
+    """A STATE_CHANGES znode: the states one multi-op wrote, with the versions it gave their znodes."""
+    return _json({"version": 1, "partitions": [list(entry) for entry in entries]})
+
+
+def decode_state_changes(raw: bytes) -> list[StateEntry]:
+    """The states in a STATE_CHANGES znode (ValueError/KeyError/TypeError/IndexError when it is not one)."""
+    return [(str(t), int(i), int(leader), int(epoch), [int(b) for b in isr], int(version))
+            for t, i, leader, epoch, isr, version in json.loads(raw)["partitions"]]
+
+
 def encode_assignment(topic_id: str, partitions: list[PartitionState]) -> bytes:
     return _json({
         "version": 3, "topic_id": topic_id,
@@ -274,7 +308,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._shutting_down: frozenset[int] = frozenset()
         self._watched_topics: set[str] = set()
-        self._state_watchers: dict[tuple[str, int], Callable[[Any], None]] = {}  # one watcher per znode
+        self._states_read: list[StateEntry] = []  # read on kazoo's threads, not yet applied
+        self._states_read_lock = threading.Lock()
+        self._seen_state_changes: dict[str, float] = {}  # state change znodes read: their ctime (s)
         self._users: UserCredentials = {}
         self._watched_users: set[str] = set()
         self._quotas: QuotaConfigs = {}
@@ -305,7 +341,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         """Create the chroot and the fixed paths if missing; returns the cluster id (made if new)."""
         for path in ("/brokers/ids", "/brokers/topics", "/config/topics", USERS, CLIENTS, IPS, "/config/changes",
                      *(f"/config/{kind}" for kind in CONFIG_ENTITIES),
-                     "/admin/delete_topics", CONTROLLED_SHUTDOWN, LITERAL_ACLS, PREFIXED_ACLS,
+                     "/admin/delete_topics", CONTROLLED_SHUTDOWN, STATE_CHANGES, LITERAL_ACLS, PREFIXED_ACLS,
                      LITERAL_ACL_CHANGES, EXTENDED_ACL_CHANGES):
             self.client.ensure_path(path)
         with contextlib.suppress(NodeExistsError):
@@ -316,6 +352,8 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _install_watches(self) -> None:
         """Read the current state into the view and watch for changes (kazoo thread)."""
         ChildrenWatch(self.client, "/brokers/ids", self._on_broker_ids)
+        self._seen_state_changes = dict.fromkeys(self.client.get_children(STATE_CHANGES), time.time())
+        ChildrenWatch(self.client, STATE_CHANGES, self._on_state_changes)  # before the topics' reads: none missed
         ChildrenWatch(self.client, "/brokers/topics", self._on_topic_names)
         DataWatch(self.client, "/controller", self._on_controller)
         ChildrenWatch(self.client, CONTROLLED_SHUTDOWN, self._on_shutdown_requests)
@@ -668,21 +706,24 @@ class ZooKeeperMetadataStore(MetadataStore):
         return True
 
     def _read_topic(self, name: str, assignment: dict[str, Any]) -> TopicMetadata | None:
+        """The topic with every partition's state, None while a state is missing. The states are
+        read all at once (one round trip per partition, one after another, took a 100-partition
+        topic ~100 ms to enter the view); their changes arrive through STATE_CHANGES."""
         adding = assignment.get("adding_replicas") or {}
         removing = assignment.get("removing_replicas") or {}
+        replicas = [assignment["partitions"].get(str(i)) for i in range(len(assignment.get("partitions", {})))]
+        if any(r is None for r in replicas):
+            return None
+        reads = [self.client.get_async(state_path(name, i)) for i in range(len(replicas))]
         partitions = []
-        for index in range(len(assignment.get("partitions", {}))):
-            replicas = assignment["partitions"].get(str(index))
-            if replicas is None:
-                return None
+        for index, read in enumerate(reads):
             try:
-                raw, stat = self.client.get(state_path(name, index))
+                raw, stat = read.get()
             except NoNodeError:
                 return None  # not fully created yet (or being deleted): not in the view
-            self._watch_state(name, index)
             leader, leader_epoch, isr = decode_state(raw)
             partitions.append(PartitionState(
-                leader, leader_epoch, list(replicas), isr, stat.version,
+                leader, leader_epoch, list(replicas[index]), isr, stat.version,
                 list(adding.get(str(index), [])), list(removing.get(str(index), [])),
             ))
         configs: dict[str, str] = {}
@@ -694,60 +735,77 @@ class ZooKeeperMetadataStore(MetadataStore):
         topic_id = assignment.get("topic_id") or str(uuid.UUID(int=0))
         return TopicMetadata(name, topic_id, partitions, configs, name in INTERNAL_TOPICS)
 
-    def _watch_state(self, name: str, index: int) -> None:
-        if (name, index) in self._state_watchers:
-            return
-        self._state_watchers[(name, index)] = lambda _event: self._read_state(name, index)
-        self._read_state(name, index)
+    def _on_state_changes(self, children: list[str]) -> None:
+        """New state changes (kazoo thread): read each once, all at once (one round trip after
+        another, a thousand leaders' ISR changes held up the /controller watch behind them for
+        seconds), and queue their states for the loop in order. One the controller deleted before
+        it was read (this broker far behind) makes every topic be read again."""
+        unseen = [child for child in sorted(children) if child not in self._seen_state_changes]
+        reads = [self.client.get_async(f"{STATE_CHANGES}/{child}") for child in unseen]
+        for child, read in zip(unseen, reads, strict=True):
+            self._seen_state_changes[child] = time.time()
+            try:
+                raw, stat = read.get()
+                entries = decode_state_changes(raw)
+            except NoNodeError:
+                log.warning("state change %s deleted before this broker read it; reading every topic", child)
+                self._refresh_all_topics()
+                continue
+            except (ValueError, KeyError, TypeError, IndexError):
+                log.warning("ignoring an unreadable state change %s", child)
+                continue
+            self._seen_state_changes[child] = stat.ctime / 1000
+            self._queue_states(entries)
+        current = set(children)
+        self._seen_state_changes = {c: t for c, t in self._seen_state_changes.items() if c in current}
 
-    def _read_state(self, name: str, index: int) -> None:
-        """Read a partition's state znode, watching it: its next change reads it again.
+    def _refresh_all_topics(self) -> None:
+        """Read every topic again (kazoo or worker thread): after changes may have been missed."""
+        for name in list(self._watched_topics):
+            self._refresh_topic(name)
 
-        Asynchronous, from any thread, never waiting for ZooKeeper: when a controller moves many
-        leaders in one transaction, the reads of all those znodes overlap. (kazoo's DataWatch reads
-        synchronously on its one callback thread: measured, the last of 18 moved partitions reached
-        every broker ~0.5 s after the write, which a controlled shutdown's clients waited out.)
-        """
-        watcher = self._state_watchers.get((name, index))
-        if watcher is None or name not in self._watched_topics:
-            self._state_watchers.pop((name, index), None)
+    def _queue_states(self, entries: list[StateEntry]) -> None:
+        """Hand states read to the loop, which applies those queued meanwhile together."""
+        if not entries:
             return
-        self.client.get_async(state_path(name, index), watch=watcher).rawlink(
-            lambda result: self._state_read(name, index, result))
+        with self._states_read_lock:
+            posted = bool(self._states_read)
+            self._states_read.extend(entries)
+        if not posted:
+            self._post(self._apply_states_read)
 
-    def _state_read(self, name: str, index: int, result: Any) -> None:
-        try:
-            data, stat = result.get(block=False)
-        except NoNodeError:  # deleted with its topic: a new topic of that name is read (and watched) afresh
-            self._state_watchers.pop((name, index), None)
-            return
-        except Exception:  # noqa: BLE001 - no connection: no watch was set; `_read_watched_states` on reconnecting
-            return
-        self._post(self._apply_state, name, index, data, stat.version)
+    def expired_state_changes(self) -> list[str]:
+        """State changes older than STATE_CHANGE_EXPIRATION_S, for the controller to delete."""
+        oldest_kept = time.time() - STATE_CHANGE_EXPIRATION_S
+        return sorted(c for c, created in list(self._seen_state_changes.items()) if created < oldest_kept)
 
-    def _read_watched_states(self) -> None:
-        """After a reconnection: read every watched state again (a new session has lost the watches,
-        and a read cut by the disconnection set none; the same watcher is never registered twice)."""
-        for name, index in list(self._state_watchers):
-            self._read_state(name, index)
+    async def delete_state_changes(self, children: list[str]) -> None:
+        """Delete state changes every broker has had time to read (one multi-op per batch)."""
+        def delete_all() -> None:
+            for start in range(0, len(children), STATE_CHANGE_DELETES_PER_MULTI):
+                transaction = self.client.transaction()
+                for child in children[start:start + STATE_CHANGE_DELETES_PER_MULTI]:
+                    transaction.delete(f"{STATE_CHANGES}/{child}")
+                transaction.commit()  # one already gone fails the batch: the next pass deletes the rest
 
-    def _apply_state(self, name: str, index: int, raw: bytes, version: int) -> None:
-        """One partition's state changed: only it is updated in the view (reading the whole topic
-        again on every change cost a 50-partition topic 2,500 reads when a broker left it)."""
-        current = self._topics.get(name)
-        if current is None or index >= len(current.partitions):
-            return  # the topic's own read brings it
-        old = current.partitions[index]
-        if version <= old.partition_epoch:
-            return
-        try:
-            leader, leader_epoch, isr = decode_state(raw)
-        except (ValueError, KeyError, TypeError):
-            log.warning("%s-%d: unreadable partition state %r", name, index, raw[:200])
-            return
-        partitions = list(current.partitions)
-        partitions[index] = replace(old, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=version)
-        self._apply_topic(name, replace(current, partitions=partitions))
+        await self._write_in_thread(delete_all)
+
+    def _apply_states_read(self) -> None:
+        """Apply every partition state read since the last call, each topic once: a controller
+        moving thousands of leaders makes thousands of reads, and one topic copy (and one
+        announcement) per read cost O(partitions²). Reading the whole topic again on every change
+        cost a 50-partition topic 2,500 reads when a broker left it."""
+        with self._states_read_lock:
+            states, self._states_read = self._states_read, []
+        by_topic: dict[str, list[StateEntry]] = {}
+        for entry in states:
+            by_topic.setdefault(entry[0], []).append(entry)
+        for name, changes in by_topic.items():
+            current = self._topics.get(name)
+            if current is not None:  # else the topic's own read brings it
+                partitions = _with_states(current.partitions, changes)
+                if partitions is not None:
+                    self._apply_topic(name, replace(current, partitions=partitions))
 
     def _apply_topic(self, name: str, metadata: TopicMetadata | None) -> None:
         current = self._topics.get(name)
@@ -755,7 +813,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             return
         if metadata is None:
             self._topics = {n: t for n, t in self._topics.items() if n != name}
-            self._state_watchers = {key: w for key, w in self._state_watchers.items() if key[0] != name}
         else:
             if current is not None and _older(metadata, current):
                 return  # a stale read overtaken by a newer one
@@ -802,7 +859,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._post(self._session_lost)
         elif state == KazooState.CONNECTED:
             log.info("ZooKeeper connected, session 0x%x", self.session_id)
-            self._read_watched_states()
             self._post(self._session_connected)
 
     def _session_lost(self) -> None:
@@ -813,7 +869,11 @@ class ZooKeeperMetadataStore(MetadataStore):
             listener(False)
 
     def _session_connected(self) -> None:
-        if self._closing or self._registration is None:
+        if self._closing:
+            return
+        if self._watched_topics:  # state changes may have been deleted meanwhile
+            self._spawn(asyncio.to_thread(self._refresh_all_topics))
+        if self._registration is None:
             return
         self._spawn(self._reregister())
 
@@ -1073,27 +1133,28 @@ class ZooKeeperMetadataStore(MetadataStore):
         return new_state
 
     def _write_state(self, topic: str, index: int, state: PartitionState, version: int) -> int:
-        """Conditionally write a partition's state (a leader's ISR change); returns the new znode
-        version."""
-        try:
-            return self.client.set(state_path(topic, index), encode_state(state, self.controller_epoch()),
-                                   version=version).version
-        except (BadVersionError, NoNodeError):
-            raise StalePartitionStateError(f"{topic}-{index} changed meanwhile") from None
+        """Conditionally write a partition's state (a leader's ISR change) with its state change
+        for the other brokers; returns the new znode version."""
+        transaction = self.client.transaction()
+        transaction.set_data(state_path(topic, index), encode_state(state, self.controller_epoch()), version=version)
+        transaction.create(f"{STATE_CHANGES}/{STATE_CHANGE_PREFIX}", encode_state_changes(
+            [(topic, index, state.leader, state.leader_epoch, state.isr, version + 1)]), sequence=True)
+        _commit(transaction, lambda: StalePartitionStateError(f"{topic}-{index} changed meanwhile"))
+        return version + 1
 
-    async def write_states_as_controller(self, writes: list[tuple[str, int, PartitionState, int]],
-                                         controller_epoch_version: int) -> list[bool]:
-        """Write (topic, index, state, znode version) conditionally, each fenced by /controller_epoch;
-        sent together so that ZooKeeper commits them in few syncs. True for each one written."""
+    async def write_states_as_controller(self, writes: list[StateWrite], controller_epoch_version: int) -> list[bool]:
+        """Write (topic, index, state, znode version) conditionally, fenced by /controller_epoch, in
+        multi-ops of at most MULTI_OP_BYTES (Kafka's controller batches its ZooKeeper writes the same
+        way, within jute.maxbuffer), each with one STATE_CHANGES znode listing its states for the
+        brokers. A write that lost a race (its znode moved on) is left out and those of its batch
+        still current are sent once more. True for each one written."""
         def write_all() -> list[bool]:
-            pending = []
             epoch = self.controller_epoch()
-            for topic, index, state, version in writes:
-                transaction = self.client.transaction()
-                transaction.check("/controller_epoch", controller_epoch_version)
-                transaction.set_data(state_path(topic, index), encode_state(state, epoch), version=version)
-                pending.append(transaction.commit_async())
-            return [_all_applied(result) for result in pending]
+            written = [False] * len(writes)
+            for batch in _multi_op_batches(writes, epoch):
+                for position in _commit_state_batch(self.client, batch, epoch, controller_epoch_version):
+                    written[position] = True
+            return written
 
         return await self._write_in_thread(write_all)
 
@@ -1343,6 +1404,18 @@ def _initial_state(replicas: list[int], live: set[int]) -> PartitionState:
     return PartitionState(leader, 0, list(replicas), isr)
 
 
+def _with_states(partitions: list[PartitionState], changes: list[StateEntry]) -> list[PartitionState] | None:
+    """`partitions` with the newer of the states read in (by znode version); None when none is newer."""
+    updated: list[PartitionState] | None = None
+    for _name, index, leader, leader_epoch, isr, version in changes:
+        if index >= len(partitions) or version <= (updated or partitions)[index].partition_epoch:
+            continue
+        updated = updated or list(partitions)
+        updated[index] = replace(updated[index], leader=leader, leader_epoch=leader_epoch, isr=list(isr),
+                                 partition_epoch=version)
+    return updated
+
+
 def _older(new: TopicMetadata, current: TopicMetadata) -> bool:
     """A read of a topic that is older than the view's (some partition's state version is lower)."""
     if new.topic_id != current.topic_id:
@@ -1352,12 +1425,62 @@ def _older(new: TopicMetadata, current: TopicMetadata) -> bool:
     )
 
 
-def _all_applied(pending: Any) -> bool:
-    """Whether every operation of a kazoo transaction committed asynchronously applied."""
-    try:
-        return not any(isinstance(result, Exception) for result in pending.get())
-    except (BadVersionError, NoNodeError):
-        return False
+StateWrite = tuple[str, int, PartitionState, int]  # topic, index, state, expected znode version
+_NOT_TRIED = (RolledBackError, RuntimeInconsistency)  # a failed multi's other operations
+
+
+def _multi_op_batches(writes: list[StateWrite], epoch: int) -> list[list[tuple[int, StateWrite]]]:
+    """`writes` (with their positions) cut into multi-ops of at most MULTI_OP_BYTES each (the
+    state znodes' paths and data, and the state change listing them)."""
+    batches: list[list[tuple[int, StateWrite]]] = [[]]
+    size = 0
+    for position, write in enumerate(writes):
+        topic, index, state, _version = write
+        cost = len(state_path(topic, index)) + 2 * len(encode_state(state, epoch)) + MULTI_OP_OVERHEAD_BYTES
+        if batches[-1] and size + cost > MULTI_OP_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append((position, write))
+        size += cost
+    return [batch for batch in batches if batch]
+
+
+def _commit_state_batch(client: KazooClient, batch: list[tuple[int, StateWrite]], epoch: int,
+                        epoch_version: int) -> list[int]:
+    """Commit one batch of conditional state writes, and the state change listing them, as a
+    multi-op fenced by /controller_epoch's version; the positions written. A write whose znode
+    moved on (or is gone) fails the whole multi: the others still current are sent once more (a
+    second failure leaves the batch to the next pass, which decides from fresher states: leaders
+    shrinking ISRs meanwhile kept a retry loop going for 13 s). A fenced controller writes nothing."""
+    pending = list(batch)
+    for _attempt in range(STATE_BATCH_ATTEMPTS):
+        if not pending:
+            break
+        transaction = client.transaction()
+        transaction.check("/controller_epoch", epoch_version)
+        for _, (topic, index, state, version) in pending:
+            transaction.set_data(state_path(topic, index), encode_state(state, epoch), version=version)
+        transaction.create(f"{STATE_CHANGES}/{STATE_CHANGE_PREFIX}", encode_state_changes(
+            [(t, i, s.leader, s.leader_epoch, s.isr, v + 1) for _, (t, i, s, v) in pending]), sequence=True)
+        results = transaction.commit()
+        if not any(isinstance(result, Exception) for result in results):
+            return [position for position, _ in pending]
+        if isinstance(results[0], Exception) and not isinstance(results[0], _NOT_TRIED):
+            return []  # another controller's epoch
+        lost = {i for i, result in enumerate(results[1:-1])
+                if isinstance(result, Exception) and not isinstance(result, _NOT_TRIED)}
+        if not lost:
+            raise MetadataWriteError(f"ZooKeeper refused the partition states: {results[-1]!r}")
+        pending = _still_current(client, [write for i, write in enumerate(pending) if i not in lost])
+    return []
+
+
+def _still_current(client: KazooClient, pending: list[tuple[int, StateWrite]]) -> list[tuple[int, StateWrite]]:
+    """The writes whose znode still has the version they expect. A failed multi names only its
+    first stale write: after leaders had shrunk 1,300 ISRs, dropping one per attempt took minutes."""
+    stats = [client.exists_async(state_path(topic, index)) for _, (topic, index, _s, _v) in pending]
+    return [write for write, stat in zip(pending, stats, strict=True)
+            if (found := stat.get()) is not None and found.version == write[1][3]]
 
 
 def _commit(transaction: Any, failure: Callable[[], Exception]) -> None:

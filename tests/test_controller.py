@@ -1,0 +1,109 @@
+"""The controller's decisions, in process (no broker): which partition states a pass writes,
+and how its writes are cut into ZooKeeper multi-ops (issue 25)."""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+
+from logbus.cluster.controller import partition_changes
+from logbus.cluster.metadata import PartitionState, TopicMetadata
+from logbus.cluster.zookeeper import (
+    MULTI_OP_BYTES,
+    STATE_CHANGES,
+    _commit_state_batch,
+    _multi_op_batches,
+    decode_state_changes,
+    encode_state,
+    encode_state_changes,
+    state_path,
+)
+from logbus.testing import running_zookeeper
+
+
+def _topic(name: str, states: list[PartitionState]) -> TopicMetadata:
+    return TopicMetadata(name, "00000000-0000-0000-0000-000000000001", states, {})
+
+
+def _never_unclean(_topic: TopicMetadata) -> bool:
+    return False
+
+
+def _three_way(count: int) -> list[PartitionState]:
+    """`count` partitions on brokers 1-3, leaders round robin, every ISR full."""
+    states = []
+    for index in range(count):
+        replicas = [1 + (index + k) % 3 for k in range(3)]
+        states.append(PartitionState(replicas[0], 0, replicas, list(replicas), partition_epoch=0))
+    return states
+
+
+def test_a_controlled_shutdown_moves_every_leadership_and_leaves_every_isr() -> None:
+    topics = {"t": _topic("t", _three_way(30))}
+    changes = partition_changes(topics, None, live={1, 2, 3}, serving={1, 3}, offline={}, unclean=_never_unclean)
+    assert len(changes) == 30  # every partition has broker 2 as leader or follower
+    for _name, _index, old, new in changes:
+        assert new.leader != 2 and new.leader in old.isr
+        assert 2 not in new.isr
+        assert new.leader_epoch == old.leader_epoch + (old.leader == 2)
+
+
+def test_a_dead_broker_changes_only_its_partitions() -> None:
+    states = _three_way(9) + [PartitionState(1, 0, [1, 3], [1, 3])]
+    topics = {"t": _topic("t", states)}
+    changes = partition_changes(topics, None, live={1, 3}, serving={1, 3}, offline={}, unclean=_never_unclean)
+    assert [index for _name, index, _old, _new in changes] == list(range(9))  # not the one without broker 2
+
+
+def test_a_pass_over_some_topics_looks_at_those_only() -> None:
+    topics = {"a": _topic("a", _three_way(3)), "b": _topic("b", _three_way(3))}
+    changes = partition_changes(topics, {"b", "gone"}, live={1, 3}, serving={1, 3}, offline={},
+                                unclean=_never_unclean)
+    assert {name for name, *_ in changes} == {"b"}
+
+
+def test_an_offline_replica_is_treated_as_on_a_dead_broker() -> None:
+    topics = {"t": _topic("t", [PartitionState(1, 4, [1, 2, 3], [1, 2, 3])])}
+    changes = partition_changes(topics, None, live={1, 2, 3}, serving={1, 2, 3},
+                                offline={1: frozenset({("t", 0)})}, unclean=_never_unclean)
+    [(_name, _index, _old, new)] = changes
+    assert (new.leader, new.leader_epoch, new.isr) == (2, 5, [2, 3])
+
+
+def test_writes_are_cut_into_multi_ops_within_the_size_bound() -> None:
+    writes = [("t", i, PartitionState(1, 7, [1, 2, 3], [1, 2, 3]), 4) for i in range(10_000)]
+    batches = _multi_op_batches(writes, epoch=3)
+    assert len(batches) > 1
+    assert [position for batch in batches for position, _ in batch] == list(range(10_000))
+    for batch in batches:
+        states = [write for _, write in batch]
+        size = sum(len(state_path(t, i)) + len(encode_state(s, 3)) for t, i, s, _ in states)
+        entries = [(t, i, s.leader, s.leader_epoch, s.isr, v + 1) for t, i, s, v in states]
+        assert size + len(encode_state_changes(entries)) <= MULTI_OP_BYTES
+
+
+def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenced() -> None:
+    with running_zookeeper() as server:
+        client = KazooClient(hosts=server.connect_string)
+        client.start(10)
+        try:
+            client.create("/controller_epoch", b"1")
+            client.ensure_path(STATE_CHANGES)
+            for index in range(4):
+                client.create(state_path("t", index), b"old", makepath=True)
+            for moved in (1, 2):
+                client.set(state_path("t", moved), b"moved on")  # version 1 now
+            new = PartitionState(2, 1, [1, 2], [2])
+            batch = list(enumerate(("t", index, new, 0) for index in range(4)))
+            assert _commit_state_batch(client, batch, 1, epoch_version=0) == [0, 3]
+            assert [client.get(state_path("t", i))[0] for i in range(4)] == [
+                encode_state(new, 1), b"moved on", b"moved on", encode_state(new, 1)]
+            [change] = client.get_children(STATE_CHANGES)
+            assert decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0]) == [
+                ("t", 0, 2, 1, [2], 1), ("t", 3, 2, 1, [2], 1)]
+            client.set("/controller_epoch", b"2")  # a successor
+            assert _commit_state_batch(client, [(0, ("t", 0, new, 1))], 1, epoch_version=0) == []
+            assert client.get(state_path("t", 0))[1].version == 1
+            assert len(client.get_children(STATE_CHANGES)) == 1
+        finally:
+            client.stop()
+            client.close()
