@@ -68,6 +68,7 @@ class ReplicaManager:
         self.metadata = metadata
         self.logs = logs
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}  # topic -> (its configs, log config)
         self._drops: dict[str, asyncio.Task] = {}  # topic -> removal of its logs' files
         self._background: set[asyncio.Task] = set()
         self._leadership_listeners: list[LeadershipListener] = []
@@ -175,17 +176,26 @@ class ReplicaManager:
         log.info("%s: ISR -> %s (partition epoch %d)", partition, change.isr, answer.partition_epoch)
 
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
-        return log_config(self.config, topic.configs)
+        """The topic's effective log config, worked out again only when its configs (or the
+        broker's: `reconfigure_logs`) changed, not on each of its partitions' ISR changes."""
+        known = self._log_configs.get(topic.name)
+        if known is not None and known[0] == topic.configs:
+            return known[1]
+        config = log_config(self.config, topic.configs)
+        self._log_configs[topic.name] = (dict(topic.configs), config)
+        return config
 
     def reconfigure_logs(self) -> None:
         """The broker's config changed (a dynamic default such as log.retention.ms): every hosted
         log takes its topic's new effective config."""
+        self._log_configs.clear()
         for topic in self.metadata.topics().values():
             if topic.name not in self._drops:
                 self._sync_topic(topic)
 
     def _on_topic_change(self, name: str, topic: TopicMetadata | None) -> None:
         if topic is None:
+            self._log_configs.pop(name, None)
             self._drop_topic(name)
         elif name in self._drops:
             self._run_in_background(self._sync_after_drop(name))

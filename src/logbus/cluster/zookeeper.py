@@ -669,12 +669,16 @@ class ZooKeeperMetadataStore(MetadataStore):
         adding = assignment.get("adding_replicas") or {}
         removing = assignment.get("removing_replicas") or {}
         partitions = []
-        for index in range(len(assignment.get("partitions", {}))):
-            replicas = assignment["partitions"].get(str(index))
-            if replicas is None:
-                return None
+        count = len(assignment.get("partitions", {}))
+        if any(str(index) not in assignment["partitions"] for index in range(count)):
+            return None
+        # every state read sent before any answer is awaited: one round trip for the topic, not
+        # one per partition (10,000 partitions read one by one held a broker's start for seconds)
+        reads = [self.client.get_async(state_path(name, index)) for index in range(count)]
+        for index, read in enumerate(reads):
+            replicas = assignment["partitions"][str(index)]
             try:
-                raw, stat = self.client.get(state_path(name, index))
+                raw, stat = read.get()
             except NoNodeError:
                 return None  # not fully created yet (or being deleted): not in the view
             self._watch_state(name, index)
