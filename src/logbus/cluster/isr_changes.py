@@ -62,6 +62,8 @@ class IsrChangeBatcher(Generic[Owner]):
                 batch = [self._queued.pop(key) for key in keys]
                 answers = await self._write_batch([change for _, change in batch])
                 self.batches_written += 1
+                if len(batch) > 1:
+                    log.info("wrote the ISR changes of %d partitions together", len(batch))
                 for (owner, change), answer in zip(batch, answers, strict=True):
                     self._on_written(owner, change, answer)
         finally:
