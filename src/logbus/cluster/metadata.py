@@ -141,6 +141,18 @@ class PartitionState:
         return [r for r in self.replicas if r not in self.removing_replicas]
 
 
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """A leader asks for a new ISR of `topic`-`index`, conditional on the state it saw (its
+    leader epoch and partition epoch): one partition of Kafka's AlterPartition."""
+
+    topic: str
+    index: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+
+
 @dataclass(slots=True)
 class TopicMetadata:
     name: str
@@ -327,6 +339,14 @@ class MetadataStore(ABC):
         """Set the ISR of a partition this broker leads, if its state is still the one the leader
         saw (`leader_epoch` and `partition_epoch` unchanged); returns the new state, written
         before it is applied and announced. Raises StalePartitionStateError otherwise."""
+
+    async def alter_partitions(self, changes: list[IsrChange]) -> list[PartitionState | BaseException]:
+        """Several `alter_partition`s at once (Kafka's AlterPartition carries many partitions):
+        per change, in order, the new state or the exception it raised. A store that can send
+        them together overrides this."""
+        return await asyncio.gather(
+            *(self.alter_partition(c.topic, c.index, c.leader_epoch, c.partition_epoch, c.isr) for c in changes),
+            return_exceptions=True)
 
     @abstractmethod
     async def elect_leaders(self, partitions: list[PartitionKey], unclean: bool) -> dict[PartitionKey, int | None]:

@@ -38,7 +38,16 @@ from ..storage.log import AppendInfo, PartitionLog
 from ..storage.manager import LogManager
 from .appends import AppendResult, Entry, append_to_leader
 from .fetcher import FetcherConfig, FetcherManager
-from .metadata import MetadataStore, MetadataWriteError, PartitionState, StalePartitionStateError, TopicMetadata
+from .isr_changes import IsrChangeBatcher
+from .metadata import (
+    IsrChange,
+    MetadataStore,
+    MetadataWriteError,
+    PartitionState,
+    StalePartitionStateError,
+    TopicMetadata,
+    UnknownTopicError,
+)
 from .partition import Partition
 
 if TYPE_CHECKING:
@@ -68,6 +77,7 @@ class ReplicaManager:
         self.metadata = metadata
         self.logs = logs
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}  # topic -> (its configs, log config)
         self._drops: dict[str, asyncio.Task] = {}  # topic -> removal of its logs' files
         self._background: set[asyncio.Task] = set()
         self._leadership_listeners: list[LeadershipListener] = []
@@ -80,6 +90,7 @@ class ReplicaManager:
         ), config["num.replica.fetchers"], self._address_of, inter_broker_tls, inter_broker_sasl)
         self._isr_check: asyncio.TimerHandle | None = None
         self._isr_change_failed = RecurringWarning(log)
+        self.isr_changes: IsrChangeBatcher[Partition] = IsrChangeBatcher(metadata.alter_partitions, self._isr_written)
         self.offline: dict[tuple[str, int], Partition] = {}  # replicas in failed log dirs
         self._reporting = asyncio.Lock()  # offline replicas reach the metadata store in order
         logs.add_dir_failure_listener(self._on_dir_failure)
@@ -127,6 +138,7 @@ class ReplicaManager:
     async def stop(self) -> None:
         if self._isr_check is not None:
             self._isr_check.cancel()
+        await self.isr_changes.stop()
         await self.fetchers.stop()
 
     def _address_of(self, broker_id: int) -> ListenerEndpoint | None:
@@ -143,48 +155,56 @@ class ReplicaManager:
         self._schedule_isr_check()
 
     def _alter_isr(self, partition: Partition, isr: list[int]) -> None:
-        """Ask the metadata store for a new ISR, conditional on the state the leader saw. A broker
-        in controlled shutdown is not taken in: it still fetches until it stops, and once in the
-        ISR it would hold acks=all sends for replica.lag.time.max.ms after it is gone."""
+        """Ask the metadata store for a new ISR, conditional on the state the leader saw (batched
+        with the other partitions' changes: `IsrChangeBatcher`). A broker in controlled shutdown
+        is not taken in: it still fetches until it stops, and once in the ISR it would hold
+        acks=all sends for replica.lag.time.max.ms after it is gone."""
         state = partition.state
         if (set(isr) - set(state.isr)) & self.metadata.shutting_down_brokers():
             partition.isr_change_failed(maybe_written=False)
             return
-        self._run_in_background(self._write_isr(partition, state, isr))
+        self.isr_changes.submit(partition, IsrChange(partition.topic, partition.index, state.leader_epoch,
+                                                     state.partition_epoch, list(isr)))
 
-    async def _write_isr(self, partition: Partition, state: PartitionState, isr: list[int]) -> None:
-        try:
-            new_state = await self.metadata.alter_partition(
-                partition.topic, partition.index, state.leader_epoch, state.partition_epoch, isr)
-        except StalePartitionStateError:
+    def _isr_written(self, partition: Partition, change: IsrChange, answer: PartitionState | BaseException) -> None:
+        if isinstance(answer, StalePartitionStateError | UnknownTopicError):
             partition.isr_change_failed(maybe_written=False)  # the fresh state arrives through the listener
             return
-        except MetadataWriteError as exc:  # e.g. ZooKeeper out of reach
-            self._isr_change_failed("cannot change the ISR of %s to %s (retried every %g s): %s", partition, isr,
-                                    ISR_RETRY_BACKOFF_S, exc)
+        if isinstance(answer, MetadataWriteError):  # e.g. ZooKeeper out of reach
+            self._isr_change_failed("cannot change the ISR of %s to %s (retried every %g s): %s", partition,
+                                    change.isr, ISR_RETRY_BACKOFF_S, answer)
             partition.isr_change_failed(maybe_written=True, retry_after_s=ISR_RETRY_BACKOFF_S)
             return
-        except Exception:  # noqa: BLE001 - a bug: its traceback, and the change tried again later
-            log.exception("cannot change the ISR of %s to %s", partition, isr)
+        if isinstance(answer, BaseException):  # a bug: its traceback, and the change tried again later
+            log.error("cannot change the ISR of %s to %s", partition, change.isr, exc_info=answer)
             partition.isr_change_failed(maybe_written=True, retry_after_s=ISR_RETRY_BACKOFF_S)
             return
         if self.partitions.get((partition.topic, partition.index)) is partition \
-                and partition.state.partition_epoch < new_state.partition_epoch:
-            partition.update_state(new_state)
-        log.info("%s: ISR %s -> %s", partition, state.isr, isr)
+                and partition.state.partition_epoch < answer.partition_epoch:
+            partition.update_state(answer)
+        log.info("%s: ISR -> %s (partition epoch %d)", partition, change.isr, answer.partition_epoch)
 
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
-        return log_config(self.config, topic.configs)
+        """The topic's effective log config, worked out again only when its configs (or the
+        broker's: `reconfigure_logs`) changed, not on each of its partitions' ISR changes."""
+        known = self._log_configs.get(topic.name)
+        if known is not None and known[0] == topic.configs:
+            return known[1]
+        config = log_config(self.config, topic.configs)
+        self._log_configs[topic.name] = (dict(topic.configs), config)
+        return config
 
     def reconfigure_logs(self) -> None:
         """The broker's config changed (a dynamic default such as log.retention.ms): every hosted
         log takes its topic's new effective config."""
+        self._log_configs.clear()
         for topic in self.metadata.topics().values():
             if topic.name not in self._drops:
                 self._sync_topic(topic)
 
     def _on_topic_change(self, name: str, topic: TopicMetadata | None) -> None:
         if topic is None:
+            self._log_configs.pop(name, None)
             self._drop_topic(name)
         elif name in self._drops:
             self._run_in_background(self._sync_after_drop(name))

@@ -130,6 +130,7 @@ from .metadata import (
     NO_LEADER,
     BrokerIdInUseError,
     BrokerInfo,
+    IsrChange,
     MetadataStore,
     MetadataWriteError,
     PartitionKey,
@@ -1113,34 +1114,89 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     # ------------------------------------------------------------------ partition state
 
-    @runs_to_completion
     async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
                               isr: list[int]) -> PartitionState:
-        current = self._require(topic)
-        if not 0 <= index < len(current.partitions):
-            raise UnknownTopicError(f"{topic}-{index}")
-        state = current.partitions[index]
-        if (state.leader_epoch, state.partition_epoch) != (leader_epoch, partition_epoch):
-            raise StalePartitionStateError(f"{topic}-{index}: state moved on to epoch {state.leader_epoch}/"
-                                           f"{state.partition_epoch}")
-        new_state = replace(state, isr=list(isr))
-        version = await self._write_in_thread(self._write_state, topic, index, new_state, partition_epoch)
-        new_state = replace(new_state, partition_epoch=version)
-        latest = self._topics.get(topic)
-        if latest is not None and latest.partitions[index].partition_epoch < version:
-            partitions = [new_state if i == index else p for i, p in enumerate(latest.partitions)]
-            self._apply_topic(topic, replace(latest, partitions=partitions))
-        return new_state
+        (result,) = await self.alter_partitions([IsrChange(topic, index, leader_epoch, partition_epoch, isr)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
-    def _write_state(self, topic: str, index: int, state: PartitionState, version: int) -> int:
-        """Conditionally write a partition's state (a leader's ISR change) with its state change
-        for the other brokers; returns the new znode version."""
+    @runs_to_completion
+    async def alter_partitions(self, changes: list[IsrChange]) -> list[PartitionState | BaseException]:
+        """Every change checked against the view, then the state znodes written conditionally, all
+        sent at once from one thread (ZooKeeper answers them in order and commits them in few
+        syncs: one round trip for a thousand partitions, not one each). A change that loses its
+        race fails alone (StalePartitionStateError); the written ones are applied per topic."""
+        results: list[PartitionState | BaseException] = []
+        writes: list[tuple[int, PartitionState, int]] = []  # (position, new state, znode version)
+        for position, change in enumerate(changes):
+            try:
+                state = self._isr_change_base(change)
+            except (UnknownTopicError, StalePartitionStateError) as exc:
+                results.append(exc)
+                continue
+            results.append(replace(state, isr=list(change.isr)))
+            writes.append((position, results[-1], change.partition_epoch))
+        if not writes:
+            return results
+        try:
+            versions = await self._write_in_thread(self._write_states, [
+                (changes[i].topic, changes[i].index, state, version) for i, state, version in writes])
+        except MetadataWriteError as exc:
+            versions = [exc] * len(writes)
+        written: dict[str, dict[int, PartitionState]] = {}
+        for (position, state, _), version in zip(writes, versions, strict=True):
+            if isinstance(version, BaseException):
+                results[position] = version
+                continue
+            results[position] = replace(state, partition_epoch=version)
+            written.setdefault(changes[position].topic, {})[changes[position].index] = results[position]
+        for topic, states in written.items():
+            self._apply_written_states(topic, states)
+        return results
+
+    def _isr_change_base(self, change: IsrChange) -> PartitionState:
+        """The state `change` was computed from, if the view still has it."""
+        current = self._require(change.topic)
+        if not 0 <= change.index < len(current.partitions):
+            raise UnknownTopicError(f"{change.topic}-{change.index}")
+        state = current.partitions[change.index]
+        if (state.leader_epoch, state.partition_epoch) != (change.leader_epoch, change.partition_epoch):
+            raise StalePartitionStateError(f"{change.topic}-{change.index}: state moved on to epoch "
+                                           f"{state.leader_epoch}/{state.partition_epoch}")
+        return state
+
+    def _apply_written_states(self, topic: str, states: dict[int, PartitionState]) -> None:
+        """Partition states this broker wrote, into the view at once (one announcement for the
+        topic), unless their watches brought them or later ones already."""
+        latest = self._topics.get(topic)
+        if latest is None:
+            return
+        newer = {i: s for i, s in states.items()
+                 if i < len(latest.partitions) and latest.partitions[i].partition_epoch < s.partition_epoch}
+        if newer:
+            partitions = [newer.get(i, p) for i, p in enumerate(latest.partitions)]
+            self._apply_topic(topic, replace(latest, partitions=partitions))
+
+    def _write_states(self, writes: list[StateWrite]) -> list[int | BaseException]:
+        """Conditionally write partition states (a leader's ISR changes), each with the state change
+        that tells the other brokers, all sent before any answer is awaited; per write the new
+        znode version, StalePartitionStateError when the znode changed meanwhile,
+        MetadataWriteError when ZooKeeper went out of reach. One multi-op per partition, not one
+        for all: a partition that lost its race fails alone."""
+        epoch = self.controller_epoch()
+        pending = [self._state_write(topic, index, state, version, epoch).commit_async()
+                   for topic, index, state, version in writes]
+        return [_written_version(result, topic, index, version)
+                for result, (topic, index, _, version) in zip(pending, writes, strict=True)]
+
+    def _state_write(self, topic: str, index: int, state: PartitionState, version: int, epoch: int) -> Any:
+        """A kazoo transaction: the state znode if still at `version`, and its state change."""
         transaction = self.client.transaction()
-        transaction.set_data(state_path(topic, index), encode_state(state, self.controller_epoch()), version=version)
+        transaction.set_data(state_path(topic, index), encode_state(state, epoch), version=version)
         transaction.create(f"{STATE_CHANGES}/{STATE_CHANGE_PREFIX}", encode_state_changes(
             [(topic, index, state.leader, state.leader_epoch, state.isr, version + 1)]), sequence=True)
-        _commit(transaction, lambda: StalePartitionStateError(f"{topic}-{index} changed meanwhile"))
-        return version + 1
+        return transaction
 
     async def write_states_as_controller(self, writes: list[StateWrite], controller_epoch_version: int) -> list[bool]:
         """Write (topic, index, state, znode version) conditionally, fenced by /controller_epoch, in
@@ -1481,6 +1537,17 @@ def _still_current(client: KazooClient, pending: list[tuple[int, StateWrite]]) -
     stats = [client.exists_async(state_path(topic, index)) for _, (topic, index, _s, _v) in pending]
     return [write for write, stat in zip(pending, stats, strict=True)
             if (found := stat.get()) is not None and found.version == write[1][3]]
+
+
+def _written_version(pending: Any, topic: str, index: int, version: int) -> int | BaseException:
+    """The znode version an asynchronous state write (`_state_write`) left, or why it wrote nothing."""
+    try:
+        results = pending.get()
+    except _UNREACHABLE as exc:
+        return MetadataWriteError(f"ZooKeeper is out of reach: {exc!r}", TIMED_OUT)
+    if any(isinstance(result, Exception) for result in results):
+        return StalePartitionStateError(f"{topic}-{index} changed meanwhile")
+    return version + 1
 
 
 def _commit(transaction: Any, failure: Callable[[], Exception]) -> None:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned")
+
 
 class LogLoader:
     def __init__(self, log: PartitionLog) -> None:
@@ -41,11 +43,11 @@ class LogLoader:
         Returns how many bytes recovery cut from torn or corrupt tails.
         """
         os.makedirs(self.log.directory, exist_ok=True)
-        for suffix in (".tmp", ".deleted", ".cleaned"):
-            for leftover in glob.glob(os.path.join(self.log.directory, "*" + suffix)):
-                os.unlink(leftover)
-        self._complete_swaps()
-        bases = self._segment_bases()
+        names = self._remove_leftovers()
+        if any(name.endswith(".log.swap") for name in names):
+            self._complete_swaps()
+            names = _listdir(self.log.directory)
+        bases = self._segment_bases(names)
         for base in bases or [max(log_start_offset, 0)]:
             self.log._add_segment(base)
         cut, first_recovered = self._load_segments(recovery_point, clean_shutdown)
@@ -59,15 +61,29 @@ class LogLoader:
         self._rebuild_producer_state(first_recovered)
         return cut
 
-    def _segment_bases(self) -> list[int]:
+    def _remove_leftovers(self) -> list[str]:
+        """Delete the temporary files a crash left (`.tmp`, `.deleted`, `.cleaned`); the other
+        names in the directory. One listing serves the whole load: thousands of partitions each
+        listed several times (a glob per kind of file) made most of a broker's start."""
+        names = []
+        for name in _listdir(self.log.directory):
+            if name.endswith(LEFTOVER_SUFFIXES):
+                os.unlink(os.path.join(self.log.directory, name))
+            else:
+                names.append(name)
+        return names
+
+    def _segment_bases(self, names: list[str]) -> list[int]:
         """Base offsets of the `<20 digits>.log` files; any other `.log` file is left alone."""
         bases = []
-        for path in glob.glob(os.path.join(self.log.directory, "*.log")):
-            stem = os.path.basename(path)[:-4]
+        for name in names:
+            if not name.endswith(".log"):
+                continue
+            stem = name[:-4]
             if stem.isdigit() and stem.isascii():
                 bases.append(int(stem))
             else:
-                logger.warning("%s: ignoring %s, not a segment file name", self.log.directory, os.path.basename(path))
+                logger.warning("%s: ignoring %s, not a segment file name", self.log.directory, name)
         return sorted(bases)
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> tuple[int, int | None]:
@@ -168,6 +184,11 @@ class LogLoader:
         segment was recovered, so that its `.txnindex` is rebuilt too."""
         upto = self.log.log_end_offset if first_recovered is None else min(first_recovered, self.log.log_end_offset)
         self.log.rebuild_producer_state(self.log.producer_state.load_snapshot(upto))
+
+
+def _listdir(directory: str) -> list[str]:
+    """The names in `directory`, as glob's `*` matches them (no hidden files)."""
+    return [name for name in os.listdir(directory) if not name.startswith(".")]
 
 
 def _unlink_segment_files(directory: str, base_offset: int, txn_index: bool) -> None:

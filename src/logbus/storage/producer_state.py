@@ -26,7 +26,6 @@ and coordinator epoch (absent from snapshots written before transactions: none o
 from __future__ import annotations
 
 import bisect
-import glob
 import json
 import os
 from collections import deque
@@ -214,8 +213,11 @@ class ProducerStateManager:
                 os.unlink(self._snapshot_path(old))
 
     def _snapshot_offsets(self) -> list[int]:
-        names = glob.glob(os.path.join(self.directory, "*.snapshot"))
-        return sorted(int(os.path.basename(name).split(".")[0]) for name in names)
+        try:
+            names = [name for name in os.listdir(self.directory) if name.endswith(".snapshot")]
+        except FileNotFoundError:
+            return []
+        return sorted(int(name.split(".")[0]) for name in names if not name.startswith("."))
 
     def load_snapshot(self, upto: int) -> int:
         """Replace the state with the newest snapshot at or before `upto` (the log end, or where

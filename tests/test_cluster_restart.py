@@ -1,0 +1,51 @@
+"""A restarted broker of a cluster with many partitions (issue 25): back in every ISR quickly,
+its leaders writing the ISR expansions in batches rather than one ZooKeeper round trip each."""
+
+from __future__ import annotations
+
+import re
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import QUIET, wait_until
+
+from logbus.testing import Cluster, running_cluster
+
+TOPICS, PARTITIONS_EACH = 6, 100
+BACK_IN_ISR_S = 60  # measured ~2 s at 600 partitions on an idle machine; generous for a loaded one
+BATCH_LINE = re.compile(r"wrote the ISR changes of (\d+) partitions together")
+
+
+def partitions_without(cluster: Cluster, broker_id: int, asking: int) -> int:
+    """Partitions replicated on `broker_id` whose ISR (in broker `asking`'s Metadata) lacks it;
+    -1 while not every partition is known."""
+    client = AdminClient({"bootstrap.servers": cluster.brokers[asking].bootstrap, **QUIET})
+    try:
+        topics = client.list_topics(timeout=10).topics
+    except Exception:  # noqa: BLE001 - the broker busy starting: ask again
+        return -1
+    found = [p for t in topics.values() if t.topic.startswith("many-") for p in t.partitions.values()]
+    if len(found) < TOPICS * PARTITIONS_EACH:
+        return -1
+    return sum(1 for p in found if broker_id in p.replicas and broker_id not in p.isrs)
+
+
+def test_a_killed_broker_restarted_is_back_in_every_isr_from_batched_isr_changes() -> None:
+    with running_cluster(3) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+        created = admin.create_topics([NewTopic(f"many-{i}", PARTITIONS_EACH, 3) for i in range(TOPICS)])
+        for future in created.values():
+            future.result(60)
+        wait_until(lambda: partitions_without(cluster, 2, 1) == 0, timeout=BACK_IN_ISR_S, interval=0.5,
+                   message="every ISR full after the create")
+        cluster.brokers[2].kill()
+        wait_until(lambda: partitions_without(cluster, 2, 1) == TOPICS * PARTITIONS_EACH, timeout=BACK_IN_ISR_S,
+                   interval=0.5, message="the killed broker out of every ISR")
+        wait_until(lambda: 2 not in admin.list_topics(timeout=10).brokers, timeout=BACK_IN_ISR_S, interval=0.5,
+                   message="the killed broker's session expired")
+        logged = {b: len(cluster.brokers[b].read_log()) for b in (1, 3)}
+        cluster.brokers[2].start()
+        for asking in (1, 2, 3):
+            wait_until(lambda a=asking: partitions_without(cluster, 2, a) == 0, timeout=BACK_IN_ISR_S, interval=0.2,
+                       message=f"the restarted broker back in every ISR, as broker {asking} sees it")
+        batches = [int(n) for b in (1, 3) for n in BATCH_LINE.findall(cluster.brokers[b].read_log()[logged[b]:])]
+        assert batches and max(batches) >= 50, f"the leaders wrote the expansions one by one: {batches}"
