@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import resource
 import statistics
@@ -46,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.one_broker import write_results  # noqa: E402
 from bench.suite import kafka_load  # noqa: E402
 from bench.suite.install import CACHE_DIR  # noqa: E402
 from bench.suite.runner import WorkerProcess, run_worker  # noqa: E402
@@ -250,9 +250,7 @@ def main() -> int:
     with running_cluster(3, config) as cluster:
         for name in args.parts.split(","):
             results[name] = parts[name](cluster, args.reps)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
+    write_results(args.out, results)
     print(f"results in {args.out}")
     return 0
 

@@ -59,6 +59,7 @@ from kio.serial import entity_reader  # noqa: E402
 
 import logbus.testing  # noqa: E402
 from bench.broker_bench import rss_mib  # noqa: E402
+from bench.one_broker import write_results  # noqa: E402
 from bench.raw_client import Client  # noqa: E402
 from logbus.testing import BrokerProcess, Cluster, running_cluster  # noqa: E402
 
@@ -639,9 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"repetition {number + 1}: {json.dumps(results['reps'][-1])}", flush=True)
     results["summary"] = summarize(results["reps"], figures, args.session_timeout_ms)
     print_table(results["summary"])
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
+    write_results(args.out, results)
     print(f"results in {args.out}")
     return 0
 
