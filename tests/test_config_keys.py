@@ -163,6 +163,9 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_validation.py::test_topic_compression_type_recompresses",
         "test_validation.py::test_broker_defaults_take_effect",
     ),
+    **{f"compression.{codec}.level": (
+        "test_validation.py::test_topic_compression_level_is_the_level_the_broker_recompresses_at",
+    ) for codec in ("gzip", "lz4", "zstd")},
     "offsets.topic.num.partitions": (
         "test_compaction.py::test_consumer_offsets_are_compacted_and_load_after_a_restart",
     ),
@@ -297,9 +300,6 @@ ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
     "segment.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
     "log.roll.jitter.ms": "segments roll at segment.ms exactly; no random jitter yet",
     "log.roll.jitter.hours": "segments roll at segment.ms exactly; no random jitter yet",
-    "compression.gzip.level": "the broker never compresses yet (compression.type=producer)",
-    "compression.lz4.level": "the broker never compresses yet (compression.type=producer)",
-    "compression.zstd.level": "the broker never compresses yet (compression.type=producer)",
     "preallocate": "segment files grow as they are written",
     "log.preallocate": "segment files grow as they are written",
     "message.downconversion.enable": "a no-op in Kafka 4 too: no request version that needs down-conversion",
@@ -470,6 +470,8 @@ def test_kafka_41_topic_keys_are_accepted_validated_and_described(broker: Broker
 
     assert "between 1 and 9, or -1" in invalid_config(broker, "bad-gzip", {"compression.gzip.level": "0"})
     assert "at most 17" in invalid_config(broker, "bad-lz4", {"compression.lz4.level": "18"})
+    assert "at most 22" in invalid_config(broker, "bad-zstd", {"compression.zstd.level": "23"})
+    assert "at least -131072" in invalid_config(broker, "bad-zstd", {"compression.zstd.level": "-131073"})
     assert "[partitionId]:[brokerId]" in invalid_config(
         broker, "bad-throttle", {"leader.replication.throttled.replicas": "0:x"}
     )
@@ -492,6 +494,15 @@ def test_kafka_41_topic_keys_are_accepted_validated_and_described(broker: Broker
     client = admin(broker)
     client.incremental_alter_configs([resource])[resource].result(timeout=FUTURE_TIMEOUT_S)
     assert describe_topic(broker, "kafka41-keys")["follower.replication.throttled.replicas"].value == "0:0"
+
+    bad_level = ConfigResource(
+        ResourceType.TOPIC, "kafka41-keys",
+        incremental_configs=[ConfigEntry("compression.gzip.level", "10", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with pytest.raises(KafkaException) as raised:
+        client.incremental_alter_configs([bad_level])[bad_level].result(timeout=FUTURE_TIMEOUT_S)
+    assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert describe_topic(broker, "kafka41-keys")["compression.gzip.level"].value == "9"
 
 
 SYNONYM_SETTINGS = {

@@ -1,5 +1,6 @@
 """The docs say what the code does: the configuration reference names every key the broker knows,
-with the default the code has, and the README's commands run as written."""
+with the default the code has, the README's commands run as written, and relative links lead
+somewhere."""
 
 from __future__ import annotations
 
@@ -67,3 +68,42 @@ def test_readme_use_it_commands_work_as_written() -> None:
             outputs.append(result.stdout)
     assert sorted(outputs[2].splitlines()) == ['{"amount": 3}', '{"amount": 9.5}']  # two partitions: any order
     assert "my-group" in outputs[3] and "orders" in outputs[3]
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def github_anchors(markdown: Path) -> set[str]:
+    """The anchors GitHub gives a file's headings (lower case, punctuation dropped, spaces to
+    hyphens, repeats numbered), outside code blocks."""
+    anchors: set[str] = set()
+    in_code = False
+    for line in markdown.read_text(encoding="utf-8").splitlines():
+        in_code ^= line.startswith("```")
+        if in_code or not line.startswith("#"):
+            continue
+        anchor = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        numbered, count = anchor, 0
+        while numbered in anchors:
+            count += 1
+            numbered = f"{anchor}-{count}"
+        anchors.add(numbered)
+    return anchors
+
+
+def test_relative_links_in_the_docs_resolve() -> None:
+    """Every relative link of README.md and docs/*.md names a file or directory that exists and,
+    with `#anchor`, a heading of that file."""
+    broken = []
+    for source in [README, *sorted(DOC.parent.glob("*.md"))]:
+        for match in LINK.finditer(source.read_text(encoding="utf-8")):
+            target = match["target"]
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (source.parent / path).resolve() if path else source
+            if not resolved.exists():
+                broken.append(f"{source.name}: {target}")
+            elif anchor and anchor not in github_anchors(resolved):
+                broken.append(f"{source.name}: {target} (no such heading)")
+    assert not broken, broken

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import random
+import string
 import struct
 import time
 from collections.abc import Iterator
@@ -297,6 +299,11 @@ def test_zstd_before_produce_v7_is_unsupported_compression_type(broker: BrokerPr
 
 def fetched_codecs(bootstrap: str, topic: str) -> list[int]:
     """The codec bits of every batch a Fetch returns from offset 0."""
+    return [header.compression for header in iter_headers(fetched_records(bootstrap, topic))]
+
+
+def fetched_records(bootstrap: str, topic: str) -> bytes:
+    """The stored batches of partition 0 as a Fetch from offset 0 returns them (up to 1 MB)."""
     schema = fetch_v12
     partition = schema.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
                                       log_start_offset=-1, partition_max_bytes=1 << 20)
@@ -305,8 +312,7 @@ def fetched_codecs(bootstrap: str, topic: str) -> list[int]:
         min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
         topics=(schema.FetchTopic(topic=topic, partitions=(partition,)),), forgotten_topics_data=(), rack_id="",
     )
-    records = response.responses[0].partitions[0].records or b""
-    return [header.compression for header in iter_headers(records)]
+    return response.responses[0].partitions[0].records or b""
 
 
 def produce_with_confluent(bootstrap: str, topic: str, values: list[bytes], codec: str) -> None:
@@ -330,6 +336,29 @@ def test_topic_compression_type_recompresses(broker: BrokerProcess, topic_codec:
     produce_with_confluent(broker.bootstrap, topic, values, client_codec)
     assert set(fetched_codecs(broker.bootstrap, topic)) == {stored}
     assert [m.value() for m in consume_partition(broker.bootstrap, topic, 0, len(values))] == values
+
+
+def text_like_values(count: int) -> list[bytes]:
+    """Values of words from a small vocabulary: compressible, and more so at higher levels."""
+    rng = random.Random(7)
+    words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9))) for _ in range(300)]
+    return [" ".join(rng.choices(words, k=40)).encode() for _ in range(count)]
+
+
+@pytest.mark.parametrize(("codec", "low", "high"), [("gzip", "1", "9"), ("lz4", "1", "17"), ("zstd", "-5", "19")])
+def test_topic_compression_level_is_the_level_the_broker_recompresses_at(
+    broker: BrokerProcess, codec: str, low: str, high: str
+) -> None:
+    """compression.<codec>.level (KIP-390): the same uncompressed batch is stored smaller on a
+    topic with the higher level, and reads back the same from either topic."""
+    values = text_like_values(500)
+    stored_bytes = {}
+    for level in (low, high):
+        topic = new_topic(broker.bootstrap, **{"compression.type": codec, f"compression.{codec}.level": level})
+        assert produce(broker.bootstrap, topic, batch(*values)).error_code == NONE
+        stored_bytes[level] = len(fetched_records(broker.bootstrap, topic))
+        assert [m.value() for m in consume_partition(broker.bootstrap, topic, 0, len(values))] == values
+    assert stored_bytes[high] < 0.95 * stored_bytes[low], stored_bytes
 
 
 def test_broker_defaults_take_effect() -> None:

@@ -889,6 +889,16 @@ class LogConfig:
     message_timestamp_before_max_ms: int
     message_timestamp_after_max_ms: int
     compression_type: str
+    compression_gzip_level: int
+    compression_lz4_level: int
+    compression_zstd_level: int
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level compression.type's codec has here (KIP-390); None for codecs without one."""
+        levels = {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                  "zstd": self.compression_zstd_level}
+        return levels.get(self.compression_type)
 
     @property
     def compact(self) -> bool:

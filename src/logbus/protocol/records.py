@@ -694,28 +694,30 @@ _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024  # what the Java client's SnappyOutputStream writes
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
     """The counterpart of `decompress`: frames every client reads (Java included).
 
     Snappy is xerial-framed as the Java client writes it; LZ4 is the LZ4 frame format with
-    independent blocks, which Kafka's own LZ4 stream reader requires.
+    independent blocks, which Kafka's own LZ4 stream reader requires. `level` is the codec's
+    level (a topic's compression.<codec>.level, KIP-390); None, or gzip's -1, is the library's
+    default, and snappy has none.
     """
     if codec == COMPRESSION_NONE:
         return data
     if codec == COMPRESSION_GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=None if level == -1 else level))
     if codec == COMPRESSION_SNAPPY:
         return _snappy_compress(data)
     if codec == COMPRESSION_LZ4:
-        return _lz4_compress(data)
+        return _lz4_compress(data, level)
     if codec == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise CorruptRecordError(f"unknown compression codec {codec}")
 
 
-def _lz4_compress(data: bytes) -> bytes:
+def _lz4_compress(data: bytes, level: int | None) -> bytes:
     # cramjam.lz4.compress links blocks, which the Java client refuses ("Dependent block stream is unsupported")
-    compressor = cramjam.lz4.Compressor(block_linked=False)
+    compressor = cramjam.lz4.Compressor(level=level, block_linked=False)
     compressor.compress(data)
     return bytes(compressor.finish())
 
@@ -809,10 +811,13 @@ CODECS = {
 }
 
 
-def recompress_batch(header: BatchHeader, body: bytes | bytearray | memoryview, codec: int) -> bytes:
-    """The batch of `header` with its decompressed records `body` compressed with `codec`
-    (a topic's compression.type): only the codec bits, batch length and CRC change."""
-    out = bytearray(HEADER_SIZE) + compress(codec, bytes(body))
+def recompress_batch(
+    header: BatchHeader, body: bytes | bytearray | memoryview, codec: int, level: int | None = None
+) -> bytes:
+    """The batch of `header` with its decompressed records `body` compressed with `codec` at
+    `level` (a topic's compression.type and compression.<codec>.level): only the codec bits,
+    batch length and CRC change."""
+    out = bytearray(HEADER_SIZE) + compress(codec, bytes(body), level)
     _HEADER.pack_into(
         out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
         (header.attributes & ~COMPRESSION_MASK) | codec, header.last_offset_delta, header.base_timestamp,

@@ -325,12 +325,13 @@ def _rejected_records(module: Any, index: int, errors: list[RecordError]) -> Any
 
 def _apply_compression_type(config: LogConfig, records: bytes, headers: list[BatchHeader]) -> Batches:
     """compression.type as Kafka means it: `producer` keeps the batch as sent; a codec the
-    batch does not have already recompresses it (cramjam)."""
+    batch does not have already recompresses it (cramjam) at the topic's level for that codec.
+    A batch already in the topic's codec is kept as sent, whatever its level, as in Kafka."""
     target = CODECS.get(config.compression_type)
     header = headers[0]
     if target is None or target == header.compression:
         return Batches(bytearray(records), headers)
-    rebuilt = recompress_batch(header, _body(config, records, header), target)
+    rebuilt = recompress_batch(header, _body(config, records, header), target, config.compression_level)
     if len(rebuilt) > config.max_message_bytes:  # Kafka checks the recompressed batch too
         raise KafkaApiError(
             ErrorCode.message_too_large,
