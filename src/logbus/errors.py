@@ -74,6 +74,12 @@ class MetadataWriteError(KafkaApiError):
         super().__init__(code, message)
 
 
+class KafkaStorageError(_NamedRefusal):
+    """A disk error (an OSError of a log) refused the request; its log dir went offline."""
+
+    code = ErrorCode.kafka_storage_error
+
+
 class OffsetOutOfRangeError(_NamedRefusal):
     code = ErrorCode.offset_out_of_range
 

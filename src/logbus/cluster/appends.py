@@ -14,9 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from kio.schema.errors import ErrorCode
-
-from ..errors import KafkaApiError
+from ..errors import KafkaStorageError
 from ..protocol.records import BatchHeader
 from ..storage.log import AppendInfo
 from .partition import Partition
@@ -78,4 +76,4 @@ def append_to_leader(partition: Partition, entry: Entry, acks: int) -> AppendInf
         return partition.append_as_leader(entry.data, entry.headers, acks)
     except OSError as exc:
         log.warning("cannot append to %s: %s", partition, exc)
-        raise KafkaApiError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
+        raise KafkaStorageError(f"disk error: {exc.strerror}") from None
