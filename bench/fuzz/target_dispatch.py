@@ -1,9 +1,11 @@
 """End to end: request frames through the server's dispatch (`KafkaConnection._respond`: header,
 bounded pre-scan, decode, the API handler, response encoding) of a broker started in this process
 in a temporary data dir. A refusal is MalformedRequestError (the server closes that connection);
-a handler answers every other bad input with an error code in its response, so any other exception
-escaping is an unmapped exception. A handler still waiting after 0.2 s (a long poll, a join
-waiting for its group, a deferred answer) is cancelled, as when a client disconnects.
+a handler answers every other bad input with an error code in its response. The server answers a
+handler's unexpected exception with UNKNOWN_SERVER_ERROR and logs its traceback: that logged
+exception is re-raised here, an unmapped exception, as is any exception escaping the dispatch.
+A handler still waiting after 0.2 s (a long poll, a join waiting for its group, a deferred
+answer) is cancelled, as when a client disconnects.
 
 The broker hosts at most 200 partitions (`max.partitions`), so mutated CreateTopics and
 CreatePartitions counts (2^31 partitions) are refused instead of filling the disk.
@@ -24,6 +26,19 @@ from logbus.broker.server import KafkaConnection
 from logbus.config import BrokerConfig
 from logbus.protocol.frames import MalformedRequestError, peek_api
 from logbus.security.listeners import ListenerSettings
+
+
+class _LoggedFailures(logging.Handler):
+    """Keeps the exceptions the server logs with their traceback (a handler's bug, answered)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.failures: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.failures.append(record.exc_info[1])
+
 
 SEEDS = [sample_frame(api_key, version, width) for api_key, version in served_versions() for width in (0, 1)]
 HANDLER_TIMEOUT_S = 0.2
@@ -46,7 +61,9 @@ def _connection() -> tuple[asyncio.AbstractEventLoop, KafkaConnection]:
         atexit.register(_stop, loop, broker, data_dir)
         connection = KafkaConnection(broker, listener)
         connection.client_host = "127.0.0.1"
-        _state.update(loop=loop, connection=connection)
+        failures = _LoggedFailures()
+        logging.getLogger("logbus.broker.server").addHandler(failures)
+        _state.update(loop=loop, connection=connection, failures=failures)
     return _state["loop"], _state["connection"]
 
 
@@ -68,7 +85,17 @@ def fuzz_one(data: bytes) -> None:
         chunks = loop.run_until_complete(asyncio.wait_for(_answer(connection, data), HANDLER_TIMEOUT_S))
     except (MalformedRequestError, TimeoutError):
         return
+    finally:
+        _raise_logged_failure()
     for chunk in chunks or ():
         close = getattr(chunk, "close", None)
         if close is not None:
             close()
+
+
+def _raise_logged_failure() -> None:
+    failures = _state["failures"].failures
+    if failures:
+        first = failures[0]
+        failures.clear()
+        raise first

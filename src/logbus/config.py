@@ -16,15 +16,12 @@ from enum import IntEnum
 from typing import Any
 
 from .cluster.replica_selector import SELECTORS
+from .errors import ConfigError
 from .logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, check_level, component_key
 
 LONG_MAX = 9223372036854775807
 GIB = 1 << 30
 MIB = 1 << 20
-
-
-class ConfigError(ValueError):
-    """A config name or value that Kafka would reject (INVALID_CONFIG)."""
 
 
 class ConfigSource(IntEnum):

@@ -1,12 +1,24 @@
-"""The one error type an API handler raises to answer with a Kafka error code.
+"""Which exception means which Kafka error code: the one place that says so.
 
-Anything below the handlers (topic rules, the offsets store, config validation) that refuses a
-request raises `KafkaApiError(code, message)`; the handler puts `code` and `message` into its
-response for that topic, partition or group. An exception of any other type escaping a handler
-is a bug: the server logs it and closes that one connection, and the fuzz harness reports it.
+Every refusal that reaches a client is a `KafkaApiError` carrying its `ErrorCode` (and the
+message the client is told). The refusals that have a name of their own are subclasses of it
+defined here, each with its code, as Kafka's `Errors` enum pairs each code with an exception
+class: storage, the cluster, the coordinators and security raise them, and a handler that
+catches `KafkaApiError` puts `exc.code` and `exc.message` into its response for that topic,
+partition, group or resource. Nothing translates one exception type into a code by hand.
+
+An API maps a code to another only where Kafka does for that API and version
+(`producer_fenced_as`; a coordinator answering NOT_COORDINATOR where a producer gets
+NOT_LEADER_OR_FOLLOWER).
+
+Any other exception escaping a handler is a bug: `error_code_for` gives it UNKNOWN_SERVER_ERROR,
+and the server answers that one request with it in every error code of the response, logs
+one traceback, and keeps the connection (broker/server.py, protocol/error_response.py).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
 
@@ -18,3 +30,113 @@ class KafkaApiError(Exception):
         super().__init__(message if message is not None else code.name)
         self.code = code
         self.message = message
+
+
+def error_code_for(exc: BaseException) -> ErrorCode:
+    """The code a request refused with `exc` is answered with: UNKNOWN_SERVER_ERROR for an
+    exception that is not a refusal (a bug)."""
+    if isinstance(exc, KafkaApiError):
+        return exc.code
+    return ErrorCode.unknown_server_error
+
+
+def producer_fenced_as(code: ErrorCode, version: int, fenced_from: int) -> ErrorCode:
+    """PRODUCER_FENCED exists from version `fenced_from` of a transactional request (KIP-588);
+    older versions get INVALID_PRODUCER_EPOCH, as Kafka answers them."""
+    if code == ErrorCode.producer_fenced and version < fenced_from:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+class _NamedRefusal(KafkaApiError):
+    """A refusal whose class fixes its code."""
+
+    code: ClassVar[ErrorCode]  # type: ignore[misc]
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(type(self).code, message)
+
+
+class TxnError(KafkaApiError):
+    """A request the transaction coordinator's state refuses, with the code it answers."""
+
+
+class SessionError(KafkaApiError):
+    """A fetch session that cannot serve the request (FETCH_SESSION_ID_NOT_FOUND & co.)."""
+
+
+class MetadataWriteError(KafkaApiError):
+    """The metadata store could not persist a change. KAFKA_STORAGE_ERROR by default (a full
+    disk: nothing of it took effect); REQUEST_TIMED_OUT when the store is out of reach (ZooKeeper
+    down) or the change did not show in time, as Kafka answers when its ZooKeeper client times out."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.kafka_storage_error) -> None:
+        super().__init__(code, message)
+
+
+class KafkaStorageError(_NamedRefusal):
+    """A disk error (an OSError of a log) refused the request; its log dir went offline."""
+
+    code = ErrorCode.kafka_storage_error
+
+
+class OffsetOutOfRangeError(_NamedRefusal):
+    code = ErrorCode.offset_out_of_range
+
+
+class OutOfOrderSequenceError(_NamedRefusal):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpochError(_NamedRefusal):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class NotLeaderError(_NamedRefusal):
+    code = ErrorCode.not_leader_or_follower
+
+
+class NotEnoughReplicasError(_NamedRefusal):
+    code = ErrorCode.not_enough_replicas
+
+
+class TopicExistsError(_NamedRefusal):
+    code = ErrorCode.topic_already_exists
+
+
+class UnknownTopicError(_NamedRefusal):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class QuotaExceeded(_NamedRefusal):  # noqa: N818 - Kafka's name for it: ThrottlingQuotaExceededException
+    """A strict controller mutation quota refused the request; `throttle_ms` is its throttle time."""
+
+    code = ErrorCode.throttling_quota_exceeded
+
+    def __init__(self, throttle_ms: int) -> None:
+        super().__init__("The throttling quota has been exceeded.")
+        self.throttle_ms = throttle_ms
+
+
+class AuthenticationFailed(_NamedRefusal):  # noqa: N818 - Kafka's SaslAuthenticationException
+    """The client did not authenticate; the message is what the client is told."""
+
+    code = ErrorCode.sasl_authentication_failed
+
+
+class ConfigError(_NamedRefusal, ValueError):
+    """A config name or value that Kafka would reject (INVALID_CONFIG)."""
+
+    code = ErrorCode.invalid_config
+
+
+class InvalidAclError(_NamedRefusal, ValueError):
+    """An ACL binding or filter Kafka refuses (INVALID_REQUEST)."""
+
+    code = ErrorCode.invalid_request
+
+
+class CorruptRecordError(_NamedRefusal, ValueError):
+    """Record batches that do not decode (CORRUPT_MESSAGE)."""
+
+    code = ErrorCode.corrupt_message

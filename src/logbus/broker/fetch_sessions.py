@@ -37,6 +37,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import SessionError
+
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 EVICTION_IDLE_S = 120.0  # Kafka's minimum idle time before any session may be evicted
@@ -114,12 +116,6 @@ class FetchSession:
         fetches read the others first (Kafka's IncrementalFetchContext: with a small max_bytes
         every partition gets its turn, not the first ones until they run dry)."""
         self.partitions.move_to_end(key)
-
-
-class SessionError(Exception):
-    def __init__(self, code: ErrorCode) -> None:
-        super().__init__(code.name)
-        self.code = code
 
 
 class FetchSessionCache:

@@ -4,6 +4,9 @@ Each connection receives into a reusable buffer (BufferedProtocol, i.e. `recv_in
 frames, and processes them one after another, as Kafka does (a client's responses must come
 back in request order). A frame over socket.request.max.bytes, an unknown API key or a
 request that does not decode closes that connection only; everyone else keeps being served.
+A request whose handler raises is answered: its exception's code (errors.error_code_for;
+UNKNOWN_SERVER_ERROR and one logged traceback for a bug) in every error code of its response
+(protocol/error_response.py), and the connection goes on.
 
 Responses are written through the transport, except the file regions of a fetch response:
 once everything before a region has left the transport's buffer (the write buffer limit is
@@ -45,7 +48,9 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..errors import KafkaApiError, error_code_for
 from ..protocol import codec
+from ..protocol.error_response import error_response
 from ..protocol.frames import (
     FrameError,
     FrameSplitter,
@@ -79,6 +84,8 @@ MAX_QUEUED_BYTES = 16 << 20  # per connection: the same in bytes (a frame in pro
 # Closing at once lets the close arrive with the response, and kafka-python 3 drops data read
 # together with EOF: its users would see "socket disconnected" instead of the error.
 CLOSE_AFTER_REFUSAL_S = 0.5
+# Kafka's message for UNKNOWN_SERVER_ERROR; the traceback stays in the broker's log.
+UNEXPECTED_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
 
 
 class Connections:
@@ -539,8 +546,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 log.warning("closing connection from %s: %s", self.client_host, exc)
                 self.close()
                 return
-            except Exception:
-                log.exception("request failed; closing connection from %s", self.client_host)
+            except Exception:  # before there was a request to answer (a handler's failure is answered)
+                log.exception("cannot read a request; closing connection from %s", self.client_host)
                 self.close()
                 return
             if isinstance(chunks, asyncio.Future) or self._deferred:
@@ -582,7 +589,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             frame, pending = self._deferred[0]
             try:
                 chunks = await pending
-            except Exception:
+            except Exception:  # _encode_later answers a handler's failure; this is a bug of the server's own
                 log.exception("request failed; closing connection from %s", self.client_host)
                 self.close()
                 return
@@ -662,16 +669,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
             meter.mutation if meter is not None else None,
         )
         started = time.perf_counter()
-        if meter is not None and meter.times_handler(request):
-            response = await meter.timed(spec.handle(ctx, request))
-        else:
-            response = await spec.handle(ctx, request)
-        if self.sasl is not None:
-            self._follow_sasl()
-        if isinstance(response, DeferredResponse):
-            return asyncio.ensure_future(
-                self._encode_later(response, spec, api_version, correlation_id, flexible, request, meter, started))
-        chunks = self._encode_metered(response, spec, api_version, correlation_id, flexible, request, meter)
+        try:
+            if meter is not None and meter.times_handler(request):
+                response = await meter.timed(spec.handle(ctx, request))
+            else:
+                response = await spec.handle(ctx, request)
+            if self.sasl is not None:
+                self._follow_sasl()
+            if isinstance(response, DeferredResponse):
+                return asyncio.ensure_future(
+                    self._encode_later(response, spec, api_version, correlation_id, flexible, request, meter, started))
+            chunks = self._encode_metered(response, spec, api_version, correlation_id, flexible, request, meter)
+        except Exception as exc:  # noqa: BLE001 - answered with its error code: see _answer_failed
+            return self._answer_failed(exc, spec, api_version, correlation_id, flexible, request)
         self._timed(spec, request, started)
         return chunks
 
@@ -715,10 +725,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _encode_later(self, deferred: DeferredResponse, spec: ApiSpec, api_version: int, correlation_id: int,
                             flexible: bool, request: Any, meter: RequestMeter | None,
                             started: float) -> list[bytes | memoryview | FileRegion] | None:
-        chunks = self._encode_metered(await deferred.result, spec, api_version, correlation_id, flexible, request,
-                                      meter)
+        try:
+            chunks = self._encode_metered(await deferred.result, spec, api_version, correlation_id, flexible, request,
+                                          meter)
+        except Exception as exc:  # noqa: BLE001 - answered with its error code: see _answer_failed
+            return self._answer_failed(exc, spec, api_version, correlation_id, flexible, request)
         self._timed(spec, request, started)
         return chunks
+
+    def _answer_failed(self, exc: Exception, spec: ApiSpec, api_version: int, correlation_id: int, flexible: bool,
+                       request: Any) -> list[bytes | memoryview | FileRegion] | None:
+        """A request whose handler (or the encoding of its response) raised: answered with the
+        exception's code in every error code of its response (errors.error_code_for; a bug is
+        UNKNOWN_SERVER_ERROR, with one traceback in the log), as Kafka's handleError answers
+        with getErrorResponse. The connection stays open; Produce with acks=0 has no response to
+        carry the error, so that connection closes, as in Kafka."""
+        code = error_code_for(exc)
+        if isinstance(exc, KafkaApiError):
+            log.debug("%s v%d from %s refused: %s", spec.name, api_version, self.client_host, exc)
+            message = exc.message
+        else:
+            log.error("%s v%d from %s failed; answered %s", spec.name, api_version, self.client_host, code.name,
+                      exc_info=exc)
+            message = UNEXPECTED_ERROR_MESSAGE
+        response = error_response(spec.key, codec.response_class(spec.key, api_version), request, code, message)
+        if response is None:
+            self.close()
+            return None
+        return self._encode(response, spec, api_version, correlation_id, flexible)
 
     def _timed(self, spec: ApiSpec, request: Any, started: float) -> None:
         """Count an answered request in the request metrics, when they are on."""

@@ -26,9 +26,6 @@ from collections.abc import Coroutine, Generator
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from ..errors import KafkaApiError
 from ..security.quotas import (
     CONSUMER_BYTE_RATE,
     NANOS_TO_PERCENTAGE,
@@ -36,7 +33,6 @@ from ..security.quotas import (
     REQUEST_PERCENTAGE,
     ClientQuotas,
     MutationQuota,
-    QuotaExceeded,
 )
 from ..storage.segment import FileRegion
 from .apis.fetch import replica_id
@@ -125,13 +121,10 @@ class _Timed:
 
 def record_mutation(ctx: RequestContext, partitions: int) -> None:
     """Count `partitions` created or deleted against the client's controller_mutation_rate; a
-    strict quota with an empty bucket refuses with THROTTLING_QUOTA_EXCEEDED (nothing changes)."""
-    if ctx.mutation_quota is None:
-        return
-    try:
+    strict quota with an empty bucket refuses with QuotaExceeded (THROTTLING_QUOTA_EXCEEDED:
+    nothing changes)."""
+    if ctx.mutation_quota is not None:
         ctx.mutation_quota.record(partitions)
-    except QuotaExceeded:
-        raise KafkaApiError(ErrorCode.throttling_quota_exceeded, "The throttling quota has been exceeded.") from None
 
 
 def response_size(chunks: list[bytes | memoryview | FileRegion] | None) -> int:

@@ -41,7 +41,6 @@ from ..errors import KafkaApiError
 from ..protocol.codec import make, response_class, response_module
 from ..security import acl
 from .authorization import require, require_cluster
-from .topics import metadata_change
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -107,11 +106,8 @@ def group_entity(name: str) -> str:
 
 def validated(broker: Broker, configs: Mapping[str, str | None]) -> dict[str, str]:
     """Topic overrides checked by name and value, and together with the broker's defaults
-    (e.g. min.compaction.lag.ms <= max.compaction.lag.ms); INVALID_CONFIG otherwise."""
-    try:
-        return validate_topic_configs(configs, broker.config)
-    except ConfigError as exc:
-        raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
+    (e.g. min.compaction.lag.ms <= max.compaction.lag.ms); ConfigError (INVALID_CONFIG) otherwise."""
+    return validate_topic_configs(configs, broker.config)
 
 
 def repeated_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
@@ -195,8 +191,8 @@ def validate_broker_configs(configs: Mapping[str, str], per_broker: bool) -> Non
         try:
             if key is not None:
                 key.parse(text)
-        except ConfigError as exc:
-            raise KafkaApiError(ErrorCode.invalid_request, str(exc)) from None
+        except ConfigError as exc:  # INVALID_CONFIG elsewhere; ConfigAdminManager's answer here
+            raise KafkaApiError(ErrorCode.invalid_request, exc.message) from None
     if not per_broker:
         _refuse({n for n in configs if n in PER_BROKER_KEYS or _per_broker_listener_key(n)},
                 "Cannot update these configs at default cluster level, broker id must be specified")
@@ -213,8 +209,7 @@ def _refuse(names: set[str], reason: str) -> None:
 
 
 async def store_topic_configs(broker: Broker, name: str, configs: dict[str, str]) -> None:
-    with metadata_change(name):
-        await broker.metadata.set_topic_configs(name, configs)
+    await broker.metadata.set_topic_configs(name, configs)
 
 
 def require_config_access(ctx: RequestContext, resource: Any, operation: acl.AclOperation) -> None:
@@ -284,8 +279,7 @@ async def _alter_resource(broker: Broker, resource: Any, validate_only: bool, in
     else:
         _validated_group(broker, configs)
     if not validate_only:
-        with metadata_change(entity):  # a failed write: KAFKA_STORAGE_ERROR, nothing changed
-            await broker.metadata.set_entity_configs(entity, configs)
+        await broker.metadata.set_entity_configs(entity, configs)  # a failed write: nothing changed
 
 
 async def _alter_topic(broker: Broker, resource: Any, validate_only: bool, incremental: bool) -> None:
@@ -299,11 +293,8 @@ async def _alter_topic(broker: Broker, resource: Any, validate_only: bool, incre
 
 
 def _validated_group(broker: Broker, configs: Mapping[str, str]) -> None:
-    """Kafka's GroupConfig.validate, its refusals INVALID_CONFIG."""
-    try:
-        validate_group_configs(configs, broker.config)
-    except ConfigError as exc:
-        raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
+    """Kafka's GroupConfig.validate, its refusals ConfigError (INVALID_CONFIG)."""
+    validate_group_configs(configs, broker.config)
 
 
 def _list_keys(kind: ResourceType, current: Mapping[str, str]) -> tuple[Callable[[str], ConfigKey | None],

@@ -13,15 +13,13 @@ hosts at most `max.partitions` (a logbus key) in all topics together.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.metadata import TopicExistsError, TopicMetadata, UnknownTopicError
-from ..errors import KafkaApiError
+from ..cluster.metadata import TopicMetadata
+from ..errors import KafkaApiError, TopicExistsError
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -97,21 +95,6 @@ async def ensure_topic(broker: Broker, name: str, allow_create: bool = True) -> 
     check_replication_factor(broker, replication)
     check_partition_budget(broker, partitions)
     try:
-        with metadata_change(name):
-            return await broker.metadata.create_topic(name, partitions, replication, {})
-    except KafkaApiError as exc:
-        if exc.code != ErrorCode.topic_already_exists:
-            raise
+        return await broker.metadata.create_topic(name, partitions, replication, {})
+    except TopicExistsError:  # created meanwhile
         return broker.metadata.topic(name)
-
-
-@contextlib.contextmanager
-def metadata_change(name: str) -> Iterator[None]:
-    """Map the metadata store's refusals of a change to `name` to the Kafka error codes (a
-    MetadataWriteError is a KafkaApiError with its code already)."""
-    try:
-        yield
-    except TopicExistsError:
-        raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
-    except UnknownTopicError:
-        raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist") from None

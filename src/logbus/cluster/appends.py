@@ -3,10 +3,10 @@
 coordinators' internal topics and transaction markers.
 
 An entry is either client or coordinator batches already validated (`Batches`) or a
-transaction's COMMIT/ABORT marker (`TxnMarker`). `append_to_leader` turns every refusal of the
-partition or its log into the one error type (`KafkaApiError`) with Kafka's code for it; each
-caller maps codes to its own API's only where Kafka does (a coordinator answers
-NOT_COORDINATOR where a producer gets NOT_LEADER_OR_FOLLOWER).
+transaction's COMMIT/ABORT marker (`TxnMarker`). The partition and its log refuse with the
+one error type (`KafkaApiError`, errors.py) and Kafka's code for it; `append_to_leader` adds the
+disk's failures as KAFKA_STORAGE_ERROR; each caller maps codes to its own API's only where
+Kafka does (a coordinator answers NOT_COORDINATOR where a producer gets NOT_LEADER_OR_FOLLOWER).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from kio.schema.errors import ErrorCode
-
-from ..errors import KafkaApiError
+from ..errors import KafkaStorageError
 from ..protocol.records import BatchHeader
-from ..storage.log import AppendInfo, InvalidProducerEpochError, OutOfOrderSequenceError
-from .partition import NotEnoughReplicasError, NotLeaderError, Partition
+from ..storage.log import AppendInfo
+from .partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +68,12 @@ def append_to_leader(partition: Partition, entry: Entry, acks: int) -> AppendInf
     """Append `entry` as leader: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS (acks=all below
     min.insync.replicas), the log's idempotence and transaction refusals
     (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED) and
-    KAFKA_STORAGE_ERROR (the disk) as KafkaApiError."""
+    KAFKA_STORAGE_ERROR (the disk), all as KafkaApiError."""
     try:
         if isinstance(entry, TxnMarker):
             return partition.append_control_marker(entry.producer_id, entry.producer_epoch, entry.commit,
                                                    entry.coordinator_epoch)
         return partition.append_as_leader(entry.data, entry.headers, acks)
-    except NotLeaderError as exc:
-        raise KafkaApiError(ErrorCode.not_leader_or_follower, str(exc)) from None
-    except NotEnoughReplicasError as exc:
-        raise KafkaApiError(ErrorCode.not_enough_replicas, str(exc)) from None
-    except OutOfOrderSequenceError as exc:
-        raise KafkaApiError(ErrorCode.out_of_order_sequence_number, str(exc)) from None
-    except InvalidProducerEpochError as exc:
-        raise KafkaApiError(ErrorCode.invalid_producer_epoch, str(exc)) from None
     except OSError as exc:
         log.warning("cannot append to %s: %s", partition, exc)
-        raise KafkaApiError(ErrorCode.kafka_storage_error, f"disk error: {exc.strerror}") from None
+        raise KafkaStorageError(f"disk error: {exc.strerror}") from None

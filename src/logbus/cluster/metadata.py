@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import MetadataWriteError, TopicExistsError, UnknownTopicError
 from ..security.acl import (
     RESOURCE_TYPE_NAMES,
     AccessControlEntry,
@@ -61,24 +61,6 @@ METADATA_FILE = "logbus-metadata.json"
 PRODUCER_ID_BLOCK = 1000
 
 
-class TopicExistsError(Exception):
-    pass
-
-
-class UnknownTopicError(Exception):
-    pass
-
-
-class MetadataWriteError(KafkaApiError):
-    """The store could not persist a change, a KafkaApiError so that every handler answers it as
-    any refusal. The code says what happened: KAFKA_STORAGE_ERROR by default (a full disk: nothing
-    of it took effect); REQUEST_TIMED_OUT when the store is out of reach (ZooKeeper down) or the
-    change did not show in time, as Kafka answers when its ZooKeeper client times out."""
-
-    def __init__(self, message: str, code: ErrorCode = ErrorCode.kafka_storage_error) -> None:
-        super().__init__(code, message)
-
-
 class BrokerIdInUseError(Exception):
     """Another live broker is registered with this broker id."""
 
@@ -90,14 +72,6 @@ class StalePartitionStateError(Exception):
     again from it; nothing of the refused update took effect. Kafka answers INVALID_UPDATE_VERSION
     or FENCED_LEADER_EPOCH for the same case of AlterPartition.
     """
-
-
-class ReassignmentError(Exception):
-    """A reassignment or election the store refuses; `code` is the Kafka error code to answer."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(slots=True)
@@ -679,7 +653,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def _require(self, name: str) -> TopicMetadata:
         metadata = self._topics.get(name)
         if metadata is None:
-            raise UnknownTopicError(name)
+            raise UnknownTopicError(f"Topic {name} does not exist")
         return metadata
 
 

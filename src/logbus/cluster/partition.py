@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import NotEnoughReplicasError, NotLeaderError
 from ..protocol.records import BatchHeader, EndTxnMarker, build_end_txn_marker
 from ..storage.files import fsync_path
 from ..storage.log import AppendInfo, PartitionLog
@@ -30,14 +31,6 @@ from ..storage.segment import ReadSlice
 from .metadata import PartitionState
 
 MARKER_BATCH_BYTES = len(build_end_txn_marker(0, 0, EndTxnMarker(True, 0), 0))  # the same for every marker
-
-
-class NotLeaderError(Exception):
-    pass
-
-
-class NotEnoughReplicasError(Exception):
-    pass
 
 
 @dataclass(frozen=True, slots=True)

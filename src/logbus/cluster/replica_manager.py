@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig, LogConfig, log_config
-from ..errors import KafkaApiError
+from ..errors import KafkaApiError, KafkaStorageError
 from ..logging_config import RecurringWarning
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import AppendInfo, PartitionLog
@@ -374,7 +374,7 @@ class ReplicaManager:
             try:
                 await partition.log.flush(self.logs.run_blocking)
             except OSError as exc:
-                raise KafkaApiError(ErrorCode.kafka_storage_error, f"flush failed: {exc.strerror or exc}") from None
+                raise KafkaStorageError(f"flush failed: {exc.strerror or exc}") from None
 
     async def append_records(self, topic: str, index: int, entry: Entry, acks: int,
                              on_appended: Callable[[AppendInfo], None] | None = None) -> AppendResult:

@@ -1028,7 +1028,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def delete_topic(self, name: str) -> None:
         """Ask the controller to delete `name` (/admin/delete_topics) and wait until it is gone."""
         if name not in self._topics:
-            raise UnknownTopicError(name)
+            raise UnknownTopicError(f"Topic {name} does not exist")
         with contextlib.suppress(NodeExistsError):
             await self._write_in_thread(self.client.create, f"/admin/delete_topics/{name}", b"", makepath=True)
         if not await self.wait_for(lambda: name not in self._topics):
@@ -1366,7 +1366,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _require(self, name: str) -> TopicMetadata:
         metadata = self._topics.get(name)
         if metadata is None:
-            raise UnknownTopicError(name)
+            raise UnknownTopicError(f"Topic {name} does not exist")
         return metadata
 
 

@@ -283,7 +283,7 @@ class TransactionCoordinator:
             try:
                 await self._write(txn, txn.prepare_complete(self.clock.now_ms()))
                 return
-            except TxnError as exc:
+            except KafkaApiError as exc:
                 log.warning("transaction %r: cannot record its completion yet: %s", txn.transactional_id, exc)
             await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
 
@@ -291,14 +291,11 @@ class TransactionCoordinator:
 
     async def _write(self, txn: TxnMetadata, value: TxnValue | None) -> None:
         """Write the pending state (None: a tombstone), then apply it; a failed write changes
-        nothing and raises TxnError (NOT_COORDINATOR when leadership moved)."""
+        nothing and raises the store's KafkaApiError, or TxnError (NOT_COORDINATOR when leadership moved)."""
         index = self.partition_for(txn.transactional_id)
         coordinator_epoch = self.coordinator_epochs.get(index)
         try:
             await self.store.write(index, txn.transactional_id, value)
-        except KafkaApiError as exc:
-            txn.abandon()
-            raise TxnError(exc.code, str(exc)) from None
         except BaseException:
             txn.abandon()
             raise
@@ -322,7 +319,7 @@ class TransactionCoordinator:
             log.info("aborting transaction %r: open over its %d ms timeout", txn.transactional_id, txn.timeout_ms)
             try:
                 await self._abort(txn, bump_epoch=True)
-            except TxnError as exc:
+            except KafkaApiError as exc:
                 log.warning("cannot abort timed-out transaction %r: %s", txn.transactional_id, exc)
 
     async def _expire_ids(self) -> None:
@@ -335,7 +332,7 @@ class TransactionCoordinator:
             txn.prepare_dead()
             try:
                 await self._write(txn, None)
-            except TxnError as exc:
+            except KafkaApiError as exc:
                 log.warning("cannot expire transactional id %r: %s", txn.transactional_id, exc)
 
     # ================================================================ DescribeTransactions, ListTransactions

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import TxnError
 from .txn_records import TxnStatus, TxnValue
 
 MAX_EPOCH = 32767
@@ -28,21 +29,6 @@ NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 
 Partitions = frozenset[tuple[str, int]]
-
-
-class TxnError(Exception):
-    """A request the state refuses; `code` is what the coordinator answers."""
-
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
-        super().__init__(message or code.name)
-        self.code = code
-
-    def code_for(self, version: int, fenced_from: int) -> ErrorCode:
-        """The code to answer: PRODUCER_FENCED exists from version `fenced_from` of a request (KIP-588);
-        older versions get INVALID_PRODUCER_EPOCH, as Kafka answers them."""
-        if self.code == ErrorCode.producer_fenced and version < fenced_from:
-            return ErrorCode.invalid_producer_epoch
-        return self.code
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ import cramjam
 import crc32c
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import CorruptRecordError, KafkaApiError
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
@@ -46,11 +46,6 @@ _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 _ATTRS_TO_MAXTS = struct.Struct(">hiqq")
 _CRC = struct.Struct(">I")
-
-
-class CorruptRecordError(ValueError):
-    """Bytes that are not a batch: bad framing or CRC, or a compressed body that does not decode
-    (CORRUPT_MESSAGE). A batch that is well-formed but breaks a rule gets a KafkaApiError."""
 
 
 @dataclass(frozen=True, slots=True)

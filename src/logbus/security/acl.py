@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from ..errors import InvalidAclError
 from .principal import KafkaPrincipal
 
 CLUSTER_NAME = "kafka-cluster"
@@ -118,10 +119,6 @@ def bitfield(operations: Iterable[AclOperation]) -> int:
 def all_operations(resource_type: ResourceType) -> int:
     """What is reported with no authorizer: every operation the resource type supports."""
     return bitfield(SUPPORTED_OPERATIONS[resource_type])
-
-
-class InvalidAclError(ValueError):
-    """A binding or filter Kafka refuses with INVALID_REQUEST."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ..errors import QuotaExceeded
 from .changes import apply_entity_changes
 
 USER = "user"
@@ -298,14 +299,6 @@ class TokenBucket:
         """ControllerMutationQuotaManager.throttleTimeMs: the time to refill a negative bucket to 0."""
         tokens = self.tokens(bound, now_ms)
         return 0 if tokens >= 0 else round(min(MAX_THROTTLE_MS, -tokens / bound * 1000))
-
-
-class QuotaExceeded(Exception):  # noqa: N818 - Kafka's name for it: ThrottlingQuotaExceededException
-    """A strict controller mutation refused: THROTTLING_QUOTA_EXCEEDED, retry after `throttle_ms`."""
-
-    def __init__(self, throttle_ms: int) -> None:
-        super().__init__(f"The throttling quota has been exceeded (retry after {throttle_ms} ms)")
-        self.throttle_ms = throttle_ms
 
 
 class ClientQuotas:

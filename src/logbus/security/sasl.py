@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import scramp
 
+from ..errors import AuthenticationFailed
 from .scram import DEFAULT_ITERATIONS, MECHANISMS, SALT_BYTES, ScramCredential, ScramMechanism, password_matches
 
 PLAIN = "PLAIN"
@@ -30,10 +31,6 @@ SUPPORTED_MECHANISMS = (PLAIN, *MECHANISMS)
 CredentialLookup = Callable[[str, str], ScramCredential | None]  # (user, SCRAM mechanism) -> credential
 
 _STAND_IN_SECRET = os.urandom(32)  # stand-in salts for unknown users: stable per name, unguessable
-
-
-class AuthenticationFailed(Exception):
-    """The client did not authenticate; the message is what the client is told."""
 
 
 class SaslMechanismServer(ABC):

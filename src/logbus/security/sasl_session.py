@@ -122,7 +122,7 @@ class SaslSession:
         try:
             answer = self.exchange(token)
         except AuthenticationFailed as refused:
-            return AuthenticateResult(ErrorCode.sasl_authentication_failed, str(refused), b"", 0)
+            return AuthenticateResult(refused.code, refused.message, b"", 0)
         lifetime = self._max_reauth_ms if self.stage is Stage.AUTHENTICATED else 0
         return AuthenticateResult(ErrorCode.none, None, answer, max(lifetime, 0))
 

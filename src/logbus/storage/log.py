@@ -38,7 +38,7 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from ..config import LogConfig
-from ..errors import KafkaApiError
+from ..errors import InvalidProducerEpochError, KafkaApiError, OffsetOutOfRangeError, OutOfOrderSequenceError
 from ..protocol.records import (
     BatchHeader,
     EndTxnMarker,
@@ -60,18 +60,6 @@ SCAN_AHEAD_BYTES = 64 * 1024  # past the index interval: the batch holding a fet
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class OffsetOutOfRangeError(Exception):
-    pass
-
-
-class OutOfOrderSequenceError(Exception):
-    pass
-
-
-class InvalidProducerEpochError(Exception):
-    pass
 
 
 class FollowerAppendError(Exception):

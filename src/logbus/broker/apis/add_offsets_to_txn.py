@@ -12,8 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.store import TOPIC as OFFSETS_TOPIC
-from ...coordinator.txn_metadata import TxnError
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, producer_fenced_as
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize
@@ -39,8 +38,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
         await ctx.broker.txn_coordinator.add_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, frozenset([partition]))
-    except TxnError as exc:
-        return make(cls, error_code=exc.code_for(ctx.api_version, PRODUCER_FENCED_FROM))
     except KafkaApiError as exc:
-        return make(cls, error_code=exc.code)
+        return make(cls, error_code=producer_fenced_as(exc.code, ctx.api_version, PRODUCER_FENCED_FROM))
     return make(cls, error_code=ErrorCode.none)

@@ -17,7 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.txn_metadata import TxnError
+from ...errors import KafkaApiError, producer_fenced_as
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorize_cluster, authorized_names
@@ -68,8 +68,8 @@ async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, pro
         if verify_only:
             return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, wanted)
         await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, frozenset(wanted))
-    except TxnError as exc:
-        return dict.fromkeys(wanted, exc.code_for(ctx.api_version, PRODUCER_FENCED_FROM))
+    except KafkaApiError as exc:
+        return dict.fromkeys(wanted, producer_fenced_as(exc.code, ctx.api_version, PRODUCER_FENCED_FROM))
     return dict.fromkeys(wanted, ErrorCode.none)
 
 

@@ -47,7 +47,7 @@ async def _create(ctx: RequestContext, creations: tuple[Any, ...]) -> list[tuple
             validate_binding(binding)
             ctx.broker.metadata.check_acl_pattern(binding.pattern)
         except InvalidAclError as exc:
-            results.append((ErrorCode.invalid_request, str(exc)))
+            results.append((exc.code, exc.message))
             continue
         valid.append(binding)
         results.append((ErrorCode.none, None))

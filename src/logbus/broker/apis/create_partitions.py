@@ -24,7 +24,7 @@ from ...security.acl import AclOperation, ResourceType
 from ..authorization import require
 from ..context import RequestContext
 from ..throttling import record_mutation
-from ..topics import check_partition_budget, check_request_partitions, metadata_change, refuse_internal
+from ..topics import check_partition_budget, check_request_partitions, refuse_internal
 
 API_KEY = 37
 MIN_VERSION = 0
@@ -82,8 +82,7 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
     if validate_only:
         return
     record_mutation(ctx, wanted.count - current)
-    with metadata_change(topic.name):
-        await metadata.add_partitions(topic.name, wanted.count, assignments)
+    await metadata.add_partitions(topic.name, wanted.count, assignments)
 
 
 def _assignments(ctx: RequestContext, topic: TopicMetadata, wanted: Any) -> list[list[int]] | None:

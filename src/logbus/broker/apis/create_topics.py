@@ -21,7 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import ConfigError, describe_topic_configs, validate_topic_configs
+from ...config import describe_topic_configs, validate_topic_configs
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
@@ -32,7 +32,6 @@ from ..topics import (
     check_partition_budget,
     check_replication_factor,
     check_request_partitions,
-    metadata_change,
     validate_topic_name,
 )
 
@@ -73,18 +72,14 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
     if broker.metadata.topic(topic.name) is not None:
         raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     partitions, replication = _sizes(broker, topic)
-    try:
-        configs = validate_topic_configs({c.name: c.value for c in topic.configs}, broker.config)
-    except ConfigError as exc:
-        raise KafkaApiError(ErrorCode.invalid_config, str(exc)) from None
+    configs = validate_topic_configs({c.name: c.value for c in topic.configs}, broker.config)
     check_partition_budget(broker, partitions)
     if validate_only:
         return partitions, replication, configs, NO_TOPIC_ID
     record_mutation(ctx, partitions)
-    with metadata_change(topic.name):
-        assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
-        created = await broker.metadata.create_topic(topic.name, partitions, replication, configs,
-                                                     assignments=assignments or None)
+    assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
+    created = await broker.metadata.create_topic(topic.name, partitions, replication, configs,
+                                                 assignments=assignments or None)
     return partitions, replication, configs, created.uuid
 
 

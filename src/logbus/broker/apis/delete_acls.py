@@ -49,7 +49,7 @@ async def _delete(ctx: RequestContext, filters: tuple[Any, ...]) -> list[_Result
         try:
             acl_filter.validate()
         except InvalidAclError as exc:
-            results.append((ErrorCode.invalid_request, str(exc), []))
+            results.append((exc.code, exc.message, []))
             continue
         results.append((ErrorCode.none, None, [b for b in existing if acl_filter.matches(b)]))
     removed = list({b for _code, _message, matched in results for b in matched})

@@ -30,7 +30,7 @@ from ...security.acl import AclOperation, ResourceType
 from ..authorization import require
 from ..context import RequestContext
 from ..throttling import record_mutation
-from ..topics import metadata_change, refuse_internal
+from ..topics import refuse_internal
 
 API_KEY = 20
 MIN_VERSION = 1
@@ -86,8 +86,7 @@ async def _delete(ctx: RequestContext, topic: TopicMetadata) -> None:
         raise KafkaApiError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
     refuse_internal(topic, "deletion")
     record_mutation(ctx, len(topic.partitions))
-    with metadata_change(topic.name):
-        await broker.metadata.delete_topic(topic.name)
+    await broker.metadata.delete_topic(topic.name)
     await broker.replicas.wait_dropped(topic.name)
 
 

@@ -35,7 +35,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     try:
         acl_filter.validate()
     except InvalidAclError as exc:
-        return _error(cls, ErrorCode.invalid_request, str(exc))
+        return _error(cls, exc.code, exc.message)
     module = response_module(API_KEY, ctx.api_version)
     resources = []
     for pattern, entries in sorted(ctx.broker.metadata.acls().items(),

@@ -17,7 +17,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.txn_coordinator import STATE_NAMES
-from ...coordinator.txn_metadata import TxnError, TxnMetadata
+from ...coordinator.txn_metadata import TxnMetadata
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorized_names
@@ -37,9 +38,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 def _state(ctx: RequestContext, module: Any, transactional_id: str) -> Any:
     try:
         if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            raise TxnError(ErrorCode.transactional_id_authorization_failed)
+            raise KafkaApiError(ErrorCode.transactional_id_authorization_failed)
         txn = ctx.broker.txn_coordinator.describe(transactional_id)
-    except TxnError as exc:
+    except KafkaApiError as exc:
         return make(module.TransactionState, error_code=exc.code, transactional_id=transactional_id,
                     transaction_state="", transaction_timeout=datetime.timedelta(0),
                     transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=())

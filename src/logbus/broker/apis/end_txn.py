@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.txn_metadata import TxnError
+from ...errors import KafkaApiError, producer_fenced_as
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize
@@ -34,6 +34,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     try:
         await ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                  request.producer_epoch, request.committed)
-    except TxnError as exc:
-        return make(cls, error_code=exc.code_for(ctx.api_version, PRODUCER_FENCED_FROM))
+    except KafkaApiError as exc:
+        return make(cls, error_code=producer_fenced_as(exc.code, ctx.api_version, PRODUCER_FENCED_FROM))
     return make(cls, error_code=ErrorCode.none)

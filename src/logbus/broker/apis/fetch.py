@@ -47,17 +47,16 @@ from kio.schema.errors import ErrorCode
 from ...cluster.delayed_fetch import wait_for_fetchable
 from ...cluster.partition import Partition
 from ...cluster.replica_selector import ReplicaView
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, OffsetOutOfRangeError, SessionError
 from ...metrics.counters import TopicTraffic
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
 from ...security.acl import AclOperation, ResourceType
 from ...security.quotas import CONSUMER_BYTE_RATE
-from ...storage.log import OffsetOutOfRangeError
 from ...storage.segment import FileRegion, ReadSlice
 from ..authorization import authorize_cluster, authorized_names
 from ..context import RequestContext
-from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession, SessionError
+from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -328,9 +327,9 @@ def _read_partition(
     try:
         data = partition.read(fetch.fetch_offset, max_bytes, committed_only=not reader.follower,
                               read_committed=reader.read_committed, min_one_batch=min_one_batch)
-    except OffsetOutOfRangeError:
+    except OffsetOutOfRangeError as exc:  # answered with the offsets the consumer resets from
         return _answer(
-            module, fetch.partition, ErrorCode.offset_out_of_range, partition.high_watermark,
+            module, fetch.partition, exc.code, partition.high_watermark,
             partition.last_stable_offset, partition.log.log_start_offset,
         ), 0
     records: bytes | memoryview | FileRegion | _ColdRecords = b""

@@ -20,8 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.metadata import MetadataWriteError
-from ...coordinator.txn_metadata import TxnError
+from ...errors import KafkaApiError, MetadataWriteError, producer_fenced_as
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorize_by_resource_type, authorize_cluster
@@ -46,11 +45,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             producer_id, epoch = await ctx.broker.txn_coordinator.init_producer_id(
                 request.transactional_id, timeout_ms, getattr(request, "producer_id", -1),
                 getattr(request, "producer_epoch", -1))
-    except MetadataWriteError:
+    except MetadataWriteError:  # no producer id block: Kafka's answer, retriable for every client
         return make(cls, error_code=ErrorCode.coordinator_load_in_progress, producer_id=-1, producer_epoch=-1)
-    except TxnError as exc:
-        return make(cls, error_code=exc.code_for(ctx.api_version, PRODUCER_FENCED_FROM), producer_id=-1,
-                    producer_epoch=-1)
+    except KafkaApiError as exc:
+        return make(cls, error_code=producer_fenced_as(exc.code, ctx.api_version, PRODUCER_FENCED_FROM),
+                    producer_id=-1, producer_epoch=-1)
     return make(cls, error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=epoch)
 
 

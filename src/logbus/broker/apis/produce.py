@@ -41,7 +41,6 @@ from ...protocol.records import (
     COMPRESSION_ZSTD,
     HEADER_SIZE,
     BatchHeader,
-    CorruptRecordError,
     RecordError,
     RecordRules,
     check_client_batch,
@@ -207,10 +206,7 @@ def _validate(config: LogConfig, records: bytes | None, request: Any, version: i
         raise KafkaApiError(ErrorCode.invalid_required_acks, f"acks={request.acks} is not -1, 0 or 1")
     if not records:
         raise KafkaApiError(ErrorCode.invalid_record, "a produce request must carry one record batch per partition")
-    try:
-        headers = validate_batches(records)
-    except CorruptRecordError as exc:
-        raise KafkaApiError(ErrorCode.corrupt_message, str(exc)) from None
+    headers = validate_batches(records)  # CorruptRecordError (CORRUPT_MESSAGE)
     if len(headers) != 1:
         raise KafkaApiError(
             ErrorCode.invalid_record,
@@ -300,10 +296,7 @@ def _check_records(config: LogConfig, records: bytes, header: BatchHeader) -> li
 def _body(config: LogConfig, records: bytes, header: BatchHeader) -> bytes | bytearray | memoryview:
     """The batch's records section, decompressed into at most a bounded number of bytes."""
     limit = max(DECOMPRESSED_MIN_LIMIT, DECOMPRESSED_LIMIT_FACTOR * config.max_message_bytes)
-    try:
-        return decompress_bounded(header.compression, memoryview(records)[HEADER_SIZE : header.size], limit)
-    except CorruptRecordError as exc:
-        raise KafkaApiError(ErrorCode.corrupt_message, str(exc)) from None
+    return decompress_bounded(header.compression, memoryview(records)[HEADER_SIZE : header.size], limit)
 
 
 def _rejected_records(module: Any, index: int, errors: list[RecordError]) -> Any:
