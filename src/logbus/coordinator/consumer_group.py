@@ -170,7 +170,7 @@ class ConsumerGroups:
     # ================================================================ heartbeat
 
     def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
-        self._validate(request)
+        self.validate(request)
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(request)
         group = self._group_for(request)
@@ -188,7 +188,7 @@ class ConsumerGroups:
         return HeartbeatResult(member.member_id, member.member_epoch, self.config.heartbeat_interval_ms,
                                dict(member.assigned) if full or changed else None)
 
-    def _validate(self, request: Heartbeat) -> None:
+    def validate(self, request: Heartbeat) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         def invalid(message: str) -> KafkaApiError:
             return KafkaApiError(ErrorCode.invalid_request, message)
@@ -209,7 +209,7 @@ class ConsumerGroups:
             raise invalid("InstanceId can't be null.")
         elif request.member_epoch < STATIC_LEAVE_EPOCH:
             raise invalid(f"MemberEpoch {request.member_epoch} is invalid.")
-        if request.subscribed_regex is not None:
+        if request.subscribed_regex:  # an empty one (librdkafka sends it) is no regex
             raise invalid("SubscribedTopicRegex is not supported by this broker yet.")
         if request.server_assignor is not None and request.server_assignor not in self.config.assignors:
             raise KafkaApiError(ErrorCode.unsupported_assignor,
