@@ -60,7 +60,7 @@ class ManualClock:
 def make(partitions: dict[str, int] | None = None, **config: Any) -> tuple[ConsumerGroups, ManualClock]:
     clock = ManualClock()
     counts = {"t": 6} if partitions is None else partitions
-    return ConsumerGroups(clock, ConsumerGroupConfig(**config), counts.get), clock
+    return ConsumerGroups(clock, ConsumerGroupConfig(**config), counts.get, topic_names=lambda: list(counts)), clock
 
 
 def join(groups: ConsumerGroups, member: str, topics: tuple[str, ...] = ("t",), **fields: Any):
@@ -298,3 +298,24 @@ def test_members_choose_the_range_assignor() -> None:
     groups, _ = make()
     join(groups, "a", server_assignor="range")
     assert groups.groups[GROUP].assignor == "range"
+
+
+def test_a_regex_subscription_follows_the_topics_it_matches() -> None:
+    counts = {"orders.eu": 2, "orders.us": 2, "payments": 2, "xorders.eu": 1}  # matched whole: not the last
+    groups, _ = make(counts)
+    result = groups.heartbeat(Heartbeat(GROUP, "a", 0, rebalance_timeout_ms=30_000, subscribed_topics=(),
+                                        subscribed_regex="orders\\..*", owned={}))
+    assert result.assignment == {"orders.eu": frozenset({0, 1}), "orders.us": frozenset({0, 1})}
+    counts["orders.asia"] = 1  # a new matching topic: a new group epoch, and its partition
+    assert beat(groups, "a", {"orders.eu": {0, 1}, "orders.us": {0, 1}}).assignment["orders.asia"] == {0}
+    assert groups.groups[GROUP].group_epoch == 2
+
+
+def test_a_regex_that_does_not_compile_or_would_backtrack_forever() -> None:
+    groups, _ = make({"a" * 249: 1})
+    with pytest.raises(KafkaApiError) as refused:
+        groups.heartbeat(Heartbeat(GROUP, "m", 0, rebalance_timeout_ms=30_000, subscribed_regex="(", owned={}))
+    assert refused.value.code is ErrorCode.invalid_regular_expression
+    slow = groups.heartbeat(Heartbeat(GROUP, "m", 0, rebalance_timeout_ms=30_000, subscribed_regex="(a+)+b",
+                                      owned={}))  # exponential for a backtracking engine; RE2 is linear
+    assert slow.assignment == {}

@@ -322,3 +322,26 @@ def test_heartbeat_of_a_bad_group_id_and_v0_member_id(broker: BrokerProcess) -> 
         bad = heartbeat(connection, unique("group"), "", 0, subscribed_topic_names=(topic,), topic_partitions=(
             TopicPartitions(topic_id=uuid.uuid4(), partitions=(0,)),))
         assert bad.error_code == ErrorCode.invalid_request
+
+
+def test_a_regex_subscription_consumes_the_matching_topics(broker: BrokerProcess) -> None:
+    prefix = unique("rx").replace("-", "_")
+    matching = [f"{prefix}.{name}" for name in ("a", "b")]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in [*matching, f"x{prefix}.c"]]).values():
+        future.result(10)
+    for topic in [*matching, f"x{prefix}.c"]:
+        produce_all(broker.bootstrap, topic, [(None, topic.encode())])
+    member = consumer(broker.bootstrap, unique("group"))
+    member.subscribe([f"^{prefix}\\..*"])
+    seen: set[str] = set()
+
+    def consumed_both() -> bool:
+        message = member.poll(0.2)
+        if message is not None and message.error() is None:
+            seen.add(message.value().decode())
+        return len(seen) >= 2
+
+    wait_until(consumed_both, 30, interval=0, message="a record of each matching topic")
+    assert seen == set(matching)
+    member.close()

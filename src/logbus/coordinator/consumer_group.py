@@ -15,8 +15,12 @@ CurrentAssignmentBuilder does:
   then the member is at the target epoch in state `unreleased_partitions`;
 - otherwise it is `stable` at the target epoch.
 
-A member leaves with epoch -1; a static member (group.instance.id) leaves temporarily with -2:
-its assignment is kept for the next member with that instance id, until its session expires.
+A member subscribes to topic names and/or a regular expression (`subscribed_regex`, matched
+whole against the names of the non-internal topics, as Kafka's Pattern.matches, with RE2 (linear
+time, so no regex a client sends can stall the broker; Kafka uses RE2/J); resolved again at every
+heartbeat, so a new matching topic bumps the group epoch). A member leaves with epoch -1; a
+static member (group.instance.id) leaves temporarily with -2: its assignment is kept for the next
+member with that instance id, until its session expires.
 Members expire after the session timeout without a heartbeat. Group states: Empty, Assigning
 (never observed here: the target is computed at once), Reconciling, Stable (Kafka's names).
 
@@ -26,11 +30,13 @@ Time and timers come from a `Clock`; topic partition counts from a callable; ref
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+import re2
 from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
@@ -90,6 +96,8 @@ class ConsumerMember:
     client_host: str
     rebalance_timeout_ms: int
     subscribed_topics: tuple[str, ...] = ()
+    subscribed_regex: str | None = None
+    regex_topics: tuple[str, ...] = ()  # the topics the regex matches now
     server_assignor: str | None = None
     member_epoch: int = 0
     previous_member_epoch: int = -1
@@ -98,6 +106,11 @@ class ConsumerMember:
     revoking: Assignment = field(default_factory=dict)
     session_timer: Timer | None = None
     revocation_timer: Timer | None = None
+
+    @property
+    def topics(self) -> frozenset[str]:
+        """Every topic the member subscribes to: by name and through its regex."""
+        return frozenset(self.subscribed_topics) | frozenset(self.regex_topics)
 
     def cancel_timers(self) -> None:
         for timer in (self.session_timer, self.revocation_timer):
@@ -136,7 +149,7 @@ class ConsumerGroup:
         return not self.members
 
     def subscribed_topics(self) -> set[str]:
-        return {topic for member in self.members.values() for topic in member.subscribed_topics}
+        return {topic for member in self.members.values() for topic in member.topics}
 
     def owner_of(self, topic: str, partition: int, other_than: str) -> str | None:
         """The member other than `other_than` that holds this partition (assigned or revoking)."""
@@ -160,11 +173,13 @@ class ConsumerGroups:
 
     def __init__(self, clock: Clock, config: ConsumerGroupConfig,
                  partition_count: Callable[[str], int | None],
-                 is_classic_group: Callable[[str], bool] = lambda _group_id: False) -> None:
+                 is_classic_group: Callable[[str], bool] = lambda _group_id: False,
+                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
         self.clock = clock
         self.config = config
         self.partition_count = partition_count
         self.is_classic_group = is_classic_group  # a non-empty classic group holds this id
+        self.topic_names = topic_names  # the non-internal topics, for regex subscriptions
         self.groups: dict[str, ConsumerGroup] = {}
 
     # ================================================================ heartbeat
@@ -178,7 +193,8 @@ class ConsumerGroups:
         member, full = self._member_for(group, request)
         added = len(group.members) > members_before  # a static member's replacement is not new
         before = dict(member.assigned)
-        changed = self._update_subscription(member, request) or added
+        changed = self._update_subscription(member, request)
+        changed = self._resolve_regexes(group) or changed or added
         # a subscribed topic created, deleted or grown changes the target too
         if changed or self._partition_counts(group) != group.partition_counts:
             self._bump(group)
@@ -210,7 +226,12 @@ class ConsumerGroups:
         elif request.member_epoch < STATIC_LEAVE_EPOCH:
             raise invalid(f"MemberEpoch {request.member_epoch} is invalid.")
         if request.subscribed_regex:  # an empty one (librdkafka sends it) is no regex
-            raise invalid("SubscribedTopicRegex is not supported by this broker yet.")
+            try:
+                _compiled(request.subscribed_regex)
+            except re2.error as exc:
+                raise KafkaApiError(ErrorCode.invalid_regular_expression,
+                                    f"SubscribedTopicRegex `{request.subscribed_regex}` is not a valid regular "
+                                    f"expression: {exc}.") from None
         if request.server_assignor is not None and request.server_assignor not in self.config.assignors:
             raise KafkaApiError(ErrorCode.unsupported_assignor,
                                 f"ServerAssignor {request.server_assignor} is not supported. Supported "
@@ -269,6 +290,7 @@ class ConsumerGroups:
         del group.members[previous_id]
         member = self._new_member(request)
         member.assigned, member.subscribed_topics = previous.assigned, previous.subscribed_topics
+        member.subscribed_regex, member.regex_topics = previous.subscribed_regex, previous.regex_topics
         member.server_assignor = previous.server_assignor
         member.member_epoch = previous.previous_member_epoch
         member.previous_member_epoch = previous.previous_member_epoch
@@ -304,9 +326,27 @@ class ConsumerGroups:
             topics = tuple(sorted(set(request.subscribed_topics)))
             changed = topics != member.subscribed_topics
             member.subscribed_topics = topics
+        if request.subscribed_regex is not None and (request.subscribed_regex or None) != member.subscribed_regex:
+            member.subscribed_regex = request.subscribed_regex or None
+            changed = True
         if request.server_assignor is not None and request.server_assignor != member.server_assignor:
             member.server_assignor = request.server_assignor
             changed = True
+        return changed
+
+    def _resolve_regexes(self, group: ConsumerGroup) -> bool:
+        """Match the members' regexes against the topics now; whether any member's topics changed."""
+        patterns = {m.subscribed_regex for m in group.members.values() if m.subscribed_regex}
+        if not patterns and not any(m.regex_topics for m in group.members.values()):
+            return False
+        names = sorted(self.topic_names())
+        matches = {p: tuple(n for n in names if _compiled(p).fullmatch(n)) for p in patterns}
+        changed = False
+        for member in group.members.values():
+            topics = matches[member.subscribed_regex] if member.subscribed_regex else ()
+            if topics != member.regex_topics:
+                member.regex_topics = topics
+                changed = True
         return changed
 
     def _partition_counts(self, group: ConsumerGroup) -> dict[str, int]:
@@ -318,7 +358,7 @@ class ConsumerGroups:
         group.partition_counts = self._partition_counts(group)
         group.group_epoch += 1
         group.assignor = self._group_assignor(group)
-        subscriptions = {m.member_id: frozenset(m.subscribed_topics) for m in group.members.values()}
+        subscriptions = {m.member_id: m.topics for m in group.members.values()}
         group.target = ASSIGNORS[group.assignor](subscriptions, group.partition_counts, group.target)
         group.assignment_epoch = group.group_epoch
 
@@ -455,6 +495,14 @@ class ConsumerGroups:
 
     def all_groups(self) -> Iterable[ConsumerGroup]:
         return [group for group in self.groups.values() if not group.dead]
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re2._Regexp:
+    """RE2, quietly (it would log every bad pattern to stderr)."""
+    options = re2.Options()
+    options.log_errors = False
+    return re2.compile(pattern, options)
 
 
 def _check_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -> None:

@@ -21,7 +21,7 @@ offsets store and a `Clock`, not from the broker; the API handlers call its meth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,8 @@ class GroupConfig:
 
 class GroupCoordinator(GroupTypes):
     def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock,
-                 partition_count: Callable[[str], int | None] = lambda _topic: None) -> None:
+                 partition_count: Callable[[str], int | None] = lambda _topic: None,
+                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
         self.store = store
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -98,7 +99,8 @@ class GroupCoordinator(GroupTypes):
         )
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn)
-        self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic)
+        self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic,
+                                              topic_names)
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         self.on_leadership = self.loader.on_leadership

@@ -75,7 +75,7 @@ def _member(ctx: RequestContext, module: Any, member: ConsumerMember, target: As
     return make(module.Member, member_id=member.member_id, instance_id=member.instance_id,
                 rack_id=member.rack_id, member_epoch=member.member_epoch, client_id=member.client_id,
                 client_host=member.client_host, subscribed_topic_names=member.subscribed_topics,
-                subscribed_topic_regex=None, assignment=_assignment(ctx, module, member.assigned),
+                subscribed_topic_regex=member.subscribed_regex, assignment=_assignment(ctx, module, member.assigned),
                 target_assignment=_assignment(ctx, module, target), member_type=CONSUMER_MEMBER)
 
 
