@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import QUIET, RawConnection, produce_all, raw_request, wait_until
+from helpers import QUIET, RawConnection, produce_all, raw_request, transactional_producer, wait_until
 from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
@@ -344,4 +344,33 @@ def test_a_regex_subscription_consumes_the_matching_topics(broker: BrokerProcess
 
     wait_until(consumed_both, 30, interval=0, message="a record of each matching topic")
     assert seen == set(matching)
+    member.close()
+
+
+def test_a_transaction_commits_the_offsets_of_a_consumer_group_member(broker: BrokerProcess) -> None:
+    """Consume-transform-produce with a KIP-848 consumer: TxnOffsetCommit carries its member id and
+    epoch (send_offsets_to_transaction), and the offsets are committed with the transaction."""
+    source, sink = create_topic(broker.bootstrap, 1), create_topic(broker.bootstrap, 1)
+    produce_all(broker.bootstrap, source, [(None, b"v%d" % i) for i in range(5)])
+    group = unique("group")
+    member = consumer(broker.bootstrap, group, **{"isolation.level": "read_committed"})
+    member.subscribe([source])
+    messages: list[Any] = []
+
+    def consumed() -> bool:
+        message = member.poll(0.2)
+        if message is not None and message.error() is None:
+            messages.append(message)
+        return len(messages) == 5
+
+    wait_until(consumed, 30, interval=0, message="five records")
+    producer = transactional_producer(broker.bootstrap, unique("txn"))
+    producer.begin_transaction()
+    for message in messages:
+        producer.produce(sink, message.value())
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 5)], member.consumer_group_metadata(), 15)
+    producer.commit_transaction(15)
+    committed = wait_until(lambda: (c := member.committed([TopicPartition(source, 0)], timeout=10)[0]).offset == 5
+                           and c, 15, message="offset 5 committed")
+    assert committed.error is None
     member.close()

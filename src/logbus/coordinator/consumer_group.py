@@ -462,10 +462,10 @@ class ConsumerGroups:
 
     def commit_error(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
         """May this member commit offsets at this epoch (Kafka's ConsumerGroup.validateOffsetCommit)?
-        A commit without member (epoch -1, empty id: admin tools) is taken by an empty group only."""
+        A commit with epoch -1 (admin tools, `assign()`) is taken by an empty group only."""
         group = self.groups[group_id]
-        if member_epoch < 0 and not member_id:
-            return None if group.is_empty else ErrorCode.unknown_member_id
+        if member_epoch < 0 and group.is_empty:
+            return None
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
