@@ -488,6 +488,14 @@ class ConsumerGroups:
         if group is not None:
             group.dead = True
 
+    def unload(self, unloaded: Callable[[str], bool]) -> None:
+        """The groups whose ids `unloaded` picks leave this coordinator (its partition moved away)."""
+        for group_id in [g for g in self.groups if unloaded(g)]:
+            group = self.groups.pop(group_id)
+            group.dead = True
+            for member in group.members.values():
+                member.cancel_timers()
+
     def stop(self) -> None:
         for group in self.groups.values():
             for member in group.members.values():

@@ -103,7 +103,6 @@ class GroupCoordinator(GroupTypes):
                                               topic_names)
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
-        self.on_leadership = self.loader.on_leadership
         # what the API handlers call
         self.sync = self.membership.sync
         self.heartbeat = self.membership.heartbeat
@@ -120,6 +119,13 @@ class GroupCoordinator(GroupTypes):
         self.loader.stop()
         self.membership.stop()
         self.consumer_groups.stop()
+
+    def on_leadership(self, partition: Partition, leads: bool) -> None:
+        """The loader's, and the consumer groups of a `__consumer_offsets` partition this broker
+        stopped leading leave memory too (their members then find the new coordinator)."""
+        self.loader.on_leadership(partition, leads)
+        if not leads and partition.topic == OFFSETS_TOPIC:
+            self.consumer_groups.unload(lambda group_id: self.partition_for(group_id) == partition.index)
 
     def on_txn_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
         """A transaction marker is replicated on `partition` (a ReplicaManager marker listener): on a
