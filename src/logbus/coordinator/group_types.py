@@ -60,11 +60,9 @@ class GroupTypes:
         """The consumer group that holds `group_id`, if one does."""
         return None if self._is_classic(group_id) else self.consumer_groups.get(group_id)
 
-    def _consumer_group(self, group_id: str) -> ConsumerGroups | None:
-        """The consumer groups, when `group_id` is one of them (else it is classic or unknown)."""
-        if self._is_classic(group_id) or self.consumer_groups.get(group_id) is None:
-            return None
-        return self.consumer_groups
+    def _is_consumer(self, group_id: str) -> bool:
+        """Does a consumer group hold this id (else it is classic or unknown)?"""
+        return self.consumer_group(group_id) is not None
 
     def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatResult:
         """ConsumerGroupHeartbeat: the request's checks, then may this broker serve the group."""
@@ -89,7 +87,7 @@ class GroupTypes:
     def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
         """DescribeGroups: a consumer group is not a classic group (answered as an unknown one)."""
         error, group = self.membership.describe(group_id)
-        if error is None and self._consumer_group(group_id) is not None:
+        if error is None and self._is_consumer(group_id):
             return None, None
         return error, group
 
@@ -103,11 +101,10 @@ class GroupTypes:
     async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                              commits: list[OffsetCommit], expire_timestamp: int = -1) -> list[ErrorCode]:
         """OffsetCommit; in a consumer group `generation` is the member epoch."""
-        consumer = self._consumer_group(group_id)
-        if consumer is None:
+        if not self._is_consumer(group_id):
             return await self.offsets.commit_offsets(group_id, generation, member_id, instance_id, commits,
                                                      expire_timestamp)
-        error = self.coordinator_error(group_id) or consumer.commit_error(group_id, member_id, generation)
+        error = self.coordinator_error(group_id) or self.consumer_groups.commit_error(group_id, member_id, generation)
         if error is not None:
             return [error] * len(commits)
         return await self.offsets.commit_offsets(group_id, -1, "", None, commits, expire_timestamp)
@@ -116,9 +113,9 @@ class GroupTypes:
                                  member_id: str, instance_id: str | None, commits: list[OffsetCommit]
                                  ) -> list[ErrorCode]:
         """TxnOffsetCommit; in a consumer group `generation` is the member epoch, checked as OffsetCommit's."""
-        consumer = self._consumer_group(group_id)
-        if consumer is not None and (member_id or generation >= 0):
-            error = self.coordinator_error(group_id) or consumer.commit_error(group_id, member_id, generation)
+        if self._is_consumer(group_id) and (member_id or generation >= 0):
+            error = self.coordinator_error(group_id) or self.consumer_groups.commit_error(group_id, member_id,
+                                                                                          generation)
             if error is not None:
                 return [error] * len(commits)
             generation, member_id, instance_id = -1, "", None
@@ -129,24 +126,22 @@ class GroupTypes:
                       member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """OffsetFetch; v9 names the member of a consumer group, whose epoch must be current."""
-        consumer = self._consumer_group(group_id)
-        if consumer is not None and self.coordinator_error(group_id) is None and (
+        if self._is_consumer(group_id) and self.coordinator_error(group_id) is None and (
                 member_id is not None or member_epoch >= 0):
-            error = consumer.commit_error(group_id, member_id or "", member_epoch)
+            error = self.consumer_groups.commit_error(group_id, member_id or "", member_epoch)
             if error is not None:
                 return error, []
         return self.offsets.fetch_offsets(group_id, wanted, require_stable)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups: an empty consumer group goes with its offsets (a non-empty one: NON_EMPTY_GROUP)."""
-        consumer = self._consumer_group(group_id)
-        if consumer is None or self.coordinator_error(group_id) is not None:
+        if not self._is_consumer(group_id) or self.coordinator_error(group_id) is not None:
             return await self.offsets.delete_group(group_id)
-        if consumer.active(group_id) is not None:
+        if self.consumer_groups.active(group_id) is not None:
             return ErrorCode.non_empty_group
         error = ErrorCode.none
         if group_id in self.groups:  # the holder of its offsets
             error = await self.offsets.delete_group(group_id)
         if error is ErrorCode.none:
-            consumer.delete(group_id)
+            self.consumer_groups.delete(group_id)
         return error
