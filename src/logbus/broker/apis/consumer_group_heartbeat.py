@@ -6,7 +6,8 @@ carries the member epoch, the heartbeat interval and, when it changed (or on a f
 partitions the member may own now. Topics travel by id; a member subscribes by names and/or
 (v1) a regular expression. v0 lets the coordinator choose the member
 id of a joining member that gives none; from v1 the member generates it (an empty one is
-INVALID_REQUEST). Needs READ on the group (GROUP_AUTHORIZATION_FAILED). Errors as Kafka returns
+INVALID_REQUEST). Needs READ on the group (GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every
+topic it subscribes to by name (TOPIC_AUTHORIZATION_FAILED), as Kafka. Errors as Kafka returns
 them: INVALID_REQUEST for a malformed heartbeat, INVALID_REGULAR_EXPRESSION, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
 FENCED_MEMBER_EPOCH, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED,
 GROUP_ID_NOT_FOUND (a classic group holds the id), NOT_COORDINATOR and
@@ -28,7 +29,7 @@ from ...coordinator.consumer_group import Heartbeat
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import authorize, authorized_names
 from ..context import RequestContext
 
 API_KEY = 68
@@ -39,6 +40,9 @@ MAX_VERSION = 1
 async def handle(ctx: RequestContext, request: Any) -> Any:
     if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _error(ctx, ErrorCode.group_authorization_failed, None)
+    topics = request.subscribed_topic_names or ()
+    if len(authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)) < len(set(topics)):
+        return _error(ctx, ErrorCode.topic_authorization_failed, "Unauthorized topics in the subscription.")
     try:
         result = group_coordinator(ctx.broker).consumer_heartbeat(_heartbeat(ctx, request))
     except KafkaApiError as exc:
