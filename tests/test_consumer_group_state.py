@@ -319,3 +319,12 @@ def test_a_regex_that_does_not_compile_or_would_backtrack_forever() -> None:
     slow = groups.heartbeat(Heartbeat(GROUP, "m", 0, rebalance_timeout_ms=30_000, subscribed_regex="(a+)+b",
                                       owned={}))  # exponential for a backtracking engine; RE2 is linear
     assert slow.assignment == {}
+
+
+def test_uniform_keeps_each_members_lowest_partitions_as_kafka_does() -> None:
+    """The assignments librdkafka's test 0113 (x_incremental_rebalances) expects from Kafka."""
+    one = uniform({"c0": frozenset({"t"})}, {"t": 6}, {})
+    two = uniform({"c0": frozenset({"t"}), "c1": frozenset({"t"})}, {"t": 6}, one)
+    assert two == {"c0": {"t": frozenset({0, 1, 2})}, "c1": {"t": frozenset({3, 4, 5})}}
+    three = uniform({m: frozenset({"t"}) for m in ("c0", "c1", "c2")}, {"t": 6}, two)
+    assert three == {"c0": {"t": frozenset({0, 1})}, "c1": {"t": frozenset({3, 4})}, "c2": {"t": frozenset({2, 5})}}

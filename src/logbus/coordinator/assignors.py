@@ -5,7 +5,8 @@ target assignment: member id -> {topic: partitions}. Both are pure functions.
 
 - `uniform` (Kafka's UniformAssignor): every partition to one subscribed member, balanced so that
   two members eligible for a partition differ by at most one in their counts, and sticky: a
-  partition stays with the member that has it in the previous target unless balance needs it.
+  partition stays with the member that has it in the previous target unless balance needs it
+  (then a member gives up its highest-numbered partitions, as Kafka's does).
 - `range` (Kafka's RangeAssignor): per topic, its subscribers sorted by member id get consecutive
   ranges, the first `partitions % members` of them one more.
 """
@@ -49,10 +50,11 @@ def uniform(subscriptions: Subscriptions, partitions: Mapping[str, int],
 
 
 def _balance(owner: dict[tuple[str, int], str], counts: dict[str, int], subscriptions: Subscriptions) -> None:
-    """Move partitions from the fullest members to eligible emptier ones until no move helps."""
+    """Move partitions from the fullest members to eligible emptier ones until no move helps: the
+    highest-numbered first, so that a member keeps its lowest ones, as Kafka's UniformAssignor."""
     for _ in range(len(owner) + 1):  # every move lowers the spread: bounded by the partitions
         moved = False
-        for key in sorted(owner, key=lambda k: (-counts[owner[k]], k)):
+        for key in sorted(owner, key=lambda k: (-counts[owner[k]], k[0], -k[1])):
             holder = owner[key]
             eligible = [m for m, topics in subscriptions.items() if key[0] in topics]
             target = min(eligible, key=lambda m: (counts[m], m))
