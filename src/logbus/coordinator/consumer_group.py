@@ -200,9 +200,9 @@ class ConsumerGroups:
             self._bump(group)
         self._reconcile(group, member, request.owned)
         self._reset_session(group, member)
-        changed = member.assigned != before
+        sent = full or member.assigned != before  # Kafka sends it on a full request or a change
         return HeartbeatResult(member.member_id, member.member_epoch, self.config.heartbeat_interval_ms,
-                               dict(member.assigned) if full or changed else None)
+                               dict(member.assigned) if sent else None)
 
     def validate(self, request: Heartbeat) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
