@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from helpers import QUIET, raw_request, transactional_producer, wait_until
+from helpers import QUIET, RawConnection, raw_request, transactional_producer, wait_until
 from kio.schema.describe_topic_partitions.v0 import request as dtp_v0
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v10 import request as metadata_v10
@@ -494,3 +494,27 @@ def test_authorized_operations_report_what_the_acls_allow(matrix: BrokerProcess)
     topics = client.describe_topics(TopicCollection(["a.x"]), include_authorized_operations=True)
     assert set(topics["a.x"].result(15).authorized_operations) == {
         AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
+
+
+def test_consumer_group_heartbeat_needs_read_on_the_group_and_describe_on_its_topics(matrix: BrokerProcess) -> None:
+    """KIP-848 groups: ConsumerGroupHeartbeat needs Read on the group and Describe on the topics it
+    names; ConsumerGroupDescribe needs Describe on the group and on every topic its members
+    subscribe to (here through a regex, whose matches ACLs do not filter yet), as Kafka."""
+    def join(connection: RawConnection, group: str, topic: str | None, regex: str | None = None) -> Any:
+        connection.call(10, 3, key=group, key_type=0)  # creates __consumer_offsets
+        return connection.call(68, 1, group_id=group, member_id="m1", member_epoch=0,
+                               rebalance_timeout=timedelta(seconds=30),
+                               subscribed_topic_names=() if topic is None else (topic,),
+                               subscribed_topic_regex=regex, topic_partitions=())
+
+    with RawConnection(matrix.bootstrap) as connection:
+        assert join(connection, "h", "a.x").error_code == ErrorCode.group_authorization_failed
+        assert join(connection, "g", "b.x").error_code == ErrorCode.topic_authorization_failed
+        joined = wait_until(lambda: (reply := join(connection, "g", None, "b[.]x")).error_code == ErrorCode.none
+                            and reply, 20, message="joined group g")
+        assert joined.member_epoch == 1
+        described = connection.call(69, 1, group_ids=("g", "h"), include_authorized_operations=False).groups
+        assert [d.error_code for d in described] == [ErrorCode.topic_authorization_failed,
+                                                     ErrorCode.group_authorization_failed]
+        left = connection.call(68, 1, group_id="g", member_id="m1", member_epoch=-1, topic_partitions=None)
+        assert left.error_code == ErrorCode.none  # group g is empty again for the classic consumers

@@ -278,10 +278,13 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_validation.py::test_a_transactional_batch_needs_its_partition_in_the_open_transaction",
         "test_validation.py::test_without_verification_a_transactional_batch_opens_its_transaction",
     ),
-    # KIP-848 group configs' defaults and bounds (logbus has no KIP-848 groups yet: they shape what
-    # DescribeConfigs and IncrementalAlterConfigs of a GROUP resource answer).
+    # KIP-848 group configs' defaults and bounds: they shape what DescribeConfigs and
+    # IncrementalAlterConfigs of a GROUP resource answer; consumer groups use the ones below too.
     **{name: ("test_dynamic_configs.py::test_group_configs_take_their_defaults_and_bounds_from_the_broker",)
        for name in BROKER_KEYS if name.startswith(("group.consumer.", "group.share.", "group.streams."))},
+    "group.consumer.assignors": ("test_consumer_groups.py::test_max_size_and_assignors_come_from_the_config",),
+    "group.consumer.max.size": ("test_consumer_groups.py::test_max_size_and_assignors_come_from_the_config",),
+    "group.consumer.heartbeat.interval.ms": ("test_consumer_groups.py::test_heartbeat_errors",),
 }
 
 # Keys whose effect is in the code but whose test is still to be written (named in the report).

@@ -155,6 +155,14 @@ def _gzip_level(value: object) -> None:
         raise ValueError("must be between 1 and 9, or -1")
 
 
+def _consumer_assignors(value: object) -> None:
+    from .coordinator.assignors import ASSIGNORS, assignor_name
+
+    names = [assignor_name(name) for name in value]  # type: ignore[attr-defined]
+    if not names or any(name not in ASSIGNORS for name in names):
+        raise ValueError(f"each must be one of {', '.join(ASSIGNORS)}")
+
+
 def _group_bounds(kind: str, setting: str, default: int, low: int, high: int) -> list[ConfigKey]:
     """`group.<kind>.<setting>` and its min/max (e.g. group.consumer.min.session.timeout.ms):
     the default of a group's `<kind>.<setting>` config and the range it must keep."""
@@ -356,6 +364,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # KIP-848 group configs' broker defaults and the bounds a group's own value must keep (GROUP_KEYS).
         *_group_bounds("consumer", "session.timeout.ms", 45000, 45000, 60000),
         *_group_bounds("consumer", "heartbeat.interval.ms", 5000, 5000, 15000),
+        _key("group.consumer.assignors", ConfigType.LIST, "uniform,range", "Server-side assignors of consumer "
+             "groups (uniform, range, or Kafka's class names); the first is the default.",
+             check=_consumer_assignors),
+        _key("group.consumer.max.size", INT, 2147483647, "Most members in one consumer group.", minimum=1),
         *_group_bounds("share", "session.timeout.ms", 45000, 45000, 60000),
         *_group_bounds("share", "heartbeat.interval.ms", 5000, 5000, 15000),
         *_group_bounds("share", "record.lock.duration.ms", 30000, 15000, 60000),

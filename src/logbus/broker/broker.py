@@ -77,7 +77,8 @@ class Broker:
                                            MARKER_TIMEOUT_S)
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(
-            GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock
+            GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock,
+            partition_count=self._partition_count, topic_names=self._public_topics,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
@@ -105,6 +106,13 @@ class Broker:
         self.stopping = False
         self._servers: list[Listener] = []
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port
+
+    def _partition_count(self, topic: str) -> int | None:
+        metadata = self.metadata.topic(topic)
+        return None if metadata is None else len(metadata.partitions)
+
+    def _public_topics(self) -> list[str]:
+        return [name for name, metadata in self.metadata.topics().items() if not metadata.internal]
 
     @staticmethod
     def _metadata_store(config: BrokerConfig, broker_id: int, data_dir: str) -> MetadataStore:

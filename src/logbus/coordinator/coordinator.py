@@ -9,6 +9,10 @@ only through the few callables each is built with:
   it may serve a group now (`coordinator_error`), the groups loaded and unloaded with them, and
   the transaction markers that complete their pending offsets (`on_txn_marker`).
 
+Consumer groups of the next-generation protocol (KIP-848) are `consumer_groups`
+(`consumer_group.py`); a group id is classic or consumer, never both: their committed offsets live
+in an Empty `ClassicGroup` of the same id, written and expired as for classic groups.
+
 `GroupCoordinator` owns what they share: the groups, the background tasks (group writes, expiry
 checks, loads) and the write of a group's metadata record. It is built from `GroupConfig`, the
 offsets store and a `Clock`, not from the broker; the API handlers call its methods.
@@ -17,14 +21,17 @@ offsets store and a `Clock`, not from the broker; the API handlers call its meth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from .assignors import assignor_name
 from .clock import Clock
+from .consumer_group import ConsumerGroupConfig, ConsumerGroups
 from .group import ClassicGroup
+from .group_types import GroupTypes
 from .loading import Loader
 from .membership import Membership
 from .offsets import Offsets
@@ -47,6 +54,7 @@ class GroupConfig:
     max_group_size: int
     retention_ms: int
     retention_check_ms: int
+    consumer: ConsumerGroupConfig = ConsumerGroupConfig()
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
@@ -57,11 +65,20 @@ class GroupConfig:
             max_group_size=config["group.max.size"],
             retention_ms=config["offsets.retention.minutes"] * 60_000,
             retention_check_ms=config["offsets.retention.check.interval.ms"],
+            consumer=ConsumerGroupConfig(
+                session_timeout_ms=config["group.consumer.session.timeout.ms"],
+                heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+                assignors=tuple(assignor_name(name) for name in config["group.consumer.assignors"]),
+                max_size=config["group.consumer.max.size"],
+            ),
         )
 
 
-class GroupCoordinator:
-    def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock) -> None:
+
+class GroupCoordinator(GroupTypes):
+    def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock,
+                 partition_count: Callable[[str], int | None] = lambda _topic: None,
+                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
         self.store = store
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -82,20 +99,15 @@ class GroupCoordinator:
         )
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn)
+        self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic,
+                                              topic_names)
+        self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
-        self.on_leadership = self.loader.on_leadership
         # what the API handlers call
-        self.join = self.membership.join
         self.sync = self.membership.sync
         self.heartbeat = self.membership.heartbeat
         self.leave = self.membership.leave
-        self.describe = self.membership.describe
-        self.list_groups = self.membership.list_groups
-        self.commit_offsets = self.offsets.commit_offsets
-        self.commit_txn_offsets = self.offsets.commit_txn_offsets
-        self.fetch_offsets = self.offsets.fetch_offsets
         self.delete_offsets = self.offsets.delete_offsets
-        self.delete_group = self.offsets.delete_group
 
     def start(self) -> None:
         """Rebuild the groups of every __consumer_offsets partition this broker leads; start expiry."""
@@ -106,6 +118,14 @@ class GroupCoordinator:
         self.offsets.stop()
         self.loader.stop()
         self.membership.stop()
+        self.consumer_groups.stop()
+
+    def on_leadership(self, partition: Partition, leads: bool) -> None:
+        """The loader's, and the consumer groups of a `__consumer_offsets` partition this broker
+        stopped leading leave memory too (their members then find the new coordinator)."""
+        self.loader.on_leadership(partition, leads)
+        if not leads and partition.topic == OFFSETS_TOPIC:
+            self.consumer_groups.unload(lambda group_id: self.partition_for(group_id) == partition.index)
 
     def on_txn_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
         """A transaction marker is replicated on `partition` (a ReplicaManager marker listener): on a

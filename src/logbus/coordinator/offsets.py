@@ -94,6 +94,8 @@ class Offsets:
         self.cancel_timers = cancel_timers
         self.spawn = spawn
         self._expiry_timer: Timer | None = None
+        # a consumer group (KIP-848) with members keeps its offsets (set by the coordinator)
+        self.consumer_group_active: Callable[[str], bool] = lambda _group_id: False
 
     def start(self) -> None:
         self._schedule_expiry()
@@ -326,6 +328,8 @@ class Offsets:
         each commit for groups without a protocol); in a Stable consumer group, the offsets of topics
         no member subscribes to any more, counted from their commit (KIP-496). Never an offset an
         open transaction commits."""
+        if self.consumer_group_active(group.group_id):
+            return []
         if group.is_in(GroupState.EMPTY) and not group.pending_members:
             since_empty = group.state_timestamp if group.protocol_type and group.state_timestamp >= 0 else None
             candidates = [key for key, offset in group.offsets.items()

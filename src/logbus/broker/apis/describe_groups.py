@@ -3,9 +3,10 @@
 State, protocol type and, when Stable, the selected protocol and each member's subscription
 (for that protocol) and assignment; in other states members come without them, as Kafka
 answers. An unknown group is described as Dead with no error before v6; v6+ answers
-GROUP_ID_NOT_FOUND with a message. v3+ may ask for authorized operations: the principal's on
-the group (every group operation without an authorizer). With an authorizer a group the
-principal may not Describe is GROUP_AUTHORIZATION_FAILED.
+GROUP_ID_NOT_FOUND with a message; a consumer group (KIP-848) is answered as an unknown one, as
+Kafka does. v3+ may ask for authorized operations: the principal's on the group (every group
+operation without an authorizer). With an authorizer a group the principal may not Describe is
+GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations

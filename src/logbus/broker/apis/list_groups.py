@@ -3,8 +3,8 @@
 Every group this broker coordinates (Dead ones excluded); while a `__consumer_offsets`
 partition is still loading, the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers.
 v4+ filters by state names
-(case-insensitive) and reports each group's state; v5+ filters by type and reports it
-("classic": the only type served here). With an authorizer only the groups the principal may
+(case-insensitive) and reports each group's state; v5+ filters by type ("classic", "consumer":
+KIP-848 groups) and reports it. With an authorizer only the groups the principal may
 Describe are listed (all of them with Describe on the cluster), as Kafka.
 """
 
@@ -24,9 +24,6 @@ API_KEY = 16
 MIN_VERSION = 0
 MAX_VERSION = 5
 
-GROUP_TYPE = "classic"
-
-
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     states = {s.lower() for s in getattr(request, "states_filter", ())}
@@ -37,11 +34,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in groups))
         groups = [g for g in groups if g.group_id in visible]
-    if not types or GROUP_TYPE in types:
-        for group in groups:
-            if states and group.state.value.lower() not in states:
-                continue
-            listed.append(make(module.ListedGroup, group_id=group.group_id, protocol_type=group.protocol_type or "",
-                               group_state=group.state.value, group_type=GROUP_TYPE))
+    for group in groups:
+        if (states and group.state.lower() not in states) or (types and group.group_type not in types):
+            continue
+        listed.append(make(module.ListedGroup, group_id=group.group_id, protocol_type=group.protocol_type,
+                           group_state=group.state, group_type=group.group_type))
     error = ErrorCode.coordinator_load_in_progress if coordinator.loading else ErrorCode.none
     return make(response_class(API_KEY, ctx.api_version), error_code=error, groups=tuple(listed))

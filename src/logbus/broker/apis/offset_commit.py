@@ -4,7 +4,9 @@ Offsets (with leader epoch from v6 and a metadata string, both returned byte for
 OffsetFetch) are written to __consumer_offsets. v2–v4 carry a retention time: when it is not
 -1 the offset expires at commit time + retention (OffsetCommitValue v1, as Kafka writes it).
 v7+ carries `group.instance.id`. A generation of -1 commits outside group management (an Empty
-or new group: admin tools, `assign()`); otherwise the member and generation must be current.
+or new group: admin tools, `assign()`); otherwise the member and generation must be current. In a
+consumer group (KIP-848) the generation is the member epoch: STALE_MEMBER_EPOCH when it is not the
+member's, UNKNOWN_MEMBER_ID for an unknown member.
 Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION; a metadata string over 4096 bytes
 OFFSET_METADATA_TOO_LARGE.
 """

@@ -6,7 +6,8 @@ committed. v1 reports group errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRES
 partition, v2–v7 in the top-level error code, v8+ per group: v8+ asks for several groups in
 one request. With `require_stable` (v7+), a partition whose offset an open transaction commits
 (TxnOffsetCommit, not yet ended by its marker) answers UNSTABLE_OFFSET_COMMIT and offset -1, so
-the consumer retries; the group's error stays NONE, as in Kafka.
+the consumer retries; the group's error stays NONE, as in Kafka. v9 names the member of a
+consumer group (KIP-848): an unknown one gets UNKNOWN_MEMBER_ID, a stale epoch STALE_MEMBER_EPOCH.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for group in request.groups:
-            error, offsets = _fetch(ctx, group.group_id, _wanted(group.topics), require_stable)
+            error, offsets = _fetch(ctx, group.group_id, _wanted(group.topics), require_stable,
+                                    getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
             groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, error_code=error,
                                topics=_topics(module, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
                                               offsets)))
@@ -48,12 +50,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
-           require_stable: bool) -> tuple[ErrorCode, list[FetchedOffset]]:
+           require_stable: bool, member_id: str | None = None, member_epoch: int = -1
+           ) -> tuple[ErrorCode, list[FetchedOffset]]:
     """As Kafka: Describe on the group (GROUP_AUTHORIZATION_FAILED), on each named topic
     (TOPIC_AUTHORIZATION_FAILED); asking for all offsets leaves out the topics it may not Describe."""
     if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed, []
-    error, offsets = group_coordinator(ctx.broker).fetch_offsets(group_id, wanted, require_stable)
+    error, offsets = group_coordinator(ctx.broker).fetch_offsets(group_id, wanted, require_stable, member_id,
+                                                                 member_epoch)
     if ctx.broker.authorizer is None:
         return error, offsets
     visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (o.topic for o in offsets))

@@ -1,0 +1,330 @@
+"""The KIP-848 consumer group state machine (coordinator/consumer_group.py), in-process with a test clock."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from logbus.coordinator.assignors import range_assignor, uniform
+from logbus.coordinator.consumer_group import (
+    ConsumerGroupConfig,
+    ConsumerGroups,
+    ConsumerGroupState,
+    Heartbeat,
+    MemberState,
+)
+from logbus.errors import KafkaApiError
+
+GROUP = "g"
+
+
+class Timer:
+    def __init__(self, due: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.due, self.callback, self.args, self.cancelled = due, callback, args, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """Time moves only in `advance`; due timers fire in order."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+        self.timers: list[tuple[int, int, Timer]] = []
+        self.sequence = itertools.count()
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def call_later(self, delay_ms: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        timer = Timer(self.now + int(delay_ms), callback, args)
+        heapq.heappush(self.timers, (timer.due, next(self.sequence), timer))
+        return timer
+
+    def advance(self, ms: int) -> None:
+        target = self.now + ms
+        while self.timers and self.timers[0][0] <= target:
+            due, _, timer = heapq.heappop(self.timers)
+            if not timer.cancelled:
+                self.now = due
+                timer.callback(*timer.args)
+        self.now = target
+
+
+def make(partitions: dict[str, int] | None = None, **config: Any) -> tuple[ConsumerGroups, ManualClock]:
+    clock = ManualClock()
+    counts = {"t": 6} if partitions is None else partitions
+    return ConsumerGroups(clock, ConsumerGroupConfig(**config), counts.get, topic_names=lambda: list(counts)), clock
+
+
+def join(groups: ConsumerGroups, member: str, topics: tuple[str, ...] = ("t",), **fields: Any):
+    return groups.heartbeat(Heartbeat(GROUP, member, 0, rebalance_timeout_ms=30_000, subscribed_topics=topics,
+                                      owned={}, **fields))
+
+
+def beat(groups: ConsumerGroups, member: str, owned: dict[str, set[int]] | None = None, epoch: int | None = None):
+    current = groups.groups[GROUP].members[member].member_epoch if epoch is None else epoch
+    frozen = None if owned is None else {t: frozenset(p) for t, p in owned.items()}
+    return groups.heartbeat(Heartbeat(GROUP, member, current, owned=frozen))
+
+
+def owned_by(groups: ConsumerGroups) -> dict[str, set[int]]:
+    return {m.member_id: set().union(*m.assigned.values()) if m.assigned else set()
+            for m in groups.groups[GROUP].members.values()}
+
+
+def settle(groups: ConsumerGroups) -> None:
+    """Every member heartbeats with what it was given until the group is Stable (bounded)."""
+    for _ in range(10):
+        for member in list(groups.groups[GROUP].members.values()):
+            beat(groups, member.member_id, {t: set(p) for t, p in member.assigned.items()})
+        if groups.groups[GROUP].state is ConsumerGroupState.STABLE:
+            return
+    raise AssertionError("group did not settle")
+
+
+def test_first_member_gets_every_partition_at_the_first_epoch() -> None:
+    groups, _ = make()
+    result = join(groups, "a")
+    assert result.member_epoch == 1
+    assert result.assignment == {"t": frozenset(range(6))}
+    assert result.heartbeat_interval_ms == 5000
+    assert groups.groups[GROUP].state is ConsumerGroupState.STABLE
+
+
+def test_a_partition_is_revoked_before_it_is_assigned_elsewhere() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    second = join(groups, "b")
+    assert second.member_epoch == 2
+    assert second.assignment == {}  # its partitions still belong to a: unreleased
+    assert groups.groups[GROUP].members["b"].state is MemberState.UNRELEASED_PARTITIONS
+    first = beat(groups, "a", {"t": set(range(6))})
+    assert first.member_epoch == 1  # stays at its epoch until it has revoked
+    kept = first.assignment["t"]
+    assert len(kept) == 3 and kept < frozenset(range(6))  # it keeps the partitions it keeps
+    assert groups.groups[GROUP].members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    assert beat(groups, "b").assignment is None  # nothing released yet
+    released = beat(groups, "a", {"t": set(kept)})
+    assert released.member_epoch == 2
+    assert released.assignment is None  # unchanged: it already knows what it keeps
+    assigned = beat(groups, "b").assignment
+    assert assigned == {"t": frozenset(range(6)) - kept}
+    assert groups.groups[GROUP].state is ConsumerGroupState.STABLE
+
+
+def test_no_partition_has_two_owners_while_three_members_come_and_go() -> None:
+    groups, _ = make()
+    for member in ("a", "b", "c"):
+        join(groups, member)
+        for _ in range(6):  # at every step of the reconciliation, no partition is held twice
+            settle_step(groups)
+            holders = [p for m in groups.groups[GROUP].members.values()
+                       for p in set().union(*m.assigned.values(), *m.revoking.values())]
+            assert len(holders) == len(set(holders))
+    settle(groups)
+    assert sorted(len(p) for p in owned_by(groups).values()) == [2, 2, 2]
+    before = owned_by(groups)
+    groups.heartbeat(Heartbeat(GROUP, "b", -1))
+    settle(groups)
+    after = owned_by(groups)
+    assert after["a"] >= before["a"] and after["c"] >= before["c"]  # sticky: nothing taken away
+    assert after["a"] | after["c"] == set(range(6))
+
+
+def settle_step(groups: ConsumerGroups) -> None:
+    for member in list(groups.groups[GROUP].members.values()):
+        beat(groups, member.member_id, {t: set(p) for t, p in member.assigned.items()})
+
+
+def test_leaving_answers_epoch_minus_one_and_empties_the_group() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    result = groups.heartbeat(Heartbeat(GROUP, "a", -1))
+    assert result.member_epoch == -1
+    assert groups.groups[GROUP].state is ConsumerGroupState.EMPTY
+    assert groups.groups[GROUP].group_epoch == 2
+
+
+def test_a_silent_member_expires_after_the_session_timeout() -> None:
+    groups, clock = make(session_timeout_ms=45_000)
+    join(groups, "a")
+    join(groups, "b")
+    clock.advance(44_000)
+    settle(groups)  # both heartbeat: sessions reset
+    clock.advance(44_000)
+    beat(groups, "a", {t: set(p) for t, p in groups.groups[GROUP].members["a"].assigned.items()})
+    clock.advance(2_000)  # b's session (last reset 46 s ago) is over
+    assert set(groups.groups[GROUP].members) == {"a"}
+
+
+def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed() -> None:
+    groups, clock = make()
+    join(groups, "a")
+    join(groups, "b")
+    beat(groups, "a", {"t": set(range(6))})  # asked to revoke three
+    clock.advance(30_001)  # its rebalance timeout (30 s) passes without the revocation
+    assert "a" not in groups.groups[GROUP].members
+    assert beat(groups, "b").assignment == {"t": frozenset(range(6))}
+
+
+def test_epochs_ahead_or_stale_are_fenced_but_the_previous_one_with_a_subset_is_not() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    with pytest.raises(KafkaApiError) as ahead:
+        beat(groups, "a", epoch=5)
+    assert ahead.value.code is ErrorCode.fenced_member_epoch
+    join(groups, "b")
+    beat(groups, "a", {"t": set(range(6))})
+    kept = groups.groups[GROUP].members["a"].assigned["t"]
+    beat(groups, "a", {"t": set(kept)})  # epoch 2 now; the response may be lost:
+    assert beat(groups, "a", {"t": set(kept)}, epoch=1).member_epoch == 2
+    with pytest.raises(KafkaApiError) as stale:
+        beat(groups, "a", {"t": set(range(6))}, epoch=1)  # owns more than its assignment
+    assert stale.value.code is ErrorCode.fenced_member_epoch
+
+
+def test_unknown_member_and_group() -> None:
+    groups, _ = make()
+    with pytest.raises(KafkaApiError) as unknown_group:
+        beat(groups, "a", epoch=3)
+    assert unknown_group.value.code is ErrorCode.unknown_member_id
+    join(groups, "a")
+    with pytest.raises(KafkaApiError) as unknown_member:
+        beat(groups, "zz", epoch=1)
+    assert unknown_member.value.code is ErrorCode.unknown_member_id
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"rebalance_timeout_ms": -1}, "RebalanceTimeoutMs"),
+    ({"owned": None}, "TopicPartitions"),
+    ({"owned": {"t": frozenset({1})}}, "TopicPartitions"),
+    ({"subscribed_topics": None}, "SubscribedTopicNames"),
+    ({"member_id": ""}, "MemberId"),
+    ({"instance_id": ""}, "InstanceId"),
+])
+def test_a_bad_first_heartbeat_is_an_invalid_request(fields: dict[str, Any], message: str) -> None:
+    groups, _ = make()
+    request = {"group_id": GROUP, "member_id": "a", "member_epoch": 0, "rebalance_timeout_ms": 30_000,
+               "subscribed_topics": ("t",), "owned": {}, **fields}
+    with pytest.raises(KafkaApiError) as refused:
+        groups.heartbeat(Heartbeat(**request))
+    assert refused.value.code is ErrorCode.invalid_request
+    assert message in (refused.value.message or "")
+
+
+def test_an_unknown_server_assignor_is_refused() -> None:
+    groups, _ = make()
+    with pytest.raises(KafkaApiError) as refused:
+        join(groups, "a", server_assignor="sticky")
+    assert refused.value.code is ErrorCode.unsupported_assignor
+
+
+def test_group_max_size() -> None:
+    groups, _ = make(max_size=2)
+    join(groups, "a")
+    join(groups, "b")
+    with pytest.raises(KafkaApiError) as full:
+        join(groups, "c")
+    assert full.value.code is ErrorCode.group_max_size_reached
+
+
+def test_a_static_member_rejoins_with_its_assignment_after_a_temporary_leave() -> None:
+    groups, clock = make()
+    join(groups, "a", instance_id="i1")
+    join(groups, "b", instance_id="i2")
+    settle(groups)
+    before = owned_by(groups)["a"]
+    epoch = groups.groups[GROUP].group_epoch
+    member_epoch = groups.groups[GROUP].members["a"].member_epoch
+    assert groups.heartbeat(Heartbeat(GROUP, "a", member_epoch, instance_id="i1")).member_epoch == member_epoch
+    assert groups.heartbeat(Heartbeat(GROUP, "a", -2, instance_id="i1")).member_epoch == -2
+    with pytest.raises(KafkaApiError) as in_use:
+        join(groups, "b2", instance_id="i2")
+    assert in_use.value.code is ErrorCode.unreleased_instance_id
+    result = join(groups, "a2", instance_id="i1")
+    assert result.member_epoch == member_epoch
+    assert result.assignment == {"t": frozenset(before)}
+    assert groups.groups[GROUP].group_epoch == epoch  # no rebalance
+    clock.advance(46_000)  # nobody heartbeats: both expire
+    assert groups.groups[GROUP].state is ConsumerGroupState.EMPTY
+
+
+def test_a_new_partition_bumps_the_group_epoch() -> None:
+    counts = {"t": 2}
+    groups, _ = make(counts)
+    join(groups, "a")
+    counts["t"] = 4
+    result = beat(groups, "a", {"t": {0, 1}})
+    assert result.assignment == {"t": frozenset(range(4))}
+    assert groups.groups[GROUP].group_epoch == 2
+
+
+def test_commit_checks_member_and_epoch() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    assert groups.commit_error(GROUP, "a", 1) is None
+    assert groups.commit_error(GROUP, "a", 0) is ErrorCode.stale_member_epoch
+    assert groups.commit_error(GROUP, "zz", 1) is ErrorCode.unknown_member_id
+    assert groups.commit_error(GROUP, "", -1) is ErrorCode.unknown_member_id  # not empty
+    groups.heartbeat(Heartbeat(GROUP, "a", -1))
+    assert groups.commit_error(GROUP, "", -1) is None
+
+
+def test_uniform_is_balanced_and_sticky_with_mixed_subscriptions() -> None:
+    subscriptions = {"a": frozenset({"x", "y"}), "b": frozenset({"x"}), "c": frozenset({"y"})}
+    counts = {"x": 4, "y": 4}
+    first = uniform(subscriptions, counts, {})
+    sizes = {m: sum(len(p) for p in a.values()) for m, a in first.items()}
+    assert sorted(sizes.values()) in ([2, 3, 3], [2, 2, 4]) and max(sizes.values()) - min(sizes.values()) <= 2
+    assert sorted((t, p) for a in first.values() for t, ps in a.items() for p in ps) == sorted(
+        (t, p) for t in counts for p in range(counts[t]))
+    again = uniform(subscriptions, counts, first)
+    assert again == first
+
+
+def test_range_gives_consecutive_ranges() -> None:
+    result = range_assignor({"a": frozenset({"t"}), "b": frozenset({"t"})}, {"t": 5}, {})
+    assert result == {"a": {"t": frozenset({0, 1, 2})}, "b": {"t": frozenset({3, 4})}}
+
+
+def test_members_choose_the_range_assignor() -> None:
+    groups, _ = make()
+    join(groups, "a", server_assignor="range")
+    assert groups.groups[GROUP].assignor == "range"
+
+
+def test_a_regex_subscription_follows_the_topics_it_matches() -> None:
+    counts = {"orders.eu": 2, "orders.us": 2, "payments": 2, "xorders.eu": 1}  # matched whole: not the last
+    groups, _ = make(counts)
+    result = groups.heartbeat(Heartbeat(GROUP, "a", 0, rebalance_timeout_ms=30_000, subscribed_topics=(),
+                                        subscribed_regex="orders\\..*", owned={}))
+    assert result.assignment == {"orders.eu": frozenset({0, 1}), "orders.us": frozenset({0, 1})}
+    counts["orders.asia"] = 1  # a new matching topic: a new group epoch, and its partition
+    assert beat(groups, "a", {"orders.eu": {0, 1}, "orders.us": {0, 1}}).assignment["orders.asia"] == {0}
+    assert groups.groups[GROUP].group_epoch == 2
+
+
+def test_a_regex_that_does_not_compile_or_would_backtrack_forever() -> None:
+    groups, _ = make({"a" * 249: 1})
+    with pytest.raises(KafkaApiError) as refused:
+        groups.heartbeat(Heartbeat(GROUP, "m", 0, rebalance_timeout_ms=30_000, subscribed_regex="(", owned={}))
+    assert refused.value.code is ErrorCode.invalid_regular_expression
+    slow = groups.heartbeat(Heartbeat(GROUP, "m", 0, rebalance_timeout_ms=30_000, subscribed_regex="(a+)+b",
+                                      owned={}))  # exponential for a backtracking engine; RE2 is linear
+    assert slow.assignment == {}
+
+
+def test_uniform_keeps_each_members_lowest_partitions_as_kafka_does() -> None:
+    """The assignments librdkafka's test 0113 (x_incremental_rebalances) expects from Kafka."""
+    one = uniform({"c0": frozenset({"t"})}, {"t": 6}, {})
+    two = uniform({"c0": frozenset({"t"}), "c1": frozenset({"t"})}, {"t": 6}, one)
+    assert two == {"c0": {"t": frozenset({0, 1, 2})}, "c1": {"t": frozenset({3, 4, 5})}}
+    three = uniform({m: frozenset({"t"}) for m in ("c0", "c1", "c2")}, {"t": 6}, two)
+    assert three == {"c0": {"t": frozenset({0, 1})}, "c1": {"t": frozenset({3, 4})}, "c2": {"t": frozenset({2, 5})}}
