@@ -37,6 +37,7 @@ async def replica_manager(directory: Path) -> AsyncIterator[ReplicaManager]:
     await store.start()
     replicas = ReplicaManager(LEADER, BrokerConfig({}), store, LogManager(str(directory)))
     replicas.start()
+    await replicas.loaded.wait()
     try:
         yield replicas
     finally:

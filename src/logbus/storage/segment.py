@@ -15,7 +15,6 @@ fsync) is pinned open for that time.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import io
 import mmap
 import os
