@@ -160,9 +160,9 @@ class LogManager:
                 ) from None
         self._merge_checkpoints()
         self._checkpoints_read.clear()
-        self.unloaded = set(self.placement)
+        self.unloaded.update(self.placement)
         self.clean_shutdown = len(self._cleanly_shut) == len(self.log_dirs)
-        self.cleaner = LogCleaner(self.data_dir, self.logs)
+        self.cleaner = LogCleaner(self.data_dir, self.logs, self.unloaded)
 
     def _open_dir(self, log_dir: str, broker_id: int, cluster_id: str) -> None:
         os.makedirs(log_dir, exist_ok=True)
@@ -445,9 +445,11 @@ class LogManager:
 
     async def write_recovery_checkpoints(self) -> None:
         """The recovery-point and high-watermark checkpoints of every online log dir (in a worker thread)."""
-        recovery = self._per_dir(self._not_loaded(self._recovery_points)
+        recovery = self._per_dir(self._read_at_start(self._recovery_points, self.unloaded)
                                  | {key: log_.recovery_point for key, log_ in self.logs.items()})
-        watermarks = self._per_dir(self._not_loaded(self.high_watermarks) | self.high_watermark_source())
+        # a log loaded at start is hosted by a partition (the source) only once they all are
+        watermarks = self._per_dir(self._read_at_start(self.high_watermarks, [*self.unloaded, *self.logs])
+                                   | self.high_watermark_source())
         for log_dir in recovery:
             await self._in_dir(log_dir, self._write_recovery_files, log_dir, recovery[log_dir], watermarks[log_dir])
 
@@ -457,15 +459,17 @@ class LogManager:
         checkpoints.write_offsets(os.path.join(log_dir, HIGH_WATERMARK_FILE), watermarks)
 
     async def write_log_start_checkpoint(self) -> None:
-        starts = self._per_dir(self._not_loaded(self._log_starts)
+        starts = self._per_dir(self._read_at_start(self._log_starts, self.unloaded)
                                | {key: log_.log_start_offset for key, log_ in self.logs.items()})
         for log_dir, entries in starts.items():
             await self._in_dir(log_dir, checkpoints.write_offsets, os.path.join(log_dir, LOG_START_FILE), entries)
 
-    def _not_loaded(self, read_at_start: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """The entries read at start for the partitions not loaded yet: a checkpoint written while
-        the logs load (or a stop before they all are) keeps them."""
-        return {key: read_at_start[key] for key in self.unloaded if key in read_at_start}
+    @staticmethod
+    def _read_at_start(entries: dict[tuple[str, int], int],
+                       keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The checkpoint entries read at start for `keys`: a checkpoint written while the logs
+        load (or at a stop before they all are) keeps those of the logs not loaded yet."""
+        return {key: entries[key] for key in keys if key in entries}
 
     def _per_dir(self, offsets: dict[tuple[str, int], int]) -> dict[str, dict[tuple[str, int], int]]:
         """Split per-partition entries by the online log dir holding each partition (every such
