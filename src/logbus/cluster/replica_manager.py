@@ -145,7 +145,12 @@ class ReplicaManager:
             if self.broker_id in state.replicas
         }
         self.logs.remove_orphan_dirs(set(hosted))
-        for log_ in await self.logs.load_logs((*key, config) for key, config in hosted.items()):
+        try:
+            loaded = await self.logs.load_logs((*key, config) for key, config in hosted.items())
+        except Exception:  # a bug: no partition is served, and the operator is told why
+            log.exception("loading the logs failed; this broker serves no partition until it restarts")
+            raise
+        for log_ in loaded:
             self._preloaded[(log_.topic, log_.partition)] = log_
         for topic in self.metadata.topics().values():
             self._sync_topic(topic)
