@@ -516,10 +516,12 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "steady_answer_max_s": lambda r: r["sigterm"]["producer"]["answer_s_sent_before_signal"][1],
     "sigterm_slowest_answer_s": lambda r: r["sigterm"]["producer"]["slowest_answer_s"],
     "sigterm_restart_listening_s": lambda r: r["sigterm"]["restart"]["listening_s"],
+    "sigterm_restart_loaded_s": lambda r: r["sigterm"]["restart"]["loaded_s"],
     "sigterm_restart_isr_s": lambda r: r["sigterm"]["restart"]["in_every_isr_s"],
     "kill_new_controller_s": lambda r: r["controller_kill"]["new_controller_s"],
     "kill_all_led_s": lambda r: r["controller_kill"]["all_led_s"],
     "kill_restart_listening_s": lambda r: r["controller_kill"]["restart"]["listening_s"],
+    "kill_restart_loaded_s": lambda r: r["controller_kill"]["restart"]["loaded_s"],
     "kill_restart_isr_s": lambda r: r["controller_kill"]["restart"]["in_every_isr_s"],
 }
 ROLLING_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
