@@ -280,6 +280,22 @@ def test_loaded_logs_keep_only_their_active_segment_open_and_open_older_ones_whe
     asyncio.run(reopen())
 
 
+def test_partitions_new_to_a_starting_broker_spread_over_its_log_dirs(tmp_path: Path) -> None:
+    """Logs loaded together at start (a topic created while the broker was down) each go to the
+    least loaded dir, counting the ones placed just before."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+
+    async def scenario() -> dict[str, int]:
+        manager = LogManager(dirs)
+        manager.open(0, "c")
+        await manager.load_logs([("new", p, make_config()) for p in range(6)])
+        counts = manager.partitions_per_dir()
+        await manager.shutdown()
+        return counts
+
+    assert asyncio.run(scenario()) == dict.fromkeys(dirs, 3)
+
+
 def test_recovery_after_a_crash_rewrites_only_the_indexes_it_finds_wrong(tmp_path: Path) -> None:
     """Rewriting every index of every log made most of a restart after SIGKILL (issue 25)."""
     directory, config = str(tmp_path / "t-0"), make_config(**{"index.interval.bytes": "1"})

@@ -269,7 +269,8 @@ class LogManager:
 
     def load_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
-        return self._register(*self._read_log(topic, partition, config))
+        log_dir = self.log_dir_for(topic, partition)
+        return self._register(log_dir, self._read_log(topic, partition, config, log_dir))
 
     async def load_logs(self, wanted: Iterable[tuple[str, int, LogConfig]]) -> list[PartitionLog]:
         """`load_log` for many partitions at start-up, in the I/O threads (at most as many at once
@@ -280,8 +281,10 @@ class LogManager:
 
         async def load(topic: str, partition: int, config: LogConfig) -> PartitionLog | None:
             async with slots:
+                log_dir = self.log_dir_for(topic, partition)  # here: the placement changes on this loop
+                self.placement.setdefault((topic, partition), log_dir)  # the next new partition counts it
                 try:
-                    log_dir, read = await loop.run_in_executor(self._pool, self._read_log, topic, partition, config)
+                    read = await loop.run_in_executor(self._pool, self._read_log, topic, partition, config, log_dir)
                 except OSError:
                     log.exception("cannot open the log of %s-%d; it opens on the next change or restart",
                                   topic, partition)
@@ -294,12 +297,11 @@ class LogManager:
         loaded = await asyncio.gather(*(load(*entry) for entry in wanted))
         return [log_ for log_ in loaded if log_ is not None]
 
-    def _read_log(self, topic: str, partition: int, config: LogConfig) -> tuple[str, PartitionLog]:
-        """The file work of `load_log` (any thread): the log dir and the log, loaded, its segments
-        not yet counted against the descriptor budget and all but the active one closed (they
-        open on first use)."""
+    def _read_log(self, topic: str, partition: int, config: LogConfig, log_dir: str) -> PartitionLog:
+        """The file work of `load_log` in `log_dir` (any thread): the log, loaded, its segments not
+        yet counted against the descriptor budget and all but the active one closed (they open on
+        first use)."""
         key = (topic, partition)
-        log_dir = self.log_dir_for(topic, partition)
         if log_dir in self.offline_dirs:
             raise OSError(errno.EIO, f"log dir {log_dir} is offline")
         directory = os.path.join(log_dir, partition_dir_name(topic, partition))
@@ -318,7 +320,7 @@ class LogManager:
             log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
         for segment in log_.segments[:-1]:
             segment.release()
-        return log_dir, log_
+        return log_
 
     def _register(self, log_dir: str, log_: PartitionLog) -> PartitionLog:
         """A loaded log joins the manager (event loop): its placement, checkpoints, descriptor budget."""
