@@ -16,7 +16,8 @@ min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures
    led by it at that moment (Metadata of another broker right after), time until every partition
    is led by a live broker, the producer's failed sends (`--message-timeout-ms`), and how long
    records waited for their answer, sent before the signal (the steady state) and after;
-4. restart of that broker: time until it listens, time until it is back in every ISR;
+4. restart of that broker: time until it listens, until its logs are loaded (it serves its
+   partitions), until it is back in every ISR;
 5. SIGKILL of the controller (Metadata's controller_id): time until another broker is
    controller, time until every partition is led by a live broker; then its restart as in 4
    (a killed broker recovers its logs);
@@ -368,10 +369,12 @@ def stop_gracefully(broker: BrokerProcess, deadline: Deadline) -> float:
 
 
 def restart(cluster: Cluster, broker: BrokerProcess, deadline: Deadline, out: dict[str, Any]) -> None:
-    """Start `broker` again: seconds until it listens, and until it is back in every ISR."""
+    """Start `broker` again: seconds until it listens, until its logs are loaded, and until it is
+    back in every ISR."""
     began = time.monotonic()
     broker.start()
-    out["listening_s"] = round(time.monotonic() - began, 3)
+    out["listening_s"] = round(broker.listening_in_s, 3)
+    out["loaded_s"] = round(time.monotonic() - began, 3)
     out["in_every_isr_s"] = round(wait_everywhere(cluster, not_in_isr(broker.broker_id), deadline, began,
                                                   f"partitions without broker {broker.broker_id} in their ISR"), 3)
 
@@ -513,10 +516,12 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "steady_answer_max_s": lambda r: r["sigterm"]["producer"]["answer_s_sent_before_signal"][1],
     "sigterm_slowest_answer_s": lambda r: r["sigterm"]["producer"]["slowest_answer_s"],
     "sigterm_restart_listening_s": lambda r: r["sigterm"]["restart"]["listening_s"],
+    "sigterm_restart_loaded_s": lambda r: r["sigterm"]["restart"]["loaded_s"],
     "sigterm_restart_isr_s": lambda r: r["sigterm"]["restart"]["in_every_isr_s"],
     "kill_new_controller_s": lambda r: r["controller_kill"]["new_controller_s"],
     "kill_all_led_s": lambda r: r["controller_kill"]["all_led_s"],
     "kill_restart_listening_s": lambda r: r["controller_kill"]["restart"]["listening_s"],
+    "kill_restart_loaded_s": lambda r: r["controller_kill"]["restart"]["loaded_s"],
     "kill_restart_isr_s": lambda r: r["controller_kill"]["restart"]["in_every_isr_s"],
 }
 ROLLING_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {

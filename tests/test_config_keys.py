@@ -190,6 +190,8 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "log.cleaner.enable": ("test_config_keys.py::test_log_cleaner_enable_false_starts_no_cleaner",),
     "logbus.io.threads": ("test_config_keys.py::test_logbus_io_threads_sizes_the_blocking_io_pool",),
+    "logbus.open.segments.max": ("test_config_keys.py::test_logbus_open_segments_max_is_the_descriptor_budget",
+                                 "test_storage_unit.py::test_three_thousand_partitions_work_within_a_small_descriptor_budget"),
     "metrics.port": (
         "test_metrics.py::test_the_endpoint_is_off_without_metrics_port_and_binds_metrics_host_with_it",
         "test_metrics.py::test_produced_records_and_bytes_move_the_counters_by_exactly_what_was_produced",
@@ -416,6 +418,13 @@ def test_logbus_io_threads_sizes_the_blocking_io_pool(tmp_path: Path) -> None:
     assert broker.logs._pool._max_workers == 3
     broker = Broker(BrokerConfig({"num.io.threads": "5"}), 0, LOOPBACK, str(tmp_path))
     assert broker.logs._pool._max_workers == 8  # Kafka's request threads: not this pool
+
+
+def test_logbus_open_segments_max_is_the_descriptor_budget(tmp_path: Path) -> None:
+    broker = Broker(BrokerConfig({"logbus.open.segments.max": "7"}), 0, LOOPBACK, str(tmp_path))
+    assert broker.logs.open_segments.limit == 7
+    broker.logs.open(0, "c")  # the soft open-files limit is not looked at again
+    assert broker.logs.open_segments.limit == 7
 
 
 @pytest.fixture(scope="module")

@@ -149,6 +149,7 @@ async def hosted_partitions(data_dir: Path, config: BrokerConfig
     await metadata.register_broker(BrokerInfo(0, (ListenerEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),)))
     replicas = ReplicaManager(0, config, metadata, logs)
     replicas.start()
+    await replicas.loaded.wait()
     try:
         yield metadata, replicas
     finally:

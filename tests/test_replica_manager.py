@@ -37,6 +37,7 @@ async def replica_manager(directory: Path) -> AsyncIterator[ReplicaManager]:
     await store.start()
     replicas = ReplicaManager(LEADER, BrokerConfig({}), store, LogManager(str(directory)))
     replicas.start()
+    await replicas.loaded.wait()
     try:
         yield replicas
     finally:
@@ -192,5 +193,34 @@ def test_a_waiting_fetch_wakes_a_follower_on_appended_bytes_and_a_consumer_on_th
             partition.update_follower(FOLLOWER, 1)
             await asyncio.wait_for(consumer, 5.0)
             await asyncio.wait_for(fetch(follower=False, stopping=True), 5.0)  # the broker stops: answered now
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_whose_log_is_still_loading_answers_not_leader_or_follower(tmp_path: Path) -> None:
+    """The broker listens while its logs load (issue 25): a partition not loaded yet is served by
+    nobody here, with the retriable NOT_LEADER_OR_FOLLOWER, until its log is loaded."""
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER])
+            await replicas.append_records("t", 0, batches(b"a"), 1)
+            await replicas.logs.shutdown()
+        store = EmbeddedMetadataStore(str(tmp_path), LEADER)
+        await store.start()
+        logs = LogManager(str(tmp_path))
+        logs.open(LEADER, store.cluster_id)
+        replicas = ReplicaManager(LEADER, BrokerConfig({}), store, logs)
+        replicas.start()
+        try:
+            assert not replicas.loaded.is_set()
+            with pytest.raises(KafkaApiError) as loading:
+                replicas.partition_to_read("t", 0)
+            assert loading.value.code == ErrorCode.not_leader_or_follower
+            await asyncio.wait_for(replicas.loaded.wait(), 30)
+            assert replicas.partition_to_read("t", 0).log.log_end_offset == 1
+        finally:
+            await replicas.stop()
+            await logs.shutdown()
 
     asyncio.run(scenario())

@@ -21,9 +21,16 @@ from test_storage import record_batch
 
 from logbus.config import BrokerConfig, LogConfig, log_config
 from logbus.protocol.records import validate_batches
+from logbus.storage import checkpoints
 from logbus.storage.index import OffsetIndex
 from logbus.storage.log import PartitionLog
-from logbus.storage.manager import LogManager
+from logbus.storage.manager import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_FILE,
+    LOG_START_FILE,
+    RECOVERY_POINT_FILE,
+    LogManager,
+)
 
 # ---------------------------------------------------------------------- index
 
@@ -236,6 +243,120 @@ def test_three_thousand_partitions_work_within_a_small_descriptor_budget(fast_di
         await manager.shutdown()
 
     asyncio.run(reopened())
+
+
+def wide_value(p: int, i: int) -> bytes:
+    return b"%d-%d" % (p, i) + b"w" * 100
+
+
+def test_loaded_logs_keep_only_their_active_segment_open_and_open_older_ones_when_read(fast_dir: Path) -> None:
+    """A start holds one segment's descriptors per log, not one per segment (issue 25)."""
+    data, config, partitions = str(fast_dir / "data"), make_config(**{"segment.bytes": "300"}), 50
+
+    async def write() -> None:
+        manager = LogManager(data)
+        manager.open(0, "c")
+        for p in range(partitions):
+            log_ = manager.load_log("t", p, config)
+            for i in range(4):  # a segment each
+                append(log_, wide_value(p, i))
+            assert len(log_.segments) == 4
+        await manager.shutdown()
+
+    async def reopen() -> None:
+        manager = LogManager(data, open_segment_limit=1000)
+        manager.open(0, "c")
+        before = open_descriptors()
+        logs = await manager.load_logs([("t", p, config) for p in range(partitions)])
+        assert [log_.log_end_offset for log_ in logs] == [4] * partitions
+        assert len(manager.open_segments) == partitions
+        assert open_descriptors() - before <= 3 * partitions + 5
+        found = logs[7].read(0, 1000, 4)
+        assert found is not None and wide_value(7, 0) in found.read()
+        assert len(manager.open_segments) == partitions + 1
+        await manager.shutdown()
+
+    asyncio.run(write())
+    asyncio.run(reopen())
+
+
+def test_partitions_new_to_a_starting_broker_spread_over_its_log_dirs(tmp_path: Path) -> None:
+    """Logs loaded together at start (a topic created while the broker was down) each go to the
+    least loaded dir, counting the ones placed just before."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+
+    async def scenario() -> dict[str, int]:
+        manager = LogManager(dirs)
+        manager.open(0, "c")
+        await manager.load_logs([("new", p, make_config()) for p in range(6)])
+        counts = manager.partitions_per_dir()
+        await manager.shutdown()
+        return counts
+
+    assert asyncio.run(scenario()) == dict.fromkeys(dirs, 3)
+
+
+def test_recovery_after_a_crash_rewrites_only_the_indexes_it_finds_wrong(tmp_path: Path) -> None:
+    """Rewriting every index of every log made most of a restart after SIGKILL (issue 25)."""
+    directory, config = str(tmp_path / "t-0"), make_config(**{"index.interval.bytes": "1"})
+    log_ = open_log(directory, config)
+    for i in range(5):
+        append(log_, b"v%d" % i)
+    for segment in log_.segments:
+        segment.close()
+    offset_index, time_index = (Path(directory) / f"{0:020d}{suffix}" for suffix in (".index", ".timeindex"))
+    right = offset_index.read_bytes(), time_index.read_bytes()
+    for index in (offset_index, time_index):
+        os.utime(index, ns=(1_000_000_000, 1_000_000_000))
+
+    reopened = open_log(directory, config, recovery_point=0, clean=False)
+    assert reopened.log_end_offset == 5
+    assert [index.stat().st_mtime_ns for index in (offset_index, time_index)] == [1_000_000_000] * 2
+    for segment in reopened.segments:
+        segment.close()
+
+    offset_index.write_bytes(right[0][:8] + struct.pack(">II", 1, 5000))  # the second entry points past the log
+    reopened = open_log(directory, config, recovery_point=0, clean=False)
+    assert reopened.log_end_offset == 5 and reopened.read(3, 1000, 5) is not None
+    assert (offset_index.read_bytes(), time_index.read_bytes()) == right
+    append(reopened, b"v5")
+    for segment in reopened.segments:
+        segment.close()
+    assert len(offset_index.read_bytes()) == len(right[0]) + 8, "appends go after the rebuilt entries"
+
+
+def test_checkpoints_and_a_stop_while_logs_load_keep_what_the_unloaded_logs_need(tmp_path: Path) -> None:
+    """Logs load after the broker listens: a checkpoint written meanwhile keeps the entries of
+    the logs not loaded yet, and a stop before a crash's recovery is done leaves no marker."""
+    data, config = str(tmp_path / "data"), make_config()
+    keys = [("t", p) for p in range(3)]
+
+    async def write() -> None:
+        manager = LogManager(data)
+        manager.open(0, "c")
+        for _, p in keys:
+            log_ = manager.load_log("t", p, config)
+            append(log_, b"a")
+            append(log_, b"b")
+            log_.delete_records_before(1)
+            await log_.flush(manager.run_blocking)
+        manager.high_watermark_source = lambda: dict.fromkeys(keys, 2)
+        await manager.shutdown()
+
+    async def start_and_stop_while_loading() -> None:
+        os.unlink(os.path.join(data, CLEAN_SHUTDOWN_FILE))  # as after a SIGKILL
+        manager = LogManager(data)
+        manager.open(0, "c")
+        manager.load_log("t", 0, config)
+        await manager.write_checkpoints()
+        for name in (RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE):
+            expected = dict.fromkeys(keys, {LOG_START_FILE: 1}.get(name, 2))
+            assert checkpoints.read_offsets(os.path.join(data, name)) == expected, name
+        await manager.shutdown()
+        assert not os.path.exists(os.path.join(data, CLEAN_SHUTDOWN_FILE))
+
+    asyncio.run(write())
+    asyncio.run(start_and_stop_while_loading())
 
 
 # ---------------------------------------------------------------------- time, with an injected clock

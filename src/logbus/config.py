@@ -351,6 +351,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.io.threads", INT, 8, "Kafka's request handler threads (accepted; no effect: requests are "
              "handled on the event loop).", minimum=1),
         _key("logbus.io.threads", INT, 8, "Threads for fsync and other blocking file work.", minimum=1),
+        _key("logbus.open.segments.max", INT, None, "Segments whose files stay open (3 descriptors each), least "
+             "recently used closed beyond it; unset: a ninth of the soft open-files limit.", minimum=1),
         # Metrics (issue 15): a Prometheus endpoint, off unless metrics.port is set.
         _key("metrics.port", INT, None, "Port of the Prometheus endpoint /metrics (0: any free port); unset: "
              "no endpoint and nothing counted.", minimum=0, maximum=65535),

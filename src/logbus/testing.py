@@ -83,7 +83,9 @@ class BrokerProcess:
         self.metrics_url: str | None = None
         self.process: subprocess.Popen | None = None
         self.log_path = os.path.join(os.path.dirname(data_dir.rstrip("/")) or ".", "broker.log")
-        self.started_in_s = 0.0
+        self.started_in_s = 0.0  # until its logs were loaded (its partitions served)
+        self.listening_in_s = 0.0
+        self._unread = b""  # its output read while starting, after the last line waited for
 
     @property
     def bootstrap(self) -> str:
@@ -114,7 +116,8 @@ class BrokerProcess:
         return ",".join(str(e.at(e.host, e.port or self.ports.get(e.name, 0))) for e in endpoints)
 
     def start(self) -> BrokerProcess:
-        """Start and wait until it listens; a port is chosen on the first start (retried if taken)."""
+        """Start and wait until it listens and has loaded its logs (`listening_in_s`, `started_in_s`);
+        a port is chosen on the first start (retried if taken)."""
         if self.port or self._named_listeners:
             return self._start()
         attempts_left = 3
@@ -136,7 +139,10 @@ class BrokerProcess:
             preexec_fn=_die_with_parent,
         )
         log.close()
+        self._unread = b""
         lines = self._await_ready(began + READY_TIMEOUT_S)
+        self.listening_in_s = time.monotonic() - began
+        self._await_line(" logs loaded", began + READY_TIMEOUT_S)
         self.started_in_s = time.monotonic() - began
         self.port = int(lines[-1].rsplit(":", 1)[1])
         self.ports = dict(_listener_port(line) for line in lines[:-1] if " listener " in line)
@@ -146,20 +152,25 @@ class BrokerProcess:
 
     def _await_ready(self, deadline: float) -> list[str]:
         """The broker's lines up to `... listening on host:port`, which it prints last."""
+        return self._await_line(" listening on ", deadline)
+
+    def _await_line(self, mark: str, deadline: float) -> list[str]:
+        """The broker's lines up to the next one holding `mark` (those after it stay buffered)."""
         assert self.process is not None and self.process.stdout is not None
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        buffered = b""
-        while time.monotonic() < deadline:
-            if selector.select(timeout=max(deadline - time.monotonic(), 0)):
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            while True:
+                lines = self._unread.decode(errors="replace").splitlines(keepends=True)
+                ready = next((i for i, line in enumerate(lines) if mark in line and line.endswith("\n")), None)
+                if ready is not None:
+                    self._unread = "".join(lines[ready + 1:]).encode()
+                    return [line.strip() for line in lines[:ready + 1]]
+                if time.monotonic() >= deadline or not selector.select(timeout=max(deadline - time.monotonic(), 0)):
+                    break
                 chunk = os.read(self.process.stdout.fileno(), 4096)
                 if not chunk:
                     break
-                buffered += chunk
-                lines = [line.strip() for line in buffered.decode(errors="replace").splitlines()]
-                ready = next((i for i, line in enumerate(lines) if " listening on " in line), None)
-                if ready is not None:
-                    return lines[:ready + 1]
+                self._unread += chunk
         self.kill()
         raise RuntimeError(f"broker did not start; see {self.log_path}:\n{self.read_log()[-3000:]}")
 

@@ -66,7 +66,8 @@ class Broker:
         self.metadata = metadata or self._metadata_store(config, broker_id, self.data_dir)
         self.authorizer = make_authorizer(config, self.metadata.acls)
         self.controller = self._controller(config, self.metadata)
-        self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"])
+        self.logs = LogManager(self.log_dirs, config["logbus.io.threads"], config["producer.id.expiration.ms"],
+                               config["logbus.open.segments.max"])
         inter_broker = listeners.inter_broker_listener
         inter_broker_sasl = InterBrokerLogin.from_config(config, listeners)
         self.replicas = ReplicaManager(broker_id, config, self.metadata, self.logs, inter_broker, inter_broker_tls,

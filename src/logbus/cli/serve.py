@@ -180,10 +180,19 @@ async def _serve(config: BrokerConfig, broker_id: int, listeners: ListenerSettin
         print(f"logbus: cannot start: {where}: {exc.strerror}", file=sys.stderr)
         return 1
     print(_ready_lines(broker_id, bound, broker.metrics.server if broker.metrics else None), flush=True)
-    leave_start_up_objects_out_of_collections()
+    loaded = asyncio.create_task(_announce_loaded(broker_id, broker.replicas.loaded))
     await stop.wait()
+    loaded.cancel()
     await broker.stop()
     return 0
+
+
+async def _announce_loaded(broker_id: int, loaded: asyncio.Event) -> None:
+    """`logs loaded` once every hosted log is loaded and its partition served (the broker listens
+    before: see ReplicaManager._load_and_follow); tools that need the partitions wait for it."""
+    await loaded.wait()
+    print(f"logbus broker {broker_id} logs loaded", flush=True)
+    leave_start_up_objects_out_of_collections()
 
 
 def _ready_lines(broker_id: int, bound: tuple[ListenerEndpoint, ...], metrics: MetricsServer | None) -> str:

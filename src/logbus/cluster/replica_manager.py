@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,9 @@ class ReplicaManager:
         self._isr_change_failed = RecurringWarning(log)
         self.isr_changes: IsrChangeBatcher[Partition] = IsrChangeBatcher(metadata.alter_partitions, self._isr_written)
         self.offline: dict[tuple[str, int], Partition] = {}  # replicas in failed log dirs
+        self._preloaded: dict[tuple[str, int], PartitionLog] = {}  # loaded at start, not yet a partition
+        self._loading: asyncio.Task | None = None  # _load_and_follow, from start on
+        self.loaded = asyncio.Event()  # every log hosted at start is loaded: the partitions are served
         self._reporting = asyncio.Lock()  # offline replicas reach the metadata store in order
         logs.add_dir_failure_listener(self._on_dir_failure)
 
@@ -118,24 +122,52 @@ class ReplicaManager:
             listener(partition, producer_id, commit)
 
     def start(self) -> None:
-        """Open every hosted partition's log (recovering if needed) and follow metadata."""
+        """Load every hosted partition's log in the background (`_load_and_follow`) and report
+        offline replicas; the broker serves meanwhile (see `loaded`)."""
+        self.logs.high_watermark_source = self.high_watermarks
+        self._loading = self._run_in_background(self._load_and_follow())
+        self._run_in_background(self._report_offline())  # clears what an earlier run reported
+
+    async def _load_and_follow(self) -> None:
+        """Open every hosted partition's log (recovering if needed) in the I/O threads, then take
+        up the partitions as the metadata is now and follow its changes.
+
+        Unlike Kafka, whose broker loads every log before it serves, the listeners answer while
+        the logs load: a request for a partition not loaded yet finds none here and answers
+        NOT_LEADER_OR_FOLLOWER, which clients retry; nothing is served from a log not loaded.
+        """
+        began = time.monotonic()
         topics = self.metadata.topics()
         hosted = {
-            (name, index)
+            (name, index): self.log_config_for(topic)
             for name, topic in topics.items()
             for index, state in enumerate(topic.partitions)
             if self.broker_id in state.replicas
         }
-        self.logs.remove_orphan_dirs(hosted)
-        self.logs.high_watermark_source = self.high_watermarks
-        for topic in topics.values():
+        self.logs.remove_orphan_dirs(set(hosted))
+        try:
+            loaded = await self.logs.load_logs((*key, config) for key, config in hosted.items())
+        except Exception:  # a bug: no partition is served, and the operator is told why
+            log.exception("loading the logs failed; this broker serves no partition until it restarts")
+            raise
+        for log_ in loaded:
+            self._preloaded[(log_.topic, log_.partition)] = log_
+        for topic in self.metadata.topics().values():
             self._sync_topic(topic)
         self.metadata.add_listener(self._on_topic_change)
         self.metadata.add_broker_listener(lambda _brokers: self.fetchers.brokers_changed())
         self._schedule_isr_check()
-        self._run_in_background(self._report_offline())  # clears what an earlier run reported
+        gone = list(self._preloaded)  # hosted no more: deleted or moved while the logs loaded
+        self._preloaded.clear()
+        self.loaded.set()
+        log.info("loaded %d logs in %.1f s", len(hosted), time.monotonic() - began)
+        await self._delete_logs(gone, None)
 
     async def stop(self) -> None:
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+            await asyncio.wait([self._loading])
+
         if self._isr_check is not None:
             self._isr_check.cancel()
         await self.isr_changes.stop()
@@ -198,6 +230,8 @@ class ReplicaManager:
         """The broker's config changed (a dynamic default such as log.retention.ms): every hosted
         log takes its topic's new effective config."""
         self._log_configs.clear()
+        if not self.loaded.is_set():
+            return  # the partitions are taken up, with the new configs, once the logs are loaded
         for topic in self.metadata.topics().values():
             if topic.name not in self._drops:
                 self._sync_topic(topic)
@@ -231,7 +265,7 @@ class ReplicaManager:
                 self._set_role(existing)
                 continue
             try:
-                log_ = self.logs.load_log(topic.name, index, config)
+                log_ = self._open_log(topic.name, index, config)
             except OSError:  # e.g. a full disk: the topic's other partitions still open
                 log.exception("cannot open the log of %s-%d; it opens on the next change or restart", topic.name, index)
                 continue
@@ -241,6 +275,15 @@ class ReplicaManager:
             if partition.is_leader:
                 self._announce_leadership(partition, True)
             self._set_role(partition)
+
+    def _open_log(self, topic: str, index: int, config: LogConfig) -> PartitionLog:
+        """The partition's log: the one loaded at start (still open: its dir did not fail since),
+        else opened now."""
+        preloaded = self._preloaded.pop((topic, index), None)
+        if preloaded is not None and self.logs.logs.get((topic, index)) is preloaded:
+            preloaded.config = config
+            return preloaded
+        return self.logs.load_log(topic, index, config)
 
     def _set_role(self, partition: Partition) -> None:
         """A follower fetches from its leader; a leader (or an offline partition) fetches from nobody."""

@@ -98,9 +98,10 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
-def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Parse the batch header at `position`; the caller ensures 61 bytes are there."""
-    return BatchHeader(position, *_HEADER.unpack_from(buf, position))
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0, located_at: int | None = None) -> BatchHeader:
+    """Parse the batch header at `position`; the caller ensures 61 bytes are there. `located_at`:
+    the position the header records, when not `position` (a header read alone from a file)."""
+    return BatchHeader(position if located_at is None else located_at, *_HEADER.unpack_from(buf, position))
 
 
 def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:

@@ -56,6 +56,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -272,9 +273,13 @@ class CleanerStats:
 
 
 class LogCleaner:
-    def __init__(self, data_dir: str, logs: Mapping[LogKey, PartitionLog]) -> None:
+    def __init__(self, data_dir: str, logs: Mapping[LogKey, PartitionLog],
+                 loading: AbstractSet[LogKey] = frozenset()) -> None:
+        """`loading`: the partitions whose logs are still to load at start (their checkpoint
+        entries are kept meanwhile)."""
         self._checkpoint_path = os.path.join(data_dir, CHECKPOINT_FILE)
         self._logs = logs
+        self._loading = loading
         self.first_dirty: dict[LogKey, int] = checkpoints.read_offsets(self._checkpoint_path)
         self.delete_horizons: dict[LogKey, int] = {}
         self.stats = CleanerStats()
@@ -385,7 +390,8 @@ class LogCleaner:
 
     def _write_checkpoint(self) -> None:
         checkpoints.write_offsets(
-            self._checkpoint_path, {key: offset for key, offset in self.first_dirty.items() if key in self._logs}
+            self._checkpoint_path,
+            {key: offset for key, offset in self.first_dirty.items() if key in self._logs or key in self._loading},
         )
 
     def forget(self, key: LogKey) -> None:

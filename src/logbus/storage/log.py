@@ -181,6 +181,13 @@ class PartitionLog:
         self._base_offsets = [segment.base_offset for segment in segments]
         return True
 
+    def track_segments(self, open_segments: OpenSegments) -> None:
+        """Count the segments' descriptors against the log manager's budget from now on (a log
+        loaded in a worker thread joins it on the event loop)."""
+        self.open_segments = open_segments
+        for segment in self.segments:
+            segment.track(open_segments)
+
     def _add_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
         segment.clock = self.clock

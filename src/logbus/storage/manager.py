@@ -111,6 +111,7 @@ class LogManager:
         self._recovery_points: dict[tuple[str, int], int] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
         self._checkpoints_read: dict[str, tuple[dict[tuple[str, int], int], ...]] = {}  # during open
+        self.unloaded: set[tuple[str, int]] = set()  # partitions found in the log dirs, not loaded yet
         self.cleaner: LogCleaner | None = None
         self._lock_fds: list[int] = []
         self.offline_dirs: dict[str, str] = {}  # failed log dir -> why
@@ -159,8 +160,9 @@ class LogManager:
                 ) from None
         self._merge_checkpoints()
         self._checkpoints_read.clear()
+        self.unloaded.update(self.placement)
         self.clean_shutdown = len(self._cleanly_shut) == len(self.log_dirs)
-        self.cleaner = LogCleaner(self.data_dir, self.logs)
+        self.cleaner = LogCleaner(self.data_dir, self.logs, self.unloaded)
 
     def _open_dir(self, log_dir: str, broker_id: int, cluster_id: str) -> None:
         os.makedirs(log_dir, exist_ok=True)
@@ -263,13 +265,43 @@ class LogManager:
         log_ = PartitionLog(directory, topic, partition, config, self.clock)
         log_.on_io_error = functools.partial(self.fail_dir, log_dir)
         log_.jobs = self.jobs
-        log_.open_segments = self.open_segments
         return log_
 
     def load_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Open (or create) a partition's log, recovering it after an unclean shutdown."""
-        key = (topic, partition)
         log_dir = self.log_dir_for(topic, partition)
+        return self._register(log_dir, self._read_log(topic, partition, config, log_dir))
+
+    async def load_logs(self, wanted: Iterable[tuple[str, int, LogConfig]]) -> list[PartitionLog]:
+        """`load_log` for many partitions at start-up, in the I/O threads (at most as many at once
+        as there are threads), so that the event loop serves meanwhile. A log that cannot be
+        opened (its dir is offline) is logged and left out."""
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self._io_threads)
+
+        async def load(topic: str, partition: int, config: LogConfig) -> PartitionLog | None:
+            async with slots:
+                log_dir = self.log_dir_for(topic, partition)  # here: the placement changes on this loop
+                self.placement.setdefault((topic, partition), log_dir)  # the next new partition counts it
+                try:
+                    read = await loop.run_in_executor(self._pool, self._read_log, topic, partition, config, log_dir)
+                except OSError:
+                    log.exception("cannot open the log of %s-%d; it opens on the next change or restart",
+                                  topic, partition)
+                    return None
+            if log_dir in self.offline_dirs:  # the dir failed meanwhile
+                read.close_files()
+                return None
+            return self._register(log_dir, read)
+
+        loaded = await asyncio.gather(*(load(*entry) for entry in wanted))
+        return [log_ for log_ in loaded if log_ is not None]
+
+    def _read_log(self, topic: str, partition: int, config: LogConfig, log_dir: str) -> PartitionLog:
+        """The file work of `load_log` in `log_dir` (any thread): the log, loaded, its segments not
+        yet counted against the descriptor budget and all but the active one closed (they open on
+        first use)."""
+        key = (topic, partition)
         if log_dir in self.offline_dirs:
             raise OSError(errno.EIO, f"log dir {log_dir} is offline")
         directory = os.path.join(log_dir, partition_dir_name(topic, partition))
@@ -286,9 +318,18 @@ class LogManager:
             cut = log_.load(0, self._log_starts.get(key, 0), clean_shutdown=False)
         if cut:
             log.warning("recovered %s-%d: truncated %d bytes of torn or corrupt tail", topic, partition, cut)
+        for segment in log_.segments[:-1]:
+            segment.release()
+        return log_
+
+    def _register(self, log_dir: str, log_: PartitionLog) -> PartitionLog:
+        """A loaded log joins the manager (event loop): its placement, checkpoints, descriptor budget."""
+        key = (log_.topic, log_.partition)
         self.placement[key] = log_dir
         self.preferred_dirs.pop(key, None)
+        self.unloaded.discard(key)
         self.logs[key] = log_
+        log_.track_segments(self.open_segments)
         return log_
 
     def remove_orphan_dirs(self, known: set[tuple[str, int]]) -> None:
@@ -298,9 +339,11 @@ class LogManager:
                 if key not in known:
                     shutil.rmtree(os.path.join(log_dir, partition_dir_name(*key)), ignore_errors=True)
                     self.placement.pop(key, None)
+                    self.unloaded.discard(key)
 
     async def delete_log(self, topic: str, partition: int) -> None:
         log_ = self.logs.pop((topic, partition), None)
+        self.unloaded.discard((topic, partition))
         self.high_watermarks.pop((topic, partition), None)
         self.placement.pop((topic, partition), None)
         if self.cleaner is not None:
@@ -404,8 +447,11 @@ class LogManager:
 
     async def write_recovery_checkpoints(self) -> None:
         """The recovery-point and high-watermark checkpoints of every online log dir (in a worker thread)."""
-        recovery = self._per_dir({key: log_.recovery_point for key, log_ in self.logs.items()})
-        watermarks = self._per_dir(self.high_watermark_source())
+        recovery = self._per_dir(self._read_at_start(self._recovery_points, self.unloaded)
+                                 | {key: log_.recovery_point for key, log_ in self.logs.items()})
+        # a log loaded at start is hosted by a partition (the source) only once they all are
+        watermarks = self._per_dir(self._read_at_start(self.high_watermarks, [*self.unloaded, *self.logs])
+                                   | self.high_watermark_source())
         for log_dir in recovery:
             await self._in_dir(log_dir, self._write_recovery_files, log_dir, recovery[log_dir], watermarks[log_dir])
 
@@ -415,9 +461,17 @@ class LogManager:
         checkpoints.write_offsets(os.path.join(log_dir, HIGH_WATERMARK_FILE), watermarks)
 
     async def write_log_start_checkpoint(self) -> None:
-        starts = self._per_dir({key: log_.log_start_offset for key, log_ in self.logs.items()})
+        starts = self._per_dir(self._read_at_start(self._log_starts, self.unloaded)
+                               | {key: log_.log_start_offset for key, log_ in self.logs.items()})
         for log_dir, entries in starts.items():
             await self._in_dir(log_dir, checkpoints.write_offsets, os.path.join(log_dir, LOG_START_FILE), entries)
+
+    @staticmethod
+    def _read_at_start(entries: dict[tuple[str, int], int],
+                       keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The checkpoint entries read at start for `keys`: a checkpoint written while the logs
+        load (or at a stop before they all are) keeps those of the logs not loaded yet."""
+        return {key: entries[key] for key in keys if key in entries}
 
     def _per_dir(self, offsets: dict[tuple[str, int], int]) -> dict[str, dict[tuple[str, int], int]]:
         """Split per-partition entries by the online log dir holding each partition (every such
@@ -445,6 +499,8 @@ class LogManager:
         if self._closing:
             await asyncio.wait(self._closing)
         for log_dir in self.live_dirs:  # an offline dir's logs are recovered at the next start
+            if log_dir not in self._cleanly_shut and any(self.placement.get(key) == log_dir for key in self.unloaded):
+                continue  # logs still to recover after a crash: the next start recovers them
             with open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), "w", encoding="utf-8"):
                 pass
         self._pool.shutdown(wait=True)

@@ -15,7 +15,6 @@ fsync) is pinned open for that time.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import io
 import mmap
 import os
@@ -296,10 +295,10 @@ class LogSegment:
             raw = os.pread(self._fd, HEADER_SIZE, position)
             if len(raw) < HEADER_SIZE:
                 return
-            header = read_header(raw)
+            header = read_header(raw, located_at=position)
             if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end or header.magic != 2:
                 return  # an impossible header ends the readable log: it is never served
-            yield dataclasses.replace(header, position=position)
+            yield header
             position += header.size
 
     def find_position(self, offset: int) -> BatchHeader | None:
@@ -357,15 +356,15 @@ class LogSegment:
         self.max_timestamp = self.time_index.last_timestamp
         self._offset_of_max_timestamp = max_ts_offset
         end = start
-        for header in self.headers_from(start):
-            batch = self.read_bytes(header.position, header.size)
-            if not self._recoverable(batch, dataclasses.replace(header, position=0)):
-                return False
-            self.next_offset = header.last_offset + 1
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-                self._offset_of_max_timestamp = header.last_offset
-            end = header.position + header.size
+        for chunk_start, chunk, headers in self._scan_chunks(start):  # one read: an index interval, a batch
+            for header in headers:
+                if not self._recoverable(chunk, header):
+                    return False
+                self.next_offset = header.last_offset + 1
+                if header.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = header.max_timestamp
+                    self._offset_of_max_timestamp = header.last_offset
+                end = chunk_start + header.position + header.size
         if end != self.size:
             return False  # damage after the last good batch: recover cuts it off
         self.first_batch_timestamp = self._first_timestamp()
@@ -388,8 +387,8 @@ class LogSegment:
 
         Returns how many bytes were cut off.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
+        self.offset_index.start_rebuild()
+        self.time_index.start_rebuild()
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp = -1
@@ -404,8 +403,8 @@ class LogSegment:
             else:
                 continue
             break
-        self.offset_index.flush()
-        self.time_index.flush()
+        self.offset_index.finish_rebuild()
+        self.time_index.finish_rebuild()
         cut = self.size - valid_end
         if cut:
             os.ftruncate(self._fd, valid_end)
@@ -421,11 +420,12 @@ class LogSegment:
             and batch_is_intact(buf, header)
         )
 
-    def _scan_chunks(self) -> Iterator[tuple[int, bytes, list[BatchHeader]]]:
-        """Read the file in large chunks of whole batches, yielding their headers."""
-        position = 0
+    def _scan_chunks(self, position: int = 0) -> Iterator[tuple[int, bytes, list[BatchHeader]]]:
+        """Read the file from `position` in large chunks of whole batches, yielding their headers
+        (positions in the chunk)."""
         while position < self.size:
-            chunk = os.pread(self._fd, max(SCAN_CHUNK, self._batch_size_at(position)), position)
+            chunk = os.pread(self._fd, min(max(SCAN_CHUNK, self._batch_size_at(position)), self.size - position),
+                             position)
             headers = []
             offset = 0
             while offset + HEADER_SIZE <= len(chunk):
