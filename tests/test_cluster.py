@@ -144,6 +144,22 @@ def test_every_broker_describes_the_cluster_and_replicas_are_byte_identical(zook
         assert len(set(segment_digests(cluster, "spread").values())) == 1
 
 
+def test_a_cluster_is_handed_over_once_every_broker_lists_every_broker(zookeeper: ZooKeeperServer) -> None:
+    """running_cluster's readiness: no test starts on a broker that has not seen the others yet;
+    wait_ready([topic]) also has every broker agree on a live leader of every partition."""
+    with running_cluster(3, zookeeper=zookeeper) as cluster:
+        for broker in cluster.brokers.values():
+            assert sorted(AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+                          .list_topics(timeout=10).brokers) == [1, 2, 3]
+        client = admin(cluster)
+        client.create_topics([NewTopic("agreed", 3, 3)])["agreed"].result(20)
+        cluster.wait_ready(["agreed"])
+        leaders = [sorted((p.id, p.leader) for p in AdminClient({"bootstrap.servers": b.bootstrap, **QUIET})
+                          .list_topics("agreed", timeout=10).topics["agreed"].partitions.values())
+                   for b in cluster.brokers.values()]
+        assert leaders[0] == leaders[1] == leaders[2] and all(leader in (1, 2, 3) for _, leader in leaders[0])
+
+
 def test_a_killed_leader_is_replaced_from_the_isr_and_nothing_acknowledged_is_lost(
         zookeeper: ZooKeeperServer) -> None:
     with running_cluster(3, {"min.insync.replicas": "2"}, zookeeper=zookeeper) as cluster:
