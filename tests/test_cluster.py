@@ -414,12 +414,12 @@ def test_unclean_election_brings_a_stale_replica_back_and_counts_the_loss(zookee
 
 def test_racks_are_advertised_and_replicas_spread_over_them(zookeeper: ZooKeeperServer) -> None:
     with running_cluster(0, zookeeper=zookeeper) as cluster:
-        for broker_id, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b")):
-            cluster.add_broker(broker_id, {"broker.rack": rack})
-        found = admin(cluster).list_topics(timeout=10)
-        wait_until(lambda: len(admin(cluster).list_topics(timeout=5).brokers) == 4, message="four brokers")
-        create(cluster, "racked", partitions=8, replication=2)
         racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+        cluster.add_brokers(racks, {broker_id: {"broker.rack": rack} for broker_id, rack in racks.items()})
+        cluster.wait_ready()
+        found = admin(cluster).list_topics(timeout=10)
+        assert len(found.brokers) == 4
+        create(cluster, "racked", partitions=8, replication=2)
         partitions = admin(cluster).list_topics("racked", timeout=10).topics["racked"].partitions.values()
         assert all({racks[r] for r in p.replicas} == {"a", "b"} for p in partitions), "one replica per rack"
         assert found.brokers[1].host == "127.0.0.1"
