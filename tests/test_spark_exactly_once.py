@@ -451,7 +451,8 @@ def test_read_committed_reads_committed_transactions_only(spark, broker) -> None
     client = TxnClient(broker.bootstrap)
 
     def transaction(transactional_id: str, values: list[bytes]):
-        producer = client.init_producer_id(transactional_id, 60_000)
+        # a timeout far beyond the test: the broker must not abort rc-3 while Spark reads (slow when loaded)
+        producer = client.init_producer_id(transactional_id, 600_000)
         TransactionalProducer(client, producer).send({("rc", 0): [([(None, v) for v in values], None)]})
         return producer
 

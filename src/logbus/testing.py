@@ -292,7 +292,7 @@ def running_zookeeper() -> Iterator[ZooKeeperServer]:
     workdir = tempfile.mkdtemp(prefix="logbus-zk-")
     server = ZooKeeperServer(workdir, port=free_test_port(), tick_ms=250)
     try:
-        server.start()
+        server.start(timeout=READY_TIMEOUT_S)
     except ZooKeeperNotInstalledError as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         pytest.skip(str(exc))
