@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 READY_TIMEOUT_S = 60.0  # a start takes a second or two; the rest is room for a loaded machine (parallel tests)
 STOP_TIMEOUT_S = 20.0
 CLUSTER_READY_TIMEOUT_S = 30.0
+PORT_TAKEN = "Address already in use"  # in `logbus serve`'s "cannot start" line: another port is tried
 # Below Linux's ephemeral range (32768-60999): a port there is never handed to a client socket,
 # so nothing takes a test broker's port while it is down for a restart.
 TEST_PORTS = (20000, 32767)
@@ -179,7 +180,7 @@ class BrokerProcess:
                 lines = self._await_ready(self._began + READY_TIMEOUT_S)
                 break
             except RuntimeError as exc:
-                if not self._picks_port or not attempts_left or "cannot listen" not in str(exc):
+                if not self._picks_port or not attempts_left or PORT_TAKEN not in str(exc):
                     if self._picks_port:
                         self.port = 0
                     raise
