@@ -8,6 +8,7 @@ import re
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, wait_until
 
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import Cluster, running_cluster
 
 TOPICS, PARTITIONS_EACH = 6, 100
@@ -29,8 +30,8 @@ def partitions_without(cluster: Cluster, broker_id: int, asking: int) -> int:
     return sum(1 for p in found if broker_id in p.replicas and broker_id not in p.isrs)
 
 
-def test_a_killed_broker_restarted_is_back_in_every_isr_from_batched_isr_changes() -> None:
-    with running_cluster(3) as cluster:
+def test_a_killed_broker_restarted_is_back_in_every_isr_from_batched_isr_changes(zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(3, zookeeper=zookeeper) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
         created = admin.create_topics([NewTopic(f"many-{i}", PARTITIONS_EACH, 3) for i in range(TOPICS)])
         for future in created.values():

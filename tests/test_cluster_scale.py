@@ -9,6 +9,7 @@ import time
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 from helpers import QUIET, wait_until
 
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import BrokerProcess, Cluster, running_cluster
 
 TOPICS, PARTITIONS_EACH = 20, 100  # 2,000 partitions, 6,000 replicas
@@ -48,8 +49,9 @@ def all_led_by_live(broker: BrokerProcess, dead: int) -> bool:
     return found is not None and all(p.leader not in (-1, dead) for p in partitions_of(found))
 
 
-def test_a_sigtermed_broker_moves_every_leadership_and_a_new_controller_takes_over_in_time() -> None:
-    with running_cluster(3, {"min.insync.replicas": "2"}) as cluster:
+def test_a_sigtermed_broker_moves_every_leadership_and_a_new_controller_takes_over_in_time(
+        zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(3, {"min.insync.replicas": "2"}, zookeeper=zookeeper) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 300_000, **QUIET})
         futures = admin.create_topics([NewTopic(f"scale-{i}", PARTITIONS_EACH, 3) for i in range(TOPICS)],
                                       request_timeout=READY_S)

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from helpers import METADATA, QUIET, ballast, consume_partition, produce_all, raw_request, wait_until
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -29,15 +28,10 @@ from test_metrics import scrape
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.storage.checkpoints import read_offsets
-from logbus.testing import BrokerProcess, Cluster, running_cluster, running_zookeeper
+from logbus.testing import BrokerProcess, Cluster, running_cluster
 
 DELETE_RECORDS = 21
 
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with running_zookeeper() as server:
-        yield server
 
 
 @contextlib.contextmanager

@@ -7,25 +7,17 @@ leaders check a transaction's first batch with it (KIP-890), across brokers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import helpers
-import pytest
 from confluent_kafka import KafkaException, Producer
 from helpers import raw_request, read_values, transactional_producer, wait_until
 from test_cluster import FAILOVER_S, create, replicas_identical
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
-from logbus.testing import Cluster, running_cluster, running_zookeeper
+from logbus.testing import Cluster, running_cluster
 
 FIND_COORDINATOR, TRANSACTION_KEY = 10, 1
 FAST = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
 
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with running_zookeeper() as server:
-        yield server
 
 
 def transactional(cluster: Cluster, transactional_id: str) -> Producer:

@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
 from helpers import METADATA, QUIET, RawConnection, raw_request, wait_until
 from kazoo.client import KazooClient
 
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
@@ -230,8 +231,8 @@ def test_group_configs_take_their_defaults_and_bounds_from_the_broker() -> None:
 # ---------------------------------------------------------------- in a ZooKeeper cluster
 
 
-def test_broker_and_group_configs_reach_every_broker_through_zookeeper() -> None:
-    with running_cluster(2) as cluster:
+def test_broker_and_group_configs_reach_every_broker_through_zookeeper(zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(2, zookeeper=zookeeper) as cluster:
         first, second = cluster.brokers[1], cluster.brokers[2]
         assert raw_alter(first.bootstrap, "", ("log.retention.ms", "7200000", 0)).error_code == 0
         alter(first.bootstrap, ResourceType.GROUP, "shared/group", ("consumer.heartbeat.interval.ms", "6000", SET))

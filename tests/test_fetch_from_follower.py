@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from test_read_committed import create_assigned_topic
 
 from logbus.cluster.replica_selector import RACK_AWARE_SELECTOR, ReplicaView, select_rack_aware
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.protocol import codec
 from logbus.testing import Cluster, running_cluster
 
@@ -49,10 +50,10 @@ def test_the_rack_aware_selector_prefers_the_leader_then_the_most_caught_up_repl
 
 
 @contextlib.contextmanager
-def racked_cluster() -> Iterator[Cluster]:
-    with running_cluster(0, {"replica.selector.class": RACK_AWARE_SELECTOR}) as cluster:
-        for broker_id in (1, 2, 3):
-            cluster.add_broker(broker_id, {"broker.rack": f"r{broker_id}"})
+def racked_cluster(zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    with running_cluster(0, {"replica.selector.class": RACK_AWARE_SELECTOR}, zookeeper=zookeeper) as cluster:
+        cluster.add_brokers((1, 2, 3), {broker_id: {"broker.rack": f"r{broker_id}"} for broker_id in (1, 2, 3)})
+        cluster.wait_ready()
         create_assigned_topic(cluster.bootstrap, TOPIC, {0: [1, 2, 3]})
         create_assigned_topic(cluster.bootstrap, SOLO, {0: [1]})
         produce_all(cluster.brokers[1].bootstrap, TOPIC, records(b"v"))
@@ -68,8 +69,8 @@ def records(prefix: bytes) -> list[tuple[bytes, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with racked_cluster() as started:
+def cluster(zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    with racked_cluster(zookeeper) as started:
         yield started
 
 
@@ -136,8 +137,9 @@ def fetched_from(stats: dict[str, Any]) -> dict[int, int]:
     return {broker["nodeid"]: broker["rxbytes"] for broker in stats["brokers"].values() if broker["nodeid"] >= 0}
 
 
-def test_a_librdkafka_consumer_reads_from_its_rack_and_goes_on_when_that_follower_dies() -> None:
-    with racked_cluster() as cluster:
+def test_a_librdkafka_consumer_reads_from_its_rack_and_goes_on_when_that_follower_dies(
+        zookeeper: ZooKeeperServer) -> None:
+    with racked_cluster(zookeeper) as cluster:
         stats: list[dict[str, Any]] = []
         consumer = Consumer({
             "bootstrap.servers": cluster.brokers[1].bootstrap, "group.id": "racked", "client.rack": "r3",

@@ -25,6 +25,7 @@ from test_read_committed import create_assigned_topic
 from test_storage import record_batch
 from test_storage_unit import append, make_config, open_log
 
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 FETCH_V12 = load_payload_module(FETCH, 12, EntityType.request)
@@ -140,8 +141,8 @@ def test_a_fetch_session_keeps_the_limits_and_serves_every_partition_in_turn(bro
     assert set(served) == {0, 1, 2}, f"served in turn: {served}"
 
 
-def test_a_followers_fetch_keeps_the_limits_too() -> None:
-    with running_cluster(2) as cluster:
+def test_a_followers_fetch_keeps_the_limits_too(zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(2, zookeeper=zookeeper) as cluster:
         create_assigned_topic(cluster.bootstrap, BIG, {partition: [1, 2] for partition in range(3)})
         leader = cluster.brokers[1].bootstrap
         with RawConnection(leader) as connection:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from logbus.cluster.zookeeper import decode_broker, encode_broker
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.config import BrokerConfig, ConfigError
 from logbus.security.listeners import ListenerEndpoint, listener_settings, parse_protocol_map
-from logbus.testing import running_broker, running_cluster, running_zookeeper
+from logbus.testing import running_broker, running_cluster
 
 FIND_COORDINATOR = 10
 TWO_LISTENERS = {"listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -160,11 +159,6 @@ def coordinator(bootstrap: str) -> tuple[str, int] | None:
     response = raw_request(bootstrap, FIND_COORDINATOR, 3, key="g", key_type=0)
     return (response.host, response.port) if response.error_code == 0 else None
 
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with running_zookeeper() as server:
-        yield server
 
 
 def test_a_cluster_replicates_over_its_inter_broker_listener(zookeeper: ZooKeeperServer) -> None:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.metrics.http import MAX_CONNECTIONS
-from logbus.testing import BrokerProcess, running_broker, running_cluster, running_zookeeper
+from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 METRICS = {"metrics.port": "0"}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -187,11 +187,6 @@ def test_the_endpoint_is_off_without_metrics_port_and_binds_metrics_host_with_it
         assert listening(placed.process.pid) == {("127.0.0.1", placed.port), ("127.0.0.2", port)}
         assert value(scrape(placed), "kafka_server_replicamanager_partitioncount") == 0
 
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with running_zookeeper() as server:
-        yield server
 
 
 def test_a_stopped_follower_makes_the_leaders_partition_under_replicated(zookeeper: ZooKeeperServer) -> None:

@@ -48,6 +48,7 @@ from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 from test_sasl import SASL_LISTENERS, add_user, confluent_config
 
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.protocol import codec
 from logbus.protocol.records import build_batch
 from logbus.testing import BrokerProcess, running_broker, running_cluster
@@ -388,8 +389,8 @@ def test_quotas_survive_a_restart(tmp_path: Path) -> None:
                                                (("ip", "10.1.2.3"),): {"connection_creation_rate": 7}}
 
 
-def test_a_quota_altered_through_one_broker_applies_on_another(tmp_path: Path) -> None:
-    with running_cluster(2) as cluster:
+def test_a_quota_altered_through_one_broker_applies_on_another(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+    with running_cluster(2, zookeeper=zookeeper) as cluster:
         first, second = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
         assert alter_quotas(first, {"client-id": RAW_CLIENT}, producer_byte_rate=10_000)[0] == ErrorCode.none
         assert alter_quotas(first, {"user": "gus", "client-id": "app"}, request_percentage=50.0)[0] == ErrorCode.none

@@ -35,6 +35,7 @@ from kio.serial import entity_reader
 from logbus.broker.broker import Broker
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import NotLeaderError, Partition
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.config import BrokerConfig, log_config
 from logbus.protocol import codec
 from logbus.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_batches
@@ -287,10 +288,10 @@ def test_describe_producers_lists_each_producers_state(broker: BrokerProcess) ->
     assert answers[("bad/name", 0)].error_code == 17, "INVALID_TOPIC_EXCEPTION"
 
 
-def test_describe_producers_answers_on_a_follower_and_refuses_where_no_replica_is() -> None:
+def test_describe_producers_answers_on_a_follower_and_refuses_where_no_replica_is(zookeeper: ZooKeeperServer) -> None:
     """As Kafka's: every replica answers from its own log; a broker holding none of the
     partition answers NOT_LEADER_OR_FOLLOWER (the admin client then asks the leader)."""
-    with running_cluster(2) as cluster:
+    with running_cluster(2, zookeeper=zookeeper) as cluster:
         create_assigned_topic(cluster.bootstrap, "idem", {0: [1, 2]})
         create_assigned_topic(cluster.bootstrap, "solo", {0: [1]})
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, **QUIET})

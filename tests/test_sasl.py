@@ -37,6 +37,7 @@ from helpers import METADATA, QUIET, RawConnection, wait_until
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.security.scram import ScramCredential
 from logbus.testing import BrokerProcess, running_broker, running_cluster
 
@@ -479,11 +480,11 @@ def test_a_user_added_through_the_admin_api_logs_in_at_once(broker: BrokerProces
         assert probe.list_topics(timeout=10).brokers
 
 
-def test_cluster_users_reach_every_broker(tmp_path) -> None:
+def test_cluster_users_reach_every_broker(tmp_path, zookeeper: ZooKeeperServer) -> None:
     """ZooKeeper: a user set by `logbus users --zookeeper` and one added through broker 1's
     AlterUserScramCredentials both log in on broker 2 (its watch brings them). The second one's
     name is stored as Kafka's Sanitizer writes it (`erin%40acme`), beside where quotas go."""
-    with running_cluster(2, SASL_LISTENERS) as cluster:
+    with running_cluster(2, SASL_LISTENERS, zookeeper=zookeeper) as cluster:
         connect = cluster.config["zookeeper.connect"]
         add_user(["--zookeeper", connect], "carol", "carol-pw", tmp_path, mechanisms=("SCRAM-SHA-512",))
         listed = logbus_users("list", "--zookeeper", connect)
@@ -559,9 +560,9 @@ def test_serve_refuses_a_sasl_inter_broker_listener_without_a_usable_login(tmp_p
     assert message in done.stderr
 
 
-def test_a_cluster_replicates_over_a_sasl_inter_broker_listener(tmp_path) -> None:
+def test_a_cluster_replicates_over_a_sasl_inter_broker_listener(tmp_path, zookeeper: ZooKeeperServer) -> None:
     """Followers log in (SCRAM-SHA-256, as user `broker`) to fetch; the ISR fills only if they do."""
-    with running_cluster(2, INTER_BROKER_SASL) as cluster:
+    with running_cluster(2, INTER_BROKER_SASL, zookeeper=zookeeper) as cluster:
         client_listener = ",".join(f"127.0.0.1:{b.ports['PLAINTEXT']}" for b in cluster.brokers.values())
         admin = AdminClient({"bootstrap.servers": client_listener, **QUIET})
         upsertion = UserScramCredentialUpsertion("broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),

@@ -28,6 +28,7 @@ from test_cluster import FAILOVER_S, create, partition_state, wait_new_leader
 from test_cluster_transactions import coordinator_of
 
 from logbus.client.client import LATEST, Client
+from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.protocol.records import (
     EndTxnMarker,
     build_batch,
@@ -220,11 +221,11 @@ def test_a_new_attempt_aborts_and_fences_the_previous_one(broker) -> None:
     assert (outcome.committed, outcome.aborted, outcome.still_open) == ([b"new"], [b"old"], [])
 
 
-def test_transactional_producer_follows_a_new_leader_and_coordinator() -> None:
+def test_transactional_producer_follows_a_new_leader_and_coordinator(zookeeper: ZooKeeperServer) -> None:
     """The broker that leads the partition and coordinates the transaction is killed between
     two sends: the producer finds the new leader through Metadata and the new coordinator
     through FindCoordinator, and the transaction commits every record once."""
-    with running_cluster(3) as cluster:
+    with running_cluster(3, zookeeper=zookeeper) as cluster:
         create(cluster, "moving")
         leader = partition_state(cluster, "moving")[0]
         transactional_id = next(f"moving-{n}" for n in range(1000) if _coordinator(cluster, f"moving-{n}") == leader)
@@ -450,7 +451,8 @@ def test_read_committed_reads_committed_transactions_only(spark, broker) -> None
     client = TxnClient(broker.bootstrap)
 
     def transaction(transactional_id: str, values: list[bytes]):
-        producer = client.init_producer_id(transactional_id, 60_000)
+        # a timeout far beyond the test: the broker must not abort rc-3 while Spark reads (slow when loaded)
+        producer = client.init_producer_id(transactional_id, 600_000)
         TransactionalProducer(client, producer).send({("rc", 0): [([(None, v) for v in values], None)]})
         return producer
 

@@ -23,7 +23,7 @@ from helpers import QUIET, RawConnection, produce_all, wait_until
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.config import BrokerConfig, ConfigError
 from logbus.security.tls import ListenerTls, client_context, principal_mapper, rfc2253
-from logbus.testing import BrokerProcess, running_broker, running_cluster, running_zookeeper
+from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 KCAT = shutil.which("kcat")
 METADATA, API_VERSIONS = 3, 18
@@ -306,11 +306,6 @@ def test_mutual_tls_required_refuses_clients_without_a_trusted_certificate(certs
 
 # ---------------------------------------------------------------------------- a cluster over TLS
 
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with running_zookeeper() as server:
-        yield server
 
 
 def test_a_cluster_replicates_over_an_ssl_inter_broker_listener(zookeeper: ZooKeeperServer, certs: Path) -> None:

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, raw_request, read_values, wait_until
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as markers_v1
-from test_cluster import create, partition_state, replicas_identical, segment_digests, zookeeper
+from test_cluster import create, partition_state, replicas_identical, segment_digests
 from test_storage_unit import make_config
 
 from logbus.broker.broker import Broker
@@ -40,8 +40,6 @@ from logbus.security.listeners import ListenerSettings
 from logbus.security.sasl_client import SaslLogin
 from logbus.storage.log import PartitionLog
 from logbus.testing import BrokerProcess, running_broker, running_cluster
-
-__all__ = ["zookeeper"]  # the module-scoped ZooKeeper fixture of test_cluster
 
 WRITE_TXN_MARKERS, FIND_COORDINATOR, API_VERSIONS, METADATA = 27, 10, 18, 3
 

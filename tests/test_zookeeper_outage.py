@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from confluent_kafka.admin import AdminClient
 from helpers import QUIET, RawConnection, wait_until
 from kazoo.client import KazooClient
@@ -27,13 +26,7 @@ from kio.static.constants import EntityType
 from test_cluster import Sender, all_consumed, create, partition_state
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
-from logbus.testing import Cluster, free_test_port, running_cluster, running_zookeeper
-
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with running_zookeeper() as server:
-        yield server
+from logbus.testing import Cluster, free_test_port, running_cluster
 
 
 class ZooKeeperLink:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -31,25 +31,48 @@ import pytest
 
 if TYPE_CHECKING:
     from .cluster.zookeeper_server import ZooKeeperServer
+    from .security.listeners import ListenerEndpoint
 
-READY_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 60.0  # a start takes a second or two; the rest is room for a loaded machine (parallel tests)
 STOP_TIMEOUT_S = 20.0
+CLUSTER_READY_TIMEOUT_S = 30.0
+PORT_TAKEN = "Address already in use"  # in `logbus serve`'s "cannot start" line: another port is tried
 # Below Linux's ephemeral range (32768-60999): a port there is never handed to a client socket,
 # so nothing takes a test broker's port while it is down for a restart.
 TEST_PORTS = (20000, 32767)
 
 
-def free_test_port() -> int:
-    """A loopback port in TEST_PORTS that nothing is bound to right now."""
+def worker_test_ports() -> tuple[int, int]:
+    """This test process's share of TEST_PORTS: under pytest-xdist every worker (gw0, gw1 ...) has
+    a range of its own, so two workers never pick the same port between probing and binding it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return TEST_PORTS
+    index = int(worker[2:]) % count
+    width = (TEST_PORTS[1] - TEST_PORTS[0] + 1) // count
+    first = TEST_PORTS[0] + index * width
+    return first, first + width - 1
+
+
+def free_test_port(count: int = 1) -> int:
+    """A loopback port of this process's TEST_PORTS share that nothing is bound to right now; with
+    `count`, the first of that many consecutive free ports (all within the share)."""
+    low, high = worker_test_ports()
     for _ in range(200):
-        port = random.randint(*TEST_PORTS)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {TEST_PORTS}")
+        first = random.randint(low, high - count + 1)
+        if all(_port_free(port) for port in range(first, first + count)):
+            return first
+    raise RuntimeError(f"no {count} free consecutive ports in {low}-{high}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 _PR_SET_PDEATHSIG = 1
@@ -86,6 +109,8 @@ class BrokerProcess:
         self.started_in_s = 0.0  # until its logs were loaded (its partitions served)
         self.listening_in_s = 0.0
         self._unread = b""  # its output read while starting, after the last line waited for
+        self._began = 0.0
+        self._picks_port = False
 
     @property
     def bootstrap(self) -> str:
@@ -108,42 +133,67 @@ class BrokerProcess:
 
     def _listeners_on_known_ports(self) -> str:
         """`listeners` with port 0 replaced by the port each got on the first start."""
+        return ",".join(str(e.at(e.host, e.port or self.ports.get(e.name, 0))) for e in self._endpoints())
+
+    def _endpoints(self) -> list[ListenerEndpoint]:
         from .config import BrokerConfig
         from .security.listeners import parse_endpoints, parse_protocol_map
 
         protocols = parse_protocol_map(str(BrokerConfig(self.config)["listener.security.protocol.map"]))
-        endpoints = parse_endpoints("listeners", self.config["listeners"], protocols)
-        return ",".join(str(e.at(e.host, e.port or self.ports.get(e.name, 0))) for e in endpoints)
+        return list(parse_endpoints("listeners", self.config["listeners"], protocols))
+
+    @property
+    def plaintext_bootstrap(self) -> str | None:
+        """host:port of a listener that needs neither TLS nor SASL (None when there is none)."""
+        if not self._named_listeners:
+            return self.bootstrap
+        port = next((self.ports.get(e.name) for e in self._endpoints() if e.security_protocol == "PLAINTEXT"), None)
+        return f"127.0.0.1:{port}" if port else None
 
     def start(self) -> BrokerProcess:
         """Start and wait until it listens and has loaded its logs (`listening_in_s`, `started_in_s`);
         a port is chosen on the first start (retried if taken)."""
-        if self.port or self._named_listeners:
-            return self._start()
-        attempts_left = 3
-        while True:
-            self.port = free_test_port()
-            attempts_left -= 1
-            try:
-                return self._start()
-            except RuntimeError as exc:
-                if not attempts_left or "cannot listen" not in str(exc):
-                    self.port = 0
-                    raise
+        return self.launch().await_listening()
 
-    def _start(self) -> BrokerProcess:
+    def launch(self) -> BrokerProcess:
+        """Start the process without waiting for it (`await_listening` does): brokers launched one
+        after the other, then awaited, start together. Call it from the thread that outlives the
+        broker: the child is killed when the thread that forked it ends (PR_SET_PDEATHSIG)."""
+        self._picks_port = not (self.port or self._named_listeners)
+        if self._picks_port:
+            self.port = free_test_port()
+        self._spawn()
+        return self
+
+    def _spawn(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        began = time.monotonic()
+        self._began = time.monotonic()
         self.process = subprocess.Popen(
             self.command(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
         )
         log.close()
         self._unread = b""
-        lines = self._await_ready(began + READY_TIMEOUT_S)
-        self.listening_in_s = time.monotonic() - began
-        self._await_line(" logs loaded", began + READY_TIMEOUT_S)
-        self.started_in_s = time.monotonic() - began
+
+    def await_listening(self) -> BrokerProcess:
+        """Wait until the launched broker listens and has loaded its logs; on a port it chose that
+        turned out taken, try (at most twice) another."""
+        attempts_left = 2
+        while True:
+            try:
+                lines = self._await_ready(self._began + READY_TIMEOUT_S)
+                break
+            except RuntimeError as exc:
+                if not self._picks_port or not attempts_left or PORT_TAKEN not in str(exc):
+                    if self._picks_port:
+                        self.port = 0
+                    raise
+            attempts_left -= 1
+            self.port = free_test_port()
+            self._spawn()
+        self.listening_in_s = time.monotonic() - self._began
+        self._await_line(" logs loaded", self._began + READY_TIMEOUT_S)
+        self.started_in_s = time.monotonic() - self._began
         self.port = int(lines[-1].rsplit(":", 1)[1])
         self.ports = dict(_listener_port(line) for line in lines[:-1] if " listener " in line)
         self.metrics_url = next((line.rsplit(" ", 1)[1] for line in lines if " metrics on " in line), None)
@@ -254,7 +304,7 @@ def running_zookeeper() -> Iterator[ZooKeeperServer]:
     workdir = tempfile.mkdtemp(prefix="logbus-zk-")
     server = ZooKeeperServer(workdir, port=free_test_port(), tick_ms=250)
     try:
-        server.start()
+        server.start(timeout=READY_TIMEOUT_S)
     except ZooKeeperNotInstalledError as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         pytest.skip(str(exc))
@@ -275,15 +325,66 @@ class Cluster:
         self.brokers: dict[int, BrokerProcess] = {}
 
     def add_broker(self, broker_id: int, config: dict[str, str] | None = None) -> BrokerProcess:
+        return self._new_broker(broker_id, config).start()
+
+    def add_brokers(self, broker_ids: Iterable[int],
+                    configs: Mapping[int, dict[str, str]] | None = None) -> list[BrokerProcess]:
+        """Start several brokers at once (`configs`: extra settings by broker id), as `logbus cluster
+        up` does: the time of one start, not of n."""
+        launched = [self._new_broker(broker_id, (configs or {}).get(broker_id)).launch() for broker_id in broker_ids]
+        return [broker.await_listening() for broker in launched]
+
+    def _new_broker(self, broker_id: int, config: dict[str, str] | None = None) -> BrokerProcess:
         directory = os.path.join(self.workdir, f"broker-{broker_id}")
         os.makedirs(directory, exist_ok=True)
         broker = BrokerProcess(os.path.join(directory, "data"), {**self.config, **(config or {})}, broker_id)
         self.brokers[broker_id] = broker
-        return broker.start()
+        return broker
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
+
+    def wait_ready(self, topics: Iterable[str] = (), timeout: float = CLUSTER_READY_TIMEOUT_S) -> None:
+        """Wait until every running broker's Metadata lists exactly the running brokers and, for
+        each of `topics`, every partition with the same running leader. A broker prints that it
+        listens before it has seen the others in ZooKeeper; tests start from a cluster that agrees.
+        Brokers without a PLAINTEXT listener cannot be asked without credentials and are skipped."""
+        wanted = tuple(topics)
+        deadline = time.monotonic() + timeout
+        while (problem := self._not_ready(wanted)) is not None:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"cluster not ready after {timeout} s: {problem}")
+            time.sleep(0.05)
+
+    def _not_ready(self, topics: tuple[str, ...]) -> str | None:
+        """What keeps the cluster from being ready (None: nothing)."""
+        from .client.client import Client
+        from .client.errors import KafkaError
+
+        running = {broker_id for broker_id, broker in self.brokers.items() if broker.running}
+        leaders: dict[tuple[str, int], int] = {}
+        for broker_id in sorted(running):
+            address = self.brokers[broker_id].plaintext_bootstrap
+            if address is None:
+                continue
+            client = Client(address, timeout=5.0)
+            try:
+                found = client.partitions(topics)
+            except (OSError, KafkaError) as exc:
+                return f"broker {broker_id}: {exc}"
+            finally:
+                client.close()
+            if set(client.brokers) != running:
+                return f"broker {broker_id} lists brokers {sorted(client.brokers)}, not {sorted(running)}"
+            missing = [topic for topic in topics if not found.get(topic)]
+            if missing:
+                return f"broker {broker_id} does not know {missing}"
+            for key in ((topic, p) for topic in topics for p in found[topic]):
+                leader = client.leaders.get(key, -1)
+                if leader not in running or leaders.setdefault(key, leader) != leader:
+                    return f"broker {broker_id} sees leader {leader} for {key[0]}-{key[1]}"
+        return None
 
     def stop(self) -> None:
         for broker in self.brokers.values():
@@ -294,7 +395,8 @@ class Cluster:
 @contextmanager
 def running_cluster(size: int, config: dict[str, str] | None = None,
                     zookeeper: ZooKeeperServer | None = None) -> Iterator[Cluster]:
-    """`size` brokers (ids 1..size) in a fresh chroot of `zookeeper` (or a ZooKeeper of their own)."""
+    """`size` brokers (ids 1..size) in a fresh chroot of `zookeeper` (or a ZooKeeper of their own),
+    yielded once every broker's Metadata lists every broker (`Cluster.wait_ready`)."""
     with contextlib.ExitStack() as stack:
         if zookeeper is None:
             zookeeper = stack.enter_context(running_zookeeper())
@@ -304,6 +406,6 @@ def running_cluster(size: int, config: dict[str, str] | None = None,
                     "offsets.topic.replication.factor": str(max(1, min(size, 3))), **(config or {})}
         cluster = Cluster(zookeeper, workdir, settings, f"/logbus-{os.path.basename(workdir)}")
         stack.callback(cluster.stop)
-        for broker_id in range(1, size + 1):
-            cluster.add_broker(broker_id)
+        cluster.add_brokers(range(1, size + 1))
+        cluster.wait_ready()
         yield cluster
