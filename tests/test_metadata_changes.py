@@ -124,6 +124,14 @@ def test_max_partitions_bounds_the_partitions_a_broker_hosts() -> None:
         assert partition_count(broker.bootstrap, "five") == -1
 
 
+def test_max_partitions_counts_the_topics_a_request_creates_before_them() -> None:
+    """A request's topics are written together: each one's bound counts the ones before it."""
+    with running_broker(config={"max.partitions": "10"}) as broker:
+        assert create_topics(broker.bootstrap, ("a", 4), ("b", 5), ("c", 2), ("d", 1)) == [
+            NONE, NONE, POLICY_VIOLATION, NONE]
+        assert [partition_count(broker.bootstrap, name) for name in "abcd"] == [4, 5, -1, 1]
+
+
 def auto_create(bootstrap: str, name: str) -> int:
     with RawConnection(bootstrap) as connection:
         response = connection.call(3, 12, topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name=name),),
