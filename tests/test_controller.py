@@ -137,3 +137,26 @@ def test_a_claim_creates_the_controller_and_bumps_the_epoch_in_one_transaction()
         finally:
             client.stop()
             client.close()
+
+
+def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partition_fails_alone() -> None:
+    """A leader's ISR changes (unfenced): one multi-op and one state change for the batch, not one
+    per partition (a broker's death made 1,300 that every broker read)."""
+    with running_zookeeper() as server:
+        client = KazooClient(hosts=server.connect_string)
+        client.start(10)
+        try:
+            client.ensure_path(STATE_CHANGES)
+            for index in range(5):
+                client.create(state_path("t", index), b"old", makepath=True)
+            client.set(state_path("t", 3), b"the controller's")  # version 1 now
+            shrunk = PartitionState(1, 0, [1, 2, 3], [1, 3])
+            batch = list(enumerate(("t", index, shrunk, 0) for index in range(5)))
+            assert _commit_state_batch(client, batch, 0, epoch_version=None) == [0, 1, 2, 4]
+            assert client.get(state_path("t", 3))[0] == b"the controller's"
+            [change] = client.get_children(STATE_CHANGES)
+            entries = decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0])
+            assert [index for _t, index, *_rest in entries] == [0, 1, 2, 4]
+        finally:
+            client.stop()
+            client.close()
