@@ -1,7 +1,7 @@
 """The controller: one broker of the cluster decides leaders and ISRs when brokers come and go.
 
 Every broker runs a `Controller`; the one that creates the ephemeral `/controller` znode is
-active, after incrementing `/controller_epoch`. Every write it makes is a ZooKeeper
+active, incrementing `/controller_epoch` in the same transaction. Every write it makes is a ZooKeeper
 transaction that also checks `/controller_epoch`'s version, so a controller that lost its
 session (and was replaced) cannot overwrite its successor's decisions. When the active one
 dies its znode goes with its session; the others see `/controller` vanish and race to create it.
@@ -50,6 +50,7 @@ StateChange = tuple[str, int, PartitionState, PartitionState]  # topic, index, o
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 REASSIGN = "/admin/reassign_partitions"
 DELETE_TOPICS = "/admin/delete_topics"
+CLAIM_ATTEMPTS = 10  # reads of /controller_epoch a claim makes while other brokers keep bumping it
 
 
 class Controller:
@@ -444,7 +445,7 @@ def claim_controller(client: Any, broker_id: int) -> tuple[int, int] | None:
     registerControllerAndIncrementControllerEpoch does (two round trips before a new controller
     can act, not three): the new epoch and /controller_epoch's version, None if another broker won."""
     value = _json({"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))})
-    while True:
+    for _attempt in range(CLAIM_ATTEMPTS):
         try:
             raw, stat = client.get("/controller_epoch")
         except NoNodeError:
@@ -460,6 +461,7 @@ def claim_controller(client: Any, broker_id: int) -> tuple[int, int] | None:
         if not isinstance(bumped, Exception):
             return int(raw) + 1, bumped.version
         # another controller bumped the epoch meanwhile (and is gone again): read it again
+    return None  # the next change of /controller tries again
 
 
 def leaders_first(changes: list[StateChange]) -> tuple[list[StateChange], list[StateChange]]:
