@@ -3,9 +3,11 @@ and how its writes are cut into ZooKeeper multi-ops (issue 25)."""
 
 from __future__ import annotations
 
+import json
+
 from kazoo.client import KazooClient
 
-from logbus.cluster.controller import partition_changes
+from logbus.cluster.controller import claim_controller, leaders_first, partition_changes
 from logbus.cluster.metadata import PartitionState, TopicMetadata
 from logbus.cluster.zookeeper import (
     MULTI_OP_BYTES,
@@ -69,6 +71,18 @@ def test_an_offline_replica_is_treated_as_on_a_dead_broker() -> None:
     assert (new.leader, new.leader_epoch, new.isr) == (2, 5, [2, 3])
 
 
+def test_new_leaders_are_written_apart_from_and_before_isr_only_changes() -> None:
+    """A dead broker's leaderships go in multi-ops of their own: no surviving leader races them,
+    while the ISR-only changes (it out of the ISRs it followed) race the leaders' own shrinks."""
+    topics = {"t": _topic("t", _three_way(9))}
+    changes = partition_changes(topics, None, live={1, 3}, serving={1, 3}, offline={}, unclean=_never_unclean)
+    elections, isr_only = leaders_first(changes)
+    assert [index for _n, index, _o, _s in elections] == [1, 4, 7]  # those broker 2 led
+    assert all(new.leader in (1, 3) and 2 not in new.isr for *_k, new in elections)
+    assert [index for _n, index, _o, _s in isr_only] == [0, 2, 3, 5, 6, 8]
+    assert all(new.leader == old.leader and 2 not in new.isr for _n, _i, old, new in isr_only)
+
+
 def test_writes_are_cut_into_multi_ops_within_the_size_bound() -> None:
     writes = [("t", i, PartitionState(1, 7, [1, 2, 3], [1, 2, 3]), 4) for i in range(10_000)]
     batches = _multi_op_batches(writes, epoch=3)
@@ -104,6 +118,45 @@ def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenc
             assert _commit_state_batch(client, [(0, ("t", 0, new, 1))], 1, epoch_version=0) == []
             assert client.get(state_path("t", 0))[1].version == 1
             assert len(client.get_children(STATE_CHANGES)) == 1
+        finally:
+            client.stop()
+            client.close()
+
+
+def test_a_claim_creates_the_controller_and_bumps_the_epoch_in_one_transaction() -> None:
+    with running_zookeeper() as server:
+        client = KazooClient(hosts=server.connect_string)
+        client.start(10)
+        try:
+            assert claim_controller(client, 1) == (1, 1)  # /controller_epoch created at 0, bumped
+            assert claim_controller(client, 2) is None  # broker 1 is the controller
+            assert client.get("/controller_epoch")[0] == b"1"
+            client.delete("/controller")
+            assert claim_controller(client, 2) == (2, 2)
+            assert json.loads(client.get("/controller")[0])["brokerid"] == 2
+        finally:
+            client.stop()
+            client.close()
+
+
+def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partition_fails_alone() -> None:
+    """A leader's ISR changes (unfenced): one multi-op and one state change for the batch, not one
+    per partition (a broker's death made 1,300 that every broker read)."""
+    with running_zookeeper() as server:
+        client = KazooClient(hosts=server.connect_string)
+        client.start(10)
+        try:
+            client.ensure_path(STATE_CHANGES)
+            for index in range(5):
+                client.create(state_path("t", index), b"old", makepath=True)
+            client.set(state_path("t", 3), b"the controller's")  # version 1 now
+            shrunk = PartitionState(1, 0, [1, 2, 3], [1, 3])
+            batch = list(enumerate(("t", index, shrunk, 0) for index in range(5)))
+            assert _commit_state_batch(client, batch, 0, epoch_version=None) == [0, 1, 2, 4]
+            assert client.get(state_path("t", 3))[0] == b"the controller's"
+            [change] = client.get_children(STATE_CHANGES)
+            entries = decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0])
+            assert [index for _t, index, *_rest in entries] == [0, 1, 2, 4]
         finally:
             client.stop()
             client.close()

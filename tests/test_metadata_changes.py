@@ -11,10 +11,13 @@ import os
 import time
 
 from helpers import CREATE_TOPICS, INIT_PRODUCER_ID, RawConnection, ballast, raw_request
+from kio.index import load_payload_module
 from kio.schema.create_partitions.v3 import request as create_partitions_v3
 from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.metadata.v12 import request as metadata_v12
+from kio.static.constants import EntityType
 
+from logbus.protocol.codec import make
 from logbus.testing import running_broker
 
 DELETE_TOPICS, CREATE_PARTITIONS = 20, 37
@@ -122,6 +125,42 @@ def test_max_partitions_bounds_the_partitions_a_broker_hosts() -> None:
         assert partition_count(broker.bootstrap, "six") == 10
         assert auto_create(broker.bootstrap, "auto") == POLICY_VIOLATION, "auto-creation is bounded too"
         assert partition_count(broker.bootstrap, "five") == -1
+
+
+def test_max_partitions_counts_the_topics_a_request_creates_before_them() -> None:
+    """A request's topics are written together: each one's bound counts the ones before it."""
+    with running_broker(config={"max.partitions": "10"}) as broker:
+        assert create_topics(broker.bootstrap, ("a", 4), ("b", 5), ("c", 2), ("d", 1)) == [
+            NONE, NONE, POLICY_VIOLATION, NONE]
+        assert [partition_count(broker.bootstrap, name) for name in "abcd"] == [4, 5, -1, 1]
+
+
+def metadata_topics(connection: RawConnection, version: int, names: list[str] | None) -> tuple:
+    """The topics of a Metadata answer at `version`: for `names`, or all (None)."""
+    module = load_payload_module(3, version, EntityType.request)
+    if names is None:
+        topics = () if version == 0 else None
+    else:
+        topics = tuple(make(module.MetadataRequestTopic, name=name, topic_id=None) for name in names)
+    return connection.call(3, version, topics=topics, allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=True, include_cluster_authorized_operations=False).topics
+
+
+def test_the_all_topics_answer_matches_the_named_one_in_every_version_after_changes() -> None:
+    """The all-topics answer is spliced from each topic's encoding, kept until that topic changes."""
+    with running_broker() as broker:
+        assert create_topics(broker.bootstrap, ("a", 2), ("b", 3), ("c", 1)) == [NONE] * 3
+        with RawConnection(broker.bootstrap) as connection:
+            for step in ("created", "grown", "deleted"):
+                names = ["a", "b"] if step == "deleted" else ["a", "b", "c"]
+                for version in range(14):
+                    assert metadata_topics(connection, version, None) == metadata_topics(connection, version, names), \
+                        f"v{version} {step}"
+                if step == "created":
+                    assert grow_topic(broker.bootstrap, "b", 5) == NONE
+                elif step == "grown":
+                    assert delete_topic(broker.bootstrap, "c") == NONE
+            assert [len(t.partitions) for t in metadata_topics(connection, 12, None)] == [2, 5]
 
 
 def auto_create(bootstrap: str, name: str) -> int:

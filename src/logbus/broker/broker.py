@@ -92,6 +92,8 @@ class Broker:
                                         config["transaction.partition.verification.enable"])
         # (listener name, version, operations, principal and host when an authorizer filters the answer)
         self.metadata_cache: dict[tuple[object, ...], RawResponse] = {}
+        # per all-topics answer key, each topic's encoded part (apis/metadata.py), kept across topic changes
+        self.metadata_topic_cache: dict[tuple[object, ...], dict[str, tuple[TopicMetadata | None, object, bytes]]] = {}
         self.connections = Connections(config)
         quota_window = WindowConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
         self.quotas = ClientQuotas(
@@ -143,8 +145,8 @@ class Broker:
         self._apply_dynamic_configs()
         self.metadata.add_config_listener(self._on_entity_config)
         self.metadata.add_listener(self._forget_cached_metadata)
-        self.metadata.add_broker_listener(lambda _brokers: self.metadata_cache.clear())
-        self.metadata.add_acl_listener(self.metadata_cache.clear)
+        self.metadata.add_broker_listener(lambda _brokers: self._forget_all_cached_metadata())
+        self.metadata.add_acl_listener(self._forget_all_cached_metadata)
         self.logs.open(self.broker_id, self.metadata.cluster_id)
         registry()  # the APIs found before any connection: finding them lists a directory, which
         # takes a descriptor, and a first connection may come when they have all run out
@@ -214,6 +216,11 @@ class Broker:
 
     def _forget_cached_metadata(self, _topic: str, _metadata: TopicMetadata | None) -> None:
         self.metadata_cache.clear()
+
+    def _forget_all_cached_metadata(self) -> None:
+        """Brokers or ACLs changed: every topic's encoded part may too."""
+        self.metadata_cache.clear()
+        self.metadata_topic_cache.clear()
 
     async def stop(self) -> None:
         await self._controlled_shutdown()

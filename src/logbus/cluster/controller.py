@@ -1,7 +1,7 @@
 """The controller: one broker of the cluster decides leaders and ISRs when brokers come and go.
 
 Every broker runs a `Controller`; the one that creates the ephemeral `/controller` znode is
-active, after incrementing `/controller_epoch`. Every write it makes is a ZooKeeper
+active, incrementing `/controller_epoch` in the same transaction. Every write it makes is a ZooKeeper
 transaction that also checks `/controller_epoch`'s version, so a controller that lost its
 session (and was replaced) cannot overwrite its successor's decisions. When the active one
 dies its znode goes with its session; the others see `/controller` vanish and race to create it.
@@ -50,6 +50,7 @@ StateChange = tuple[str, int, PartitionState, PartitionState]  # topic, index, o
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 REASSIGN = "/admin/reassign_partitions"
 DELETE_TOPICS = "/admin/delete_topics"
+CLAIM_ATTEMPTS = 10  # reads of /controller_epoch a claim makes while other brokers keep bumping it
 
 
 class Controller:
@@ -112,35 +113,19 @@ class Controller:
         self.active = True
         self._admin_requested = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        self.reconcile_soon()  # first: the partitions the old controller's death left without a leader
         if not self._watching:
             self._watching = True
             await asyncio.to_thread(self._watch_requests)
         self._schedule_rebalance()
-        self.reconcile_soon()
 
     def _claim(self) -> bool:
-        """Create /controller and bump /controller_epoch (kazoo thread); False if another won."""
-        value = _json({"version": 2, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))})
-        try:
-            self.client.create("/controller", value, ephemeral=True)
-        except NodeExistsError:
+        """Become the controller (kazoo thread); False if another broker won."""
+        claimed = claim_controller(self.client, self.broker_id)
+        if claimed is None:
             return False
-        while True:
-            try:
-                raw, stat = self.client.get("/controller_epoch")
-            except NoNodeError:
-                try:
-                    stat = self.client.create("/controller_epoch", b"1", include_data=True)[1]
-                    self.epoch, self._epoch_version = 1, stat.version
-                    return True
-                except NodeExistsError:
-                    continue
-            try:
-                stat = self.client.set("/controller_epoch", str(int(raw) + 1).encode(), version=stat.version)
-            except BadVersionError:
-                continue
-            self.epoch, self._epoch_version = int(raw) + 1, stat.version
-            return True
+        self.epoch, self._epoch_version = claimed
+        return True
 
     def _watch_requests(self) -> None:
         ChildrenWatch(self.client, DELETE_TOPICS, self._on_delete_requests)
@@ -191,9 +176,9 @@ class Controller:
         while self.active and self._pending != set():
             topics, self._pending = self._pending, set()
             try:
+                await self._fix_partitions(topics)  # first: every ZooKeeper round trip before it delays leaders
                 await self._delete_requested_topics()
                 await self._handle_admin_requests()
-                await self._fix_partitions(topics)
                 await self.finish_reassignments(topics)
                 await self._delete_expired_state_changes()
             except OUT_OF_REACH as exc:
@@ -234,11 +219,21 @@ class Controller:
         return self.unclean_default if value is None else value.strip().lower() == "true"
 
     async def _fix_partitions(self, topics: set[str] | None) -> None:
-        """Write what the partitions of `topics` (None: all) should be; the others are as decided."""
+        """Write what the partitions of `topics` (None: all) should be; the others are as decided.
+        New leaders go first, in multi-ops of their own: they are what producers wait for, and no
+        leader races them (the old one is gone). ISR-only changes (a dead follower out) follow;
+        their leaders may be shrinking the same ISRs meanwhile, and a lost race costs a retry."""
+        began = time.monotonic()
+        all_topics = self.store.topics()
         live, serving = self._live(), self._serving()
-        changes = partition_changes(self.store.topics(), topics, live, serving, self.store.offline_replicas(),
-                                    self._unclean)
-        await self._write_states(changes)
+        changes = partition_changes(all_topics, topics, live, serving, self.store.offline_replicas(), self._unclean)
+        if changes:
+            log.info("pass over %s: %d partition states to write, decided in %.3f s",
+                     "every topic" if topics is None else f"{len(topics)} topics", len(changes),
+                     time.monotonic() - began)
+        elections, isr_changes = leaders_first(changes)
+        await self._write_states(elections)
+        await self._write_states(isr_changes)
 
     @staticmethod
     def _decide(state: PartitionState, live: set[int], serving: set[int], unclean: bool) -> PartitionState | None:
@@ -262,7 +257,8 @@ class Controller:
             return
         began = time.monotonic()
         written = await self.store.write_states_as_controller(
-            [(name, index, new, old.partition_epoch) for name, index, old, new in changes], self._epoch_version)
+            [(name, index, new, old.partition_epoch) for name, index, old, new in changes], self.epoch,
+            self._epoch_version)
         log.info("wrote %d of %d partition states in %.2f s", sum(written), len(changes), time.monotonic() - began)
         for (name, index, old, new), ok in zip(changes, written, strict=True):
             if not ok:
@@ -442,6 +438,36 @@ def partition_changes(all_topics: dict[str, TopicMetadata], topics: set[str] | N
             if new_state is not None:
                 changes.append((name, index, state, new_state))
     return changes
+
+
+def claim_controller(client: Any, broker_id: int) -> tuple[int, int] | None:
+    """Create /controller and bump /controller_epoch in one transaction, as Kafka's
+    registerControllerAndIncrementControllerEpoch does (two round trips before a new controller
+    can act, not three): the new epoch and /controller_epoch's version, None if another broker won."""
+    value = _json({"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))})
+    for _attempt in range(CLAIM_ATTEMPTS):
+        try:
+            raw, stat = client.get("/controller_epoch")
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                client.create("/controller_epoch", b"0")
+            continue
+        transaction = client.transaction()
+        transaction.create("/controller", value, ephemeral=True)
+        transaction.set_data("/controller_epoch", str(int(raw) + 1).encode(), version=stat.version)
+        created, bumped = transaction.commit()
+        if isinstance(created, NodeExistsError):
+            return None
+        if not isinstance(bumped, Exception):
+            return int(raw) + 1, bumped.version
+        # another controller bumped the epoch meanwhile (and is gone again): read it again
+    return None  # the next change of /controller tries again
+
+
+def leaders_first(changes: list[StateChange]) -> tuple[list[StateChange], list[StateChange]]:
+    """`changes` split into those that move a leadership and those that change the ISR only."""
+    elections = [change for change in changes if change[3].leader != change[2].leader]
+    return elections, [change for change in changes if change[3].leader == change[2].leader]
 
 
 def _tree(client: Any, path: str) -> list[str]:

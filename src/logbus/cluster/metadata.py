@@ -288,9 +288,11 @@ class MetadataStore(ABC):
     @abstractmethod
     async def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        internal: bool = False, assignments: list[list[int]] | None = None,
+        internal: bool = False, assignments: list[list[int]] | None = None, wait_s: float = 0.0,
     ) -> TopicMetadata:
-        """Create a topic; `assignments` (replicas per partition) or else an even spread."""
+        """Create a topic; `assignments` (replicas per partition) or else an even spread. A store
+        whose view follows its writes waits for the topic to enter it for `wait_s` (the request's
+        timeout) or its usual bound, whichever is longer."""
 
     @abstractmethod
     async def delete_topic(self, name: str) -> None: ...
@@ -534,7 +536,7 @@ class EmbeddedMetadataStore(MetadataStore):
     @runs_to_completion
     async def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        internal: bool = False, assignments: list[list[int]] | None = None,
+        internal: bool = False, assignments: list[list[int]] | None = None, wait_s: float = 0.0,
     ) -> TopicMetadata:
         async with self._lock:
             if name in self._topics:

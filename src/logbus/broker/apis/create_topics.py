@@ -8,6 +8,10 @@ brokers), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST (duplicate
 id (all zeros when only validated). Under a controller_mutation_rate quota, v6+ answers
 THROTTLING_QUOTA_EXCEEDED for a topic while the client's bucket is empty (KIP-599).
 
+The request's topics are checked in order (the partition budget and quota counting the earlier
+ones), then written together; each answer waits until the topic is in this broker's metadata,
+for `timeout_ms` (at least the metadata store's usual bound).
+
 Bounds, as Kafka's controller has them: a request asking for more than 10,000 partitions in all
 (explicit assignments count one each) gets POLICY_VIOLATION for every topic and creates nothing;
 a topic that would take the broker past `max.partitions` gets POLICY_VIOLATION.
@@ -15,6 +19,7 @@ a topic that would take the broker past `max.partitions` gets POLICY_VIOLATION.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from typing import Any
@@ -50,21 +55,41 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except KafkaApiError as exc:
         return make(response_class(API_KEY, ctx.api_version),
                     topics=tuple(_result(module, ctx, topic.name, error=exc) for topic in request.topics))
-    results = []
-    for topic in request.topics:
-        if counts[topic.name] > 1:
-            error = KafkaApiError(ErrorCode.invalid_request, f"Topic {topic.name} named twice")
-            results.append(_result(module, ctx, topic.name, error=error))
-            continue
+    results: list[Any] = [None] * len(request.topics)
+    creations = []  # (position, topic, its checked sizes and configs)
+    reserved = 0  # partitions of this request's topics checked before, not created yet
+    for position, topic in enumerate(request.topics):
         try:
-            created = await _create(ctx, topic, request.validate_only)
-            results.append(_result(module, ctx, topic.name, created=created))
+            if counts[topic.name] > 1:
+                raise KafkaApiError(ErrorCode.invalid_request, f"Topic {topic.name} named twice")
+            checked = _check(ctx, topic, reserved, request.validate_only)
         except KafkaApiError as exc:
-            results.append(_result(module, ctx, topic.name, error=exc))
+            results[position] = _result(module, ctx, topic.name, error=exc)
+            continue
+        if request.validate_only:
+            results[position] = _result(module, ctx, topic.name, created=(*checked, NO_TOPIC_ID))
+            continue
+        reserved += checked[0]
+        creations.append((position, topic, checked))
+    # The topics are written together: one after another, each waited for its watch round trip
+    # and its logs on this broker, and 2,000 partitions in 20 topics took 20 s.
+    wait_s = request.timeout.total_seconds()
+    created = await asyncio.gather(*(_create(ctx, topic, checked, wait_s) for _, topic, checked in creations),
+                                   return_exceptions=True)
+    for (position, topic, _), outcome in zip(creations, created, strict=True):
+        if isinstance(outcome, KafkaApiError):
+            results[position] = _result(module, ctx, topic.name, error=outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            results[position] = _result(module, ctx, topic.name, created=outcome)
     return make(response_class(API_KEY, ctx.api_version), topics=tuple(results))
 
 
-async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, int, dict, uuid.UUID]:
+def _check(ctx: RequestContext, topic: Any, reserved: int, validate_only: bool) -> tuple[int, int, dict[str, str]]:
+    """The topic's partitions, replication factor and configs, if it may be created (KafkaApiError
+    otherwise; counted against the client's mutation quota unless `validate_only`); `reserved`:
+    partitions the request's earlier topics will add."""
     broker = ctx.broker
     if not authorize_cluster(ctx, AclOperation.CREATE):
         require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
@@ -73,13 +98,18 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
         raise KafkaApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     partitions, replication = _sizes(broker, topic)
     configs = validate_topic_configs({c.name: c.value for c in topic.configs}, broker.config)
-    check_partition_budget(broker, partitions)
-    if validate_only:
-        return partitions, replication, configs, NO_TOPIC_ID
-    record_mutation(ctx, partitions)
+    check_partition_budget(broker, partitions + reserved)
+    if not validate_only:
+        record_mutation(ctx, partitions)
+    return partitions, replication, configs
+
+
+async def _create(ctx: RequestContext, topic: Any, checked: tuple[int, int, dict[str, str]],
+                  wait_s: float) -> tuple[int, int, dict, uuid.UUID]:
+    partitions, replication, configs = checked
     assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
-    created = await broker.metadata.create_topic(topic.name, partitions, replication, configs,
-                                                 assignments=assignments or None)
+    created = await ctx.broker.metadata.create_topic(topic.name, partitions, replication, configs,
+                                                     assignments=assignments or None, wait_s=wait_s)
     return partitions, replication, configs, created.uuid
 
 
