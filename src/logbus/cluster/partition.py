@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Container
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -78,6 +80,7 @@ class Partition:
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         log.on_high_watermark(self.high_watermark)
         self._data_waiters: set[asyncio.Future[None]] = set()
+        self._watches: weakref.WeakSet[Any] = weakref.WeakSet()  # follower fetch sessions' ChangeWatch
         self._changed = asyncio.Event()  # HW, LEO or state moved: acks=all waiters look again
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self.followers: dict[int, FollowerState] = {}
@@ -298,8 +301,11 @@ class Partition:
 
     def delete_records_before(self, offset: int) -> int:
         """As leader: move the log start offset to `offset` (DeleteRecords); returns the new one.
-        Followers adopt it from their next fetch answer (`follow_log_start_offset`)."""
-        return self.log.delete_records_before(offset)
+        Followers adopt it from their next fetch answer (`follow_log_start_offset`): the
+        fetches waiting on it wake to tell them."""
+        start = self.log.delete_records_before(offset)
+        self._wake()
+        return start
 
     def low_watermark(self, live_brokers: Container[int]) -> int:
         """Kafka's lowWatermarkIfLeader: the smallest log start offset of this replica and of
@@ -384,11 +390,18 @@ class Partition:
     def forget_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._data_waiters.discard(waiter)
 
+    def add_watch(self, watch: Any) -> None:
+        """Call `watch.changed(self)` each time the HW, the LEO or the state moves, for as long as
+        `watch` lives (a follower fetch session's `delayed_fetch.ChangeWatch`)."""
+        self._watches.add(watch)
+
     def _wake(self) -> None:
         waiters, self._data_waiters = self._data_waiters, set()
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        for watch in self._watches:
+            watch.changed(self)
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.delayed_fetch import wait_for_fetchable
+from ...cluster.delayed_fetch import ChangeWatch, wait_for_fetchable
 from ...cluster.partition import Partition
 from ...cluster.replica_selector import ReplicaView
 from ...errors import KafkaApiError
@@ -69,6 +69,9 @@ FOLLOWER_READ_VERSION = 11  # from here a consumer names its rack and may read f
 # Below this a partition's records are read into memory: sendfile's extra system calls (and the
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
 SENDFILE_MIN_BYTES = 64 * 1024
+# A follower's incremental fetches handle what it names and what moved; at least this often one
+# handles every partition of its session (well within replica.lag.time.max.ms: Kafka's 30 s).
+SWEEP_S = 0.5
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -79,18 +82,27 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except SessionError as exc:
         return make(response_class(API_KEY, ctx.api_version), error_code=exc.code, session_id=0, responses=(),
                     node_endpoints=())
-    wanted = _resolved(ctx, entries)
     reader = _reader_of(ctx, request)
-    refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
+    watch = _change_watch(session, reader)
+    narrowed = _narrowed(session, watch, request, incremental, loop.time())
     while True:
+        if narrowed is not None:  # a follower's partitions that moved since it was last answered
+            narrowed |= watch.take()
+            entries = session.wanted(narrowed)
+        wanted = _resolved(ctx, entries)
+        refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
         await _load_uncached_read_starts(ctx, wanted)
-        topics, total, partitions = _read_all(ctx, request, wanted, reader, refused, session if incremental else None)
-        if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping \
-                or _answer_now(topics):
+        topics, total, partitions = _read_all(ctx, request, wanted, reader, refused, session if incremental else None,
+                                              watch)
+        if total >= request.min_bytes or deadline <= loop.time() or not (partitions or narrowed is not None) \
+                or ctx.broker.stopping or _answer_now(topics):
             break
         _close_regions(topics)
-        await wait_for_fetchable(partitions, request.min_bytes - total, deadline, reader.read_committed,
-                                 follower=reader.follower, stopping=lambda: ctx.broker.stopping)
+        if watch is not None:
+            await watch.wait(deadline - loop.time())
+        else:
+            await wait_for_fetchable(partitions, request.min_bytes - total, deadline, reader.read_committed,
+                                     follower=reader.follower, stopping=lambda: ctx.broker.stopping)
     topics = await _read_cold(ctx, topics)
     if ctx.broker.metrics is not None and replica_id(request) < 0:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
@@ -154,6 +166,32 @@ def _topic_key(topic: Any) -> Any:
 def _forgotten(request: Any) -> list[tuple[Any, int]]:
     return [(_topic_key(topic), index) for topic in getattr(request, "forgotten_topics_data", ())
             for index in topic.partitions]
+
+
+def _change_watch(session: FetchSession | None, reader: _Reader) -> ChangeWatch | None:
+    """A follower's session keeps a watch on its partitions (see `_narrowed`)."""
+    if session is None or not reader.follower:
+        return None
+    if session.changes is None:
+        session.changes = ChangeWatch()
+    return session.changes
+
+
+def _narrowed(session: FetchSession | None, watch: ChangeWatch | None, request: Any, incremental: bool,
+              now: float) -> set[tuple[Any, int]] | None:
+    """The partitions a follower's incremental fetch handles: those it names; the others of its
+    session join as they move (`ChangeWatch`), and are not even looked at otherwise, so a fetch
+    costs what moved, not the session's size. None: every partition, in a full fetch and at
+    least every `SWEEP_S` (a sweep: the idle caught-up partitions count the follower as caught
+    up again, partitions replaced since are watched, a log start moved by retention is told)."""
+    if session is None or watch is None:
+        return None
+    if not incremental or now - session.swept_at >= SWEEP_S:
+        session.swept_at = now
+        watch.forget_all()
+        watch.take()
+        return None
+    return {(key, fetch.partition) for _, key, partitions in _request_entries(request) for fetch in partitions}
 
 
 def _session_answer(session: FetchSession, wanted: list, topics: tuple, incremental: bool) -> tuple:
@@ -245,9 +283,10 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
 
 def _read_all(
     ctx: RequestContext, request: Any, wanted: list, reader: _Reader, refused: frozenset[str] | set[str],
-    session: FetchSession | None = None,
+    session: FetchSession | None = None, watch: ChangeWatch | None = None,
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
-    """The answer per topic, the bytes in it, and each hosted partition with its max bytes.
+    """The answer per topic, the bytes in it, and each hosted partition with its max bytes
+    (each also watched by `watch`, a follower session's).
 
     For an incremental `session` a partition with nothing new for its fetcher is left out before
     it is read (see `_quiet`), as its answer would be dropped anyway.
@@ -266,6 +305,8 @@ def _read_all(
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
+                if watch is not None:
+                    watch.watch(partition, (_topic_key(topic), fetch.partition))
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
             answer, size = _read_partition(module, ctx, name, fetch, budget, reader,
                                            min_one_batch=total == 0, cached=cached)
