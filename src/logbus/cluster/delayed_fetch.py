@@ -79,10 +79,11 @@ class ChangeWatch:
     key)` subscribes, the partition calls `changed` on each move (`Partition.add_watch`; it holds
     the watch weakly, so a dropped session stops being told)."""
 
-    __slots__ = ("keys", "_dirty", "_waiter", "__weakref__")
+    __slots__ = ("keys", "fetched_at", "_dirty", "_waiter", "__weakref__")
 
     def __init__(self) -> None:
         self.keys: dict[Partition, Hashable] = {}
+        self.fetched_at = 0.0  # time.monotonic() of the session's latest fetch (`FollowerState.caught_up_at`)
         self._dirty: set[Hashable] = set()
         self._waiter: asyncio.Future[None] | None = None
 

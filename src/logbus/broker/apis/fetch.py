@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -70,8 +71,8 @@ FOLLOWER_READ_VERSION = 11  # from here a consumer names its rack and may read f
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
 SENDFILE_MIN_BYTES = 64 * 1024
 # A follower's incremental fetches handle what it names and what moved; at least this often one
-# handles every partition of its session (well within replica.lag.time.max.ms: Kafka's 30 s).
-SWEEP_S = 0.5
+# handles every partition of its session (a log start that retention moved reaches the follower).
+SWEEP_S = 5.0
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -181,11 +182,13 @@ def _narrowed(session: FetchSession | None, watch: ChangeWatch | None, request: 
               now: float) -> set[tuple[Any, int]] | None:
     """The partitions a follower's incremental fetch handles: those it names; the others of its
     session join as they move (`ChangeWatch`), and are not even looked at otherwise, so a fetch
-    costs what moved, not the session's size. None: every partition, in a full fetch and at
-    least every `SWEEP_S` (a sweep: the idle caught-up partitions count the follower as caught
-    up again, partitions replaced since are watched, a log start moved by retention is told)."""
+    costs what moved, not the session's size (a caught-up follower stays caught up on the
+    others: `FollowerState.caught_up_at`). None: every partition, in a full fetch and at least
+    every `SWEEP_S` (a sweep: a log start moved by retention is told, partitions replaced since
+    are watched)."""
     if session is None or watch is None:
         return None
+    watch.fetched_at = time.monotonic()
     if not incremental or now - session.swept_at >= SWEEP_S:
         session.swept_at = now
         watch.forget_all()
@@ -309,7 +312,7 @@ def _read_all(
                     watch.watch(partition, (_topic_key(topic), fetch.partition))
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
             answer, size = _read_partition(module, ctx, name, fetch, budget, reader,
-                                           min_one_batch=total == 0, cached=cached)
+                                           min_one_batch=total == 0, cached=cached, watch=watch)
             if answer is None:
                 continue
             budget = max(budget - size, 0)
@@ -334,7 +337,7 @@ def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
 
 def _read_partition(
     module: Any, ctx: RequestContext, name: str | None, fetch: Any, budget: int, reader: _Reader,
-    min_one_batch: bool, cached: CachedPartition | None = None,
+    min_one_batch: bool, cached: CachedPartition | None = None, watch: ChangeWatch | None = None,
 ) -> tuple[Any, int]:
     """The partition's answer and its record bytes; (None, 0) when `cached` says the fetcher has
     been told everything there is (an incremental session's quiet partition).
@@ -359,7 +362,8 @@ def _read_partition(
         if diverging is not None:
             return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
                            partition.last_stable_offset, partition.log.log_start_offset, diverging=diverging), 0
-        partition.update_follower(reader.replica, fetch.fetch_offset, getattr(fetch, "log_start_offset", -1))
+        partition.update_follower(reader.replica, fetch.fetch_offset, getattr(fetch, "log_start_offset", -1),
+                                  watch)
     elif (preferred := _preferred_read_replica(ctx, partition, fetch.fetch_offset, reader.client_rack)) is not None:
         return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark, partition.last_stable_offset,
                        partition.log.log_start_offset, preferred_read_replica=preferred), 0
