@@ -31,6 +31,7 @@ from ..storage.log import AppendInfo, PartitionLog
 from ..storage.segment import ReadSlice
 from .metadata import PartitionState
 
+RECENT_BYTES = 1 << 20  # the tail of a log taken as cached (`recently_written`): one replica.fetch.max.bytes
 MARKER_BATCH_BYTES = len(build_end_txn_marker(0, 0, EndTxnMarker(True, 0), 0))  # the same for every marker
 
 
@@ -395,6 +396,14 @@ class Partition:
         found = self.log.read(offset, max_bytes, limit, min_one_batch)
         aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
         return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
+
+    def recently_written(self, offset: int) -> bool:
+        """Whether a read from `offset` starts in the last `RECENT_BYTES` of the log: bytes written
+        moments ago (a follower or consumer at the tail), taken as in the page cache without
+        asking the kernel (a mmap, mincore and munmap per read, which at the tail cost a
+        follower's fetch more than the copy)."""
+        segment = self.log.active_segment
+        return offset >= segment.base_offset and segment.size - segment.offset_index.lookup(offset) <= RECENT_BYTES
 
     def wake_on_data(self, waiter: asyncio.Future[None]) -> None:
         """Complete `waiter` the next time the HW or the LEO moves. A fetch waiting on many

@@ -278,7 +278,8 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
     for _, name, partitions in wanted:
         for fetch in partitions:
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
-            if partition is not None and (region := partition.log.uncached_read_start(fetch.fetch_offset)):
+            if partition is not None and not partition.recently_written(fetch.fetch_offset) and \
+                    (region := partition.log.uncached_read_start(fetch.fetch_offset)):
                 uncached.append(region)
     if uncached:
         await asyncio.gather(*(ctx.broker.logs.run_blocking(_load_region, region) for region in uncached))
@@ -380,7 +381,7 @@ def _read_partition(
         ), 0
     records: bytes | memoryview | FileRegion | _ColdRecords = b""
     if data.slice is not None:
-        records = _records(data.slice, ctx.sendfile)
+        records = _records(data.slice, ctx.sendfile, partition.recently_written(fetch.fetch_offset))
     return _answer(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
         data.log_start_offset, records, aborted=data.aborted_transactions,
@@ -437,10 +438,11 @@ class _ColdRecords:
         self.region.close()
 
 
-def _records(found: ReadSlice, sendfile: bool) -> memoryview | FileRegion | _ColdRecords:
+def _records(found: ReadSlice, sendfile: bool, recent: bool) -> memoryview | FileRegion | _ColdRecords:
     """Whole batches of `found`: a region for sendfile when allowed and large, else in memory;
-    left for a worker thread when reading them would wait for the disk."""
-    if not found.in_page_cache():
+    left for a worker thread when reading them would wait for the disk (not asked for `recent`
+    bytes: `Partition.recently_written`)."""
+    if not recent and not found.in_page_cache():
         return _ColdRecords(found.region())
     if not sendfile or found.size < SENDFILE_MIN_BYTES:
         raw = found.read()
