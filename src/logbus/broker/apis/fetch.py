@@ -100,7 +100,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             break
         _close_regions(topics)
         if watch is not None:
-            await watch.wait(deadline - loop.time())
+            if not _moved_unread(watch, narrowed):
+                await watch.wait(deadline - loop.time())
         else:
             await wait_for_fetchable(partitions, request.min_bytes - total, deadline, reader.read_committed,
                                      follower=reader.follower, stopping=lambda: ctx.broker.stopping)
@@ -195,6 +196,19 @@ def _narrowed(session: FetchSession | None, watch: ChangeWatch | None, request: 
         watch.take()
         return None
     return {(key, fetch.partition) for _, key, partitions in _request_entries(request) for fetch in partitions}
+
+
+def _moved_unread(watch: ChangeWatch, narrowed: set[tuple[Any, int]] | None) -> bool:
+    """After a read: take the partitions that moved meanwhile, so that only later moves end the
+    wait (as Kafka's DelayedFetch, which compares with what it saw after the read). One read in
+    it (the fetch's own follower update moved its HW) joins the next read; True when one was
+    not read (it moved while the read starts were loaded): the fetch reads again at once."""
+    moved = watch.take()
+    if narrowed is None:  # a sweep read every partition of the session
+        return False
+    unread = not moved <= narrowed
+    narrowed |= moved
+    return unread
 
 
 def _session_answer(session: FetchSession, wanted: list, topics: tuple, incremental: bool) -> tuple:
