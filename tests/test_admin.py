@@ -28,11 +28,12 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from helpers import QUIET, consume_partition, produce_all, wait_until
+from helpers import LIST_OFFSETS, QUIET, consume_partition, produce_all, wait_until
 from kafka.admin import KafkaAdminClient
 from kio.schema.delete_topics.v6 import request as delete_topics_v6
 from kio.schema.describe_configs.v4 import request as describe_configs_v4
 from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
+from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.offset_for_leader_epoch.v2 import request as leader_epoch_v2
 from kio.schema.offset_for_leader_epoch.v4 import request as leader_epoch_v4
@@ -551,6 +552,25 @@ def test_offset_for_leader_epoch(broker: BrokerProcess) -> None:
     assert ask(2, leader_epoch_v2, "epochs", 0, 0) == (0, 0, 3)
     assert ask(4, leader_epoch_v4, "epochs", 3, 0)[0] == KafkaError.UNKNOWN_LEADER_EPOCH
     assert ask(4, leader_epoch_v4, "no-epochs-here", -1, 0)[0] == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_list_offsets_checks_the_leader_epoch_the_client_names(broker: BrokerProcess) -> None:
+    """As Kafka's fetchOffsetForTimestamp (localLogWithEpochOrThrow): a v4+ current leader epoch
+    newer than the partition's is UNKNOWN_LEADER_EPOCH (the client retries), -1 is unchecked."""
+    create(broker.bootstrap, "offsets-epochs", 1)
+    produce_to(broker.bootstrap, "offsets-epochs", 0, [b"a"])
+
+    def ask(current: int) -> tuple[int, int]:
+        partition = codec.make(list_offsets_v7.ListOffsetsPartition, partition_index=0, current_leader_epoch=current,
+                               timestamp=-1)
+        response = _request(broker.bootstrap, LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=(
+            codec.make(list_offsets_v7.ListOffsetsTopic, name="offsets-epochs", partitions=(partition,)),))
+        answer = response.topics[0].partitions[0]
+        return answer.error_code, answer.offset
+
+    assert ask(-1) == (0, 1)
+    assert ask(0) == (0, 1)
+    assert ask(3)[0] == KafkaError.UNKNOWN_LEADER_EPOCH
 
 
 def _topic_id(bootstrap: str, name: str) -> uuid.UUID:

@@ -189,7 +189,9 @@ def test_a_leader_whose_log_dir_fails_hands_leadership_to_the_isr(zookeeper: Zoo
             wait_until(lambda t=topic: partition_state(cluster, t) == (3, [3, 1, 2], [3, 1, 2]),
                        message=f"{topic} led by broker 3 with a full ISR")
         client.close()
-        assert os.path.isdir(os.path.join(small, "doomed-0")) and os.path.isdir(os.path.join(healthy, "kept-0"))
+        # the controller writes a new topic's state with its full ISR before broker 3 opens the log
+        wait_until(lambda: os.path.isdir(os.path.join(small, "doomed-0")) and os.path.isdir(
+            os.path.join(healthy, "kept-0")), message="broker 3 to open kept in its first dir, doomed in the small one")
 
         with TimedSender(cluster, "doomed", "kept") as sender:  # "kept": a partition the failure spares
             wait_until(lambda: len(sender.values("doomed")) >= 200, timeout=30, message="records acknowledged")

@@ -110,6 +110,15 @@ def test_an_incremental_answer_names_a_partition_only_when_it_has_news() -> None
     assert cached.tell(answer(6, ErrorCode.not_leader_or_follower), 0), "an error"
 
 
+def test_a_session_hands_out_only_the_partitions_asked_for_that_it_holds() -> None:
+    cache = FetchSessionCache(4, lambda: 0.0)
+    session = cache.maybe_create(True, False, [*entries("a", 0, 1, 2), *entries("b", 0)])
+    assert session is not None
+    wanted = session.wanted({("b", 0), ("a", 2), ("a", 0), ("c", 9)})
+    assert [(key, [p.partition for p in partitions]) for _, key, partitions in wanted] == [("a", [0, 2]), ("b", [0])]
+    assert sum(len(partitions) for _, _, partitions in session.wanted()) == 4
+
+
 def test_a_follower_names_only_moved_partitions_and_starts_over_after_a_session_error() -> None:
     session = FetcherSession()
     positions = {("t", 0): (10, 0, 0, 0), ("t", 1): (5, 0, 0, 0)}

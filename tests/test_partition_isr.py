@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from test_storage import record_batch
 from test_storage_unit import make_config
 
+from logbus.cluster.delayed_fetch import ChangeWatch
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import Partition
 from logbus.protocol.records import validate_batches
@@ -161,3 +162,47 @@ def test_a_follower_adopts_its_leaders_log_start_up_to_its_high_watermark(tmp_pa
     assert log_.log_start_offset == 3, "never past what this replica knows is committed"
     follower.follow_log_start_offset(2)
     assert log_.log_start_offset == 3, "never back"
+
+
+def test_a_followers_session_keeps_it_caught_up_on_the_partitions_its_fetches_do_not_name(tmp_path: Path) -> None:
+    """An incremental fetch names only the partitions that moved (KIP-227): a follower that had the
+    whole log stays caught up as of its session's latest fetch while the log does not grow; once
+    it grows, only a fetch of the new records catches it up again."""
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        clock = Clock()
+        partition = leader_of(tmp_path, [1, 2, 3], requests, clock)
+        append(partition, 2)
+        session = ChangeWatch()
+        partition.update_follower(2, 2, session=session)
+        partition.update_follower(3, 2)  # no session: its own fetches only
+        clock.now += 20
+        session.fetched_at = clock.now  # broker 2's session fetched, naming other partitions
+        partition.shrink_isr_if_lagging(10)
+        assert requests == [[1, 2]]
+        partition.isr_change_failed(maybe_written=False)
+        append(partition, 1)
+        clock.now += 20
+        session.fetched_at = clock.now
+        partition.shrink_isr_if_lagging(10)
+        assert requests == [[1, 2], [1]], "broker 2 lacks the record appended since its last fetch of it"
+
+    asyncio.run(scenario())
+
+
+def test_a_change_watch_collects_the_partitions_that_moved_and_wakes_its_fetch(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = leader_of(tmp_path, [1, 2, 3], [], Clock())
+        watch = ChangeWatch()
+        watch.watch(partition, ("t", 0))
+        await asyncio.wait_for(watch.wait(0.01), 5)  # nothing moved: it times out
+        waiting = asyncio.ensure_future(watch.wait(30))
+        await asyncio.sleep(0)
+        append(partition, 1)
+        await asyncio.wait_for(waiting, 5)
+        assert watch.take() == {("t", 0)} and watch.take() == set()
+        watch.forget_all()
+        append(partition, 1)
+        assert watch.take() == set(), "a partition not watched again since forget_all counts no more"
+
+    asyncio.run(scenario())

@@ -85,6 +85,8 @@ class FetchSession:
     # request topic entry (name or id) and partitions, in the order the fetcher gave them
     topics: dict[Any, Any] = field(default_factory=dict)
     partitions: OrderedDict[PartitionKey, CachedPartition] = field(default_factory=OrderedDict)
+    changes: Any = None  # a follower's: the `delayed_fetch.ChangeWatch` on its partitions
+    swept_at: float = float("-inf")  # when a fetch last handled every partition (follower sessions)
 
     def update(self, wanted: Iterable[tuple[Any, Any, list[Any]]], forgotten: Iterable[PartitionKey]) -> None:
         """Add or replace the partitions a fetch names, then drop the ones it forgets (Kafka's order)."""
@@ -101,11 +103,14 @@ class FetchSession:
             live = {key for key, _ in self.partitions}
             self.topics = {key: topic for key, topic in self.topics.items() if key in live}
 
-    def wanted(self) -> list[tuple[Any, Any, list[Any]]]:
-        """Every partition of the session as (request topic, topic key, fetch partitions), in the
-        session's order: a topic's partitions apart in it make two entries (as Kafka's answer)."""
+    def wanted(self, only: Iterable[PartitionKey] | None = None) -> list[tuple[Any, Any, list[Any]]]:
+        """Every partition of the session (or those of `only` in it) as (request topic, topic
+        key, fetch partitions), in the session's order (`only`: sorted): a topic's partitions
+        apart in it make two entries (as Kafka's answer)."""
+        chosen = self.partitions.items() if only is None else sorted(
+            (key, self.partitions[key]) for key in only if key in self.partitions)
         runs: list[tuple[Any, Any, list[Any]]] = []
-        for (key, _), cached in self.partitions.items():
+        for (key, _), cached in chosen:
             if not runs or runs[-1][1] != key:
                 runs.append((self.topics[key], key, []))
             runs[-1][2].append(cached.fetch)

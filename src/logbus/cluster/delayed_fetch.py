@@ -1,13 +1,18 @@
 """Kafka's DelayedFetch: a fetch that found fewer than `min_bytes` waits here for the partitions
 it reads to have more, woken by the partitions themselves (`Partition.wake_on_data`) rather than
 by polling. Sans request: `apis/fetch.py` reads, and calls `wait_for_fetchable` between reads.
+
+A follower's fetch session instead keeps a `ChangeWatch` on its partitions: each partition
+whose HW, LEO or state moves marks itself in it (and wakes the fetch waiting on it), so that a
+follower's fetch handles the partitions it names and those marked, not every partition of the
+session, and waits without registering with each of them (see apis/fetch.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from .partition import Partition
 
@@ -67,3 +72,51 @@ async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
     finally:
         for partition in partitions:
             partition.forget_waiter(waiter)
+
+
+class ChangeWatch:
+    """The partitions of one fetch session that moved since `take` last asked: `watch(partition,
+    key)` subscribes, the partition calls `changed` on each move (`Partition.add_watch`; it holds
+    the watch weakly, so a dropped session stops being told)."""
+
+    __slots__ = ("keys", "fetched_at", "_dirty", "_waiter", "__weakref__")
+
+    def __init__(self) -> None:
+        self.keys: dict[Partition, Hashable] = {}
+        self.fetched_at = 0.0  # time.monotonic() of the session's latest fetch (`FollowerState.caught_up_at`)
+        self._dirty: set[Hashable] = set()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def watch(self, partition: Partition, key: Hashable) -> None:
+        if self.keys.get(partition) != key:
+            self.keys[partition] = key
+            partition.add_watch(self)
+
+    def forget_all(self) -> None:
+        """Start over (before watching every partition of the session again): partitions
+        replaced since (a topic created again) stop counting."""
+        self.keys = {}
+
+    def changed(self, partition: Partition) -> None:
+        key = self.keys.get(partition)
+        if key is not None:
+            self._dirty.add(key)
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+
+    def take(self) -> set[Hashable]:
+        """The keys of the partitions that moved since the last call."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    async def wait(self, timeout: float) -> None:
+        """Until a watched partition moves (at once if one has since `take`), or `timeout`."""
+        if self._dirty or timeout <= 0:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._waiter
+        finally:
+            self._waiter = None

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Container
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +32,7 @@ from ..storage.log import AppendInfo, PartitionLog
 from ..storage.segment import ReadSlice
 from .metadata import PartitionState
 
+RECENT_BYTES = 1 << 20  # the tail of a log taken as cached (`recently_written`): one replica.fetch.max.bytes
 MARKER_BATCH_BYTES = len(build_end_txn_marker(0, 0, EndTxnMarker(True, 0), 0))  # the same for every marker
 
 
@@ -51,6 +54,16 @@ class FollowerState:
     last_caught_up: float = 0.0
     last_fetch_leader_leo: int = -1
     last_fetch_time: float = 0.0
+    session: Any = None  # the fetch session its last fetch came in (its `fetched_at`: the session's last fetch)
+
+    def caught_up_at(self, leader_leo: int) -> float:
+        """When it was last caught up: a follower that had the leader's whole log at its last fetch
+        of this partition still has it when the log has not grown since, as of the latest fetch
+        of its session (an incremental fetch names only the partitions that moved, the others
+        are fetched again from where they were: KIP-227)."""
+        if self.session is not None and self.log_end_offset >= leader_leo:
+            return max(self.last_caught_up, self.session.fetched_at)
+        return self.last_caught_up
 
 
 IsrRequest = Callable[["Partition", list[int]], None]
@@ -71,6 +84,7 @@ class Partition:
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         log.on_high_watermark(self.high_watermark)
         self._data_waiters: set[asyncio.Future[None]] = set()
+        self._watches: list[weakref.ref[Any]] = []  # follower fetch sessions' ChangeWatch
         self._changed = asyncio.Event()  # HW, LEO or state moved: acks=all waiters look again
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self.followers: dict[int, FollowerState] = {}
@@ -193,12 +207,16 @@ class Partition:
 
     # ------------------------------------------------------------------ leader: followers
 
-    def update_follower(self, broker_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
+    def update_follower(self, broker_id: int, fetch_offset: int, log_start_offset: int = -1,
+                        session: Any = None) -> None:
         """A follower fetched from `fetch_offset`: it has everything before it, and its log
-        starts at `log_start_offset` (a DeleteRecords waiting for it wakes when that moved)."""
+        starts at `log_start_offset` (a DeleteRecords waiting for it wakes when that moved).
+        `session`: the fetch session it came in, whose later fetches keep it caught up
+        (`FollowerState.caught_up_at`)."""
         follower = self.followers.get(broker_id)
         if follower is None or not self.is_leader:
             return
+        follower.session = session
         if log_start_offset != follower.log_start_offset:
             follower.log_start_offset = log_start_offset
             self._wake()
@@ -229,7 +247,7 @@ class Partition:
         findPreferredReadReplica; a follower out of the ISR may lag ever further)."""
         now = self.clock()
         return [
-            (broker, follower.log_end_offset, now - follower.last_caught_up)
+            (broker, follower.log_end_offset, now - follower.caught_up_at(self.log.log_end_offset))
             for broker, follower in self.followers.items()
             if broker in self.state.isr and follower.log_start_offset <= fetch_offset <= follower.log_end_offset
         ]
@@ -238,9 +256,9 @@ class Partition:
         """Drop followers not caught up for `max_lag_s` from the ISR (the leader stays)."""
         if not self.is_leader or not self._may_change_isr():
             return
-        now = self.clock()
+        now, leader_leo = self.clock(), self.log.log_end_offset
         lagging = [b for b in self.state.isr if b != self.broker_id and
-                   (f := self.followers.get(b)) is not None and now - f.last_caught_up > max_lag_s]
+                   (f := self.followers.get(b)) is not None and now - f.caught_up_at(leader_leo) > max_lag_s]
         if lagging:
             self._request_isr([b for b in self.state.isr if b not in lagging])
 
@@ -291,8 +309,11 @@ class Partition:
 
     def delete_records_before(self, offset: int) -> int:
         """As leader: move the log start offset to `offset` (DeleteRecords); returns the new one.
-        Followers adopt it from their next fetch answer (`follow_log_start_offset`)."""
-        return self.log.delete_records_before(offset)
+        Followers adopt it from their next fetch answer (`follow_log_start_offset`): the
+        fetches waiting on it wake to tell them."""
+        start = self.log.delete_records_before(offset)
+        self._wake()
+        return start
 
     def low_watermark(self, live_brokers: Container[int]) -> int:
         """Kafka's lowWatermarkIfLeader: the smallest log start offset of this replica and of
@@ -369,6 +390,14 @@ class Partition:
         aborted = self.log.aborted_transactions_in(offset, found) if read_committed else None
         return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 
+    def recently_written(self, offset: int) -> bool:
+        """Whether a read from `offset` starts in the last `RECENT_BYTES` of the log: bytes written
+        moments ago (a follower or consumer at the tail), taken as in the page cache without
+        asking the kernel (a mmap, mincore and munmap per read, which at the tail cost a
+        follower's fetch more than the copy)."""
+        segment = self.log.active_segment
+        return offset >= segment.base_offset and segment.size - segment.offset_index.lookup(offset) <= RECENT_BYTES
+
     def wake_on_data(self, waiter: asyncio.Future[None]) -> None:
         """Complete `waiter` the next time the HW or the LEO moves. A fetch waiting on many
         partitions hands them all one future (no task per partition) and `forget_waiter`s it."""
@@ -377,11 +406,22 @@ class Partition:
     def forget_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._data_waiters.discard(waiter)
 
+    def add_watch(self, watch: Any) -> None:
+        """Call `watch.changed(self)` each time the HW, the LEO or the state moves, for as long as
+        `watch` lives (a follower fetch session's `delayed_fetch.ChangeWatch`)."""
+        live = [ref for ref in self._watches if ref() is not None]
+        if not any(ref() is watch for ref in live):
+            live.append(weakref.ref(watch))
+        self._watches = live
+
     def _wake(self) -> None:
         waiters, self._data_waiters = self._data_waiters, set()
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        for ref in self._watches:
+            if (watch := ref()) is not None:
+                watch.changed(self)
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -53,9 +53,10 @@ def _describe_topic(ctx: RequestContext, module: Any, topic: Any) -> tuple:
         if metadata is None or not 0 <= index < len(metadata.partitions):
             answers.append(_error(module, index, ErrorCode.unknown_topic_or_partition))
             continue
-        partition = ctx.broker.replicas.get(topic.name, index)
-        if partition is None:
-            answers.append(_error(module, index, ErrorCode.not_leader_or_follower))
+        try:  # any replica with the log answers (Kafka's activeProducerState)
+            partition = ctx.broker.replicas.partition_to_read(topic.name, index, leader_only=False)
+        except KafkaApiError as exc:
+            answers.append(_error(module, index, exc.code))
             continue
         answers.append(make(module.PartitionResponse, partition_index=index, error_code=ErrorCode.none,
                             error_message=None, active_producers=_producers(module, partition)))

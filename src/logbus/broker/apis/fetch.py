@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...cluster.delayed_fetch import wait_for_fetchable
+from ...cluster.delayed_fetch import ChangeWatch, wait_for_fetchable
 from ...cluster.partition import Partition
 from ...cluster.replica_selector import ReplicaView
 from ...errors import KafkaApiError, OffsetOutOfRangeError, SessionError
@@ -68,6 +69,9 @@ FOLLOWER_READ_VERSION = 11  # from here a consumer names its rack and may read f
 # Below this a partition's records are read into memory: sendfile's extra system calls (and the
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
 SENDFILE_MIN_BYTES = 64 * 1024
+# A follower's incremental fetches handle what it names and what moved; at least this often one
+# handles every partition of its session (a log start that retention moved reaches the follower).
+SWEEP_S = 5.0
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -78,18 +82,28 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except SessionError as exc:
         return make(response_class(API_KEY, ctx.api_version), error_code=exc.code, session_id=0, responses=(),
                     node_endpoints=())
-    wanted = _resolved(ctx, entries)
     reader = _reader_of(ctx, request)
-    refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
+    watch = _change_watch(session, reader)
+    narrowed = _narrowed(session, watch, request, incremental, loop.time())
     while True:
+        if narrowed is not None:  # a follower's partitions that moved since it was last answered
+            narrowed |= watch.take()
+            entries = session.wanted(narrowed)
+        wanted = _resolved(ctx, entries)
+        refused = _NOTHING_REFUSED if ctx.broker.authorizer is None else _refused_topics(ctx, request, wanted)
         await _load_uncached_read_starts(ctx, wanted)
-        topics, total, partitions = _read_all(ctx, request, wanted, reader, refused, session if incremental else None)
-        if total >= request.min_bytes or deadline <= loop.time() or not partitions or ctx.broker.stopping \
-                or _answer_now(topics):
+        topics, total, partitions = _read_all(ctx, request, wanted, reader, refused, session if incremental else None,
+                                              watch)
+        if total >= request.min_bytes or deadline <= loop.time() or not (partitions or narrowed is not None) \
+                or ctx.broker.stopping or _answer_now(topics):
             break
         _close_regions(topics)
-        await wait_for_fetchable(partitions, request.min_bytes - total, deadline, reader.read_committed,
-                                 follower=reader.follower, stopping=lambda: ctx.broker.stopping)
+        if watch is not None:
+            if not _moved_unread(watch, narrowed):
+                await watch.wait(deadline - loop.time())
+        else:
+            await wait_for_fetchable(partitions, request.min_bytes - total, deadline, reader.read_committed,
+                                     follower=reader.follower, stopping=lambda: ctx.broker.stopping)
     topics = await _read_cold(ctx, topics)
     if ctx.broker.metrics is not None and replica_id(request) < 0:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
@@ -153,6 +167,47 @@ def _topic_key(topic: Any) -> Any:
 def _forgotten(request: Any) -> list[tuple[Any, int]]:
     return [(_topic_key(topic), index) for topic in getattr(request, "forgotten_topics_data", ())
             for index in topic.partitions]
+
+
+def _change_watch(session: FetchSession | None, reader: _Reader) -> ChangeWatch | None:
+    """A follower's session keeps a watch on its partitions (see `_narrowed`)."""
+    if session is None or not reader.follower:
+        return None
+    if session.changes is None:
+        session.changes = ChangeWatch()
+    return session.changes
+
+
+def _narrowed(session: FetchSession | None, watch: ChangeWatch | None, request: Any, incremental: bool,
+              now: float) -> set[tuple[Any, int]] | None:
+    """The partitions a follower's incremental fetch handles: those it names; the others of its
+    session join as they move (`ChangeWatch`), and are not even looked at otherwise, so a fetch
+    costs what moved, not the session's size (a caught-up follower stays caught up on the
+    others: `FollowerState.caught_up_at`). None: every partition, in a full fetch and at least
+    every `SWEEP_S` (a sweep: a log start moved by retention is told, partitions replaced since
+    are watched)."""
+    if session is None or watch is None:
+        return None
+    watch.fetched_at = time.monotonic()
+    if not incremental or now - session.swept_at >= SWEEP_S:
+        session.swept_at = now
+        watch.forget_all()
+        watch.take()
+        return None
+    return {(key, fetch.partition) for _, key, partitions in _request_entries(request) for fetch in partitions}
+
+
+def _moved_unread(watch: ChangeWatch, narrowed: set[tuple[Any, int]] | None) -> bool:
+    """After a read: take the partitions that moved meanwhile, so that only later moves end the
+    wait (as Kafka's DelayedFetch, which compares with what it saw after the read). One read in
+    it (the fetch's own follower update moved its HW) joins the next read; True when one was
+    not read (it moved while the read starts were loaded): the fetch reads again at once."""
+    moved = watch.take()
+    if narrowed is None:  # a sweep read every partition of the session
+        return False
+    unread = not moved <= narrowed
+    narrowed |= moved
+    return unread
 
 
 def _session_answer(session: FetchSession, wanted: list, topics: tuple, incremental: bool) -> tuple:
@@ -236,7 +291,8 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
     for _, name, partitions in wanted:
         for fetch in partitions:
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
-            if partition is not None and (region := partition.log.uncached_read_start(fetch.fetch_offset)):
+            if partition is not None and not partition.recently_written(fetch.fetch_offset) and \
+                    (region := partition.log.uncached_read_start(fetch.fetch_offset)):
                 uncached.append(region)
     if uncached:
         await asyncio.gather(*(ctx.broker.logs.run_blocking(_load_region, region) for region in uncached))
@@ -244,9 +300,10 @@ async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
 
 def _read_all(
     ctx: RequestContext, request: Any, wanted: list, reader: _Reader, refused: frozenset[str] | set[str],
-    session: FetchSession | None = None,
+    session: FetchSession | None = None, watch: ChangeWatch | None = None,
 ) -> tuple[tuple, int, list[tuple[Partition, int]]]:
-    """The answer per topic, the bytes in it, and each hosted partition with its max bytes.
+    """The answer per topic, the bytes in it, and each hosted partition with its max bytes
+    (each also watched by `watch`, a follower session's).
 
     For an incremental `session` a partition with nothing new for its fetcher is left out before
     it is read (see `_quiet`), as its answer would be dropped anyway.
@@ -265,9 +322,11 @@ def _read_all(
             partition = ctx.broker.replicas.get(name, fetch.partition) if name else None
             if partition is not None:
                 hosted.append((partition, fetch.partition_max_bytes))
+                if watch is not None:
+                    watch.watch(partition, (_topic_key(topic), fetch.partition))
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
             answer, size = _read_partition(module, ctx, name, fetch, budget, reader,
-                                           min_one_batch=total == 0, cached=cached)
+                                           min_one_batch=total == 0, cached=cached, watch=watch)
             if answer is None:
                 continue
             budget = max(budget - size, 0)
@@ -292,7 +351,7 @@ def _quota_bounded_max_bytes(ctx: RequestContext, request: Any) -> int:
 
 def _read_partition(
     module: Any, ctx: RequestContext, name: str | None, fetch: Any, budget: int, reader: _Reader,
-    min_one_batch: bool, cached: CachedPartition | None = None,
+    min_one_batch: bool, cached: CachedPartition | None = None, watch: ChangeWatch | None = None,
 ) -> tuple[Any, int]:
     """The partition's answer and its record bytes; (None, 0) when `cached` says the fetcher has
     been told everything there is (an incremental session's quiet partition).
@@ -317,7 +376,8 @@ def _read_partition(
         if diverging is not None:
             return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark,
                            partition.last_stable_offset, partition.log.log_start_offset, diverging=diverging), 0
-        partition.update_follower(reader.replica, fetch.fetch_offset, getattr(fetch, "log_start_offset", -1))
+        partition.update_follower(reader.replica, fetch.fetch_offset, getattr(fetch, "log_start_offset", -1),
+                                  watch)
     elif (preferred := _preferred_read_replica(ctx, partition, fetch.fetch_offset, reader.client_rack)) is not None:
         return _answer(module, fetch.partition, ErrorCode.none, partition.high_watermark, partition.last_stable_offset,
                        partition.log.log_start_offset, preferred_read_replica=preferred), 0
@@ -334,7 +394,7 @@ def _read_partition(
         ), 0
     records: bytes | memoryview | FileRegion | _ColdRecords = b""
     if data.slice is not None:
-        records = _records(data.slice, ctx.sendfile)
+        records = _records(data.slice, ctx.sendfile, partition.recently_written(fetch.fetch_offset))
     return _answer(
         module, fetch.partition, ErrorCode.none, data.high_watermark, data.last_stable_offset,
         data.log_start_offset, records, aborted=data.aborted_transactions,
@@ -391,10 +451,11 @@ class _ColdRecords:
         self.region.close()
 
 
-def _records(found: ReadSlice, sendfile: bool) -> memoryview | FileRegion | _ColdRecords:
+def _records(found: ReadSlice, sendfile: bool, recent: bool) -> memoryview | FileRegion | _ColdRecords:
     """Whole batches of `found`: a region for sendfile when allowed and large, else in memory;
-    left for a worker thread when reading them would wait for the disk."""
-    if not found.in_page_cache():
+    left for a worker thread when reading them would wait for the disk (not asked for `recent`
+    bytes: `Partition.recently_written`)."""
+    if not recent and not found.in_page_cache():
         return _ColdRecords(found.region())
     if not sendfile or found.size < SENDFILE_MIN_BYTES:
         raw = found.read()

@@ -7,7 +7,10 @@ after it. As in Kafka's Partition.fetchOffsetForTimestamp, what a reader may fet
 answers: latest is the high watermark, or the last stable offset for read_committed (isolation
 level 1, v2+), and a record found by timestamp (-3 included) at or past that bound gives offset -1.
 A partition not hosted here answers as Kafka's getPartitionOrError: KAFKA_STORAGE_ERROR (its log
-dir failed), NOT_LEADER_OR_FOLLOWER (no replica here) or UNKNOWN_TOPIC_OR_PARTITION.
+dir failed), NOT_LEADER_OR_FOLLOWER (no replica here) or UNKNOWN_TOPIC_OR_PARTITION; one hosted
+is read through the replica manager's `partition_to_read` (Kafka's localLogWithEpochOrThrow):
+a v4+ `current_leader_epoch` older than the partition's is FENCED_LEADER_EPOCH, a newer one
+UNKNOWN_LEADER_EPOCH, and only the leader answers (NOT_LEADER_OR_FOLLOWER).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...cluster.partition import Partition
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorized_names
@@ -41,10 +45,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             if topic.name not in visible:
                 answers.append(_answer(module, wanted.partition_index, ErrorCode.topic_authorization_failed))
                 continue
-            partition = ctx.broker.replicas.get(topic.name, wanted.partition_index)
-            if partition is None:
-                answers.append(_answer(module, wanted.partition_index,
-                                       ctx.broker.replicas.missing_error(topic.name, wanted.partition_index)))
+            try:  # v4+ names the leader epoch the client knows
+                partition = ctx.broker.replicas.partition_to_read(
+                    topic.name, wanted.partition_index, getattr(wanted, "current_leader_epoch", -1))
+            except KafkaApiError as exc:
+                answers.append(_answer(module, wanted.partition_index, exc.code))
                 continue
             answers.append(_lookup(module, partition, wanted, read_committed))
         topics.append(make(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
@@ -53,8 +58,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 def _lookup(module: Any, partition: Partition, wanted: Any, read_committed: bool) -> Any:
     index = wanted.partition_index
-    if not partition.is_leader:
-        return _answer(module, index, ErrorCode.not_leader_or_follower)
     log = partition.log
     timestamp = wanted.timestamp
     fetchable = partition.last_stable_offset if read_committed else partition.high_watermark
