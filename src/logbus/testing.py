@@ -17,7 +17,6 @@ import random
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
+
+from .cli.cluster import port_free
 
 if TYPE_CHECKING:
     from .cluster.zookeeper_server import ZooKeeperServer
@@ -61,18 +62,9 @@ def free_test_port(count: int = 1) -> int:
     low, high = worker_test_ports()
     for _ in range(200):
         first = random.randint(low, high - count + 1)
-        if all(_port_free(port) for port in range(first, first + count)):
+        if all(port_free(port) for port in range(first, first + count)):
             return first
     raise RuntimeError(f"no {count} free consecutive ports in {low}-{high}")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 _PR_SET_PDEATHSIG = 1

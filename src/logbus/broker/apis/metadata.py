@@ -23,10 +23,12 @@ when an authorizer is on.
 
 from __future__ import annotations
 
+import io
 import uuid
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
+from kio.serial.writers import write_unsigned_varint
 
 from ...errors import KafkaApiError
 from ...protocol.codec import encode, is_flexible, make, response_class, response_module
@@ -161,12 +163,9 @@ def _encode_all_topics(ctx: RequestContext, names: list[str], operations: _Opera
 
 def _uvarint(value: int) -> bytes:
     """Kafka's unsigned varint (a compact array's count + 1)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    out = io.BytesIO()
+    write_unsigned_varint(out, value)
+    return out.getvalue()
 
 
 def _topic(module: Any, broker: Any, name: str | None, error: ErrorCode, operations: int, live: set[int],
