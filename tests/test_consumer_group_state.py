@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -328,3 +329,98 @@ def test_uniform_keeps_each_members_lowest_partitions_as_kafka_does() -> None:
     assert two == {"c0": {"t": frozenset({0, 1, 2})}, "c1": {"t": frozenset({3, 4, 5})}}
     three = uniform({m: frozenset({"t"}) for m in ("c0", "c1", "c2")}, {"t": 6}, two)
     assert three == {"c0": {"t": frozenset({0, 1})}, "c1": {"t": frozenset({3, 4})}, "c2": {"t": frozenset({2, 5})}}
+
+
+class SimulatedConsumer:
+    """A client as KIP-848 wants it: it takes new partitions as soon as a response names them,
+    gives up revoked ones now or some heartbeats later, reports what it really holds, drops
+    everything when fenced and rejoins with epoch 0."""
+
+    def __init__(self, member_id: str) -> None:
+        self.member_id = member_id
+        self.epoch = 0
+        self.topics: tuple[str, ...] = ("t",)
+        self.holds: dict[str, set[int]] = {}
+        self.still_revoking: dict[str, set[int]] = {}  # revoked by the broker, not yet let go
+        self.joined = False
+        self.full_next = True
+
+    def heartbeat(self, groups: ConsumerGroups, rng: Any) -> None:
+        if self.still_revoking and rng.random() < 0.5:  # the revocation callback finishes
+            for topic, partitions in self.still_revoking.items():
+                self.holds[topic] = self.holds.get(topic, set()) - partitions
+            self.still_revoking = {}
+        full = not self.joined or self.full_next
+        request = Heartbeat(GROUP, self.member_id, self.epoch if self.joined else 0,
+                            rebalance_timeout_ms=30_000 if full else -1,
+                            subscribed_topics=self.topics if full or rng.random() < 0.3 else None,
+                            owned={t: frozenset(p) for t, p in self.holds.items() if p}
+                            if full or rng.random() < 0.7 else None)  # None: not reported
+        try:
+            result = groups.heartbeat(request)
+        except KafkaApiError as exc:
+            assert exc.code in (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id)
+            self.lose_everything()
+            return
+        self.joined = True
+        if rng.random() < 0.1:  # the response is lost: the next request is a full one
+            self.full_next = True
+            return
+        self.full_next = False
+        self.epoch = result.member_epoch
+        if result.assignment is not None:
+            self.take(result.assignment, revoke_now=rng.random() < 0.5)
+
+    def take(self, assignment: dict[str, frozenset[int]], revoke_now: bool) -> None:
+        for topic in set(self.holds) | set(assignment):
+            revoked = self.holds.get(topic, set()) - assignment.get(topic, frozenset())
+            if revoked and not revoke_now:
+                self.still_revoking[topic] = self.still_revoking.get(topic, set()) | revoked
+            elif revoked:
+                self.holds[topic] -= revoked
+            self.holds.setdefault(topic, set()).update(assignment.get(topic, frozenset()))
+
+    def leave(self, groups: ConsumerGroups) -> None:
+        self.lose_everything()  # a leaving consumer revokes everything first
+        try:
+            groups.heartbeat(Heartbeat(GROUP, self.member_id, -1))
+        except KafkaApiError as exc:
+            assert exc.code is ErrorCode.unknown_member_id
+
+    def lose_everything(self) -> None:
+        self.holds, self.still_revoking, self.joined, self.epoch, self.full_next = {}, {}, False, 0, True
+
+
+def assert_no_partition_held_twice(groups: ConsumerGroups, consumers: list[SimulatedConsumer]) -> None:
+    """Among consumers the broker still counts as members, no partition is held by two."""
+    members = groups.groups[GROUP].members if GROUP in groups.groups else {}
+    seen: dict[tuple[str, int], str] = {}
+    for consumer in consumers:
+        if not consumer.joined or consumer.member_id not in members:
+            continue
+        for topic, partitions in consumer.holds.items():
+            for partition in partitions:
+                other = seen.setdefault((topic, partition), consumer.member_id)
+                assert other == consumer.member_id, f"{topic}-{partition} held by {other} and {consumer.member_id}"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_no_live_member_ever_holds_a_partition_another_holds(seed: int) -> None:
+    """Random joins, leaves, subscription changes, lost responses, slow revocations and session
+    expiries (the scenario of librdkafka's 0113 u_multiple_subscription_changes)."""
+    rng = random.Random(seed)
+    groups, clock = make({"t": 8, "u": 4}, session_timeout_ms=6_000)
+    consumers = [SimulatedConsumer(f"m{i}") for i in range(5)]
+    for _ in range(400):
+        consumer = rng.choice(consumers)
+        action = rng.random()
+        if action < 0.08:
+            consumer.leave(groups)
+        elif action < 0.2:
+            consumer.topics = rng.choice([("t",), ("u",), ("t", "u")])
+            consumer.full_next = True
+        elif action < 0.25:
+            clock.advance(rng.choice([500, 3_000, 7_000]))
+        else:
+            consumer.heartbeat(groups, rng)
+        assert_no_partition_held_twice(groups, consumers)
