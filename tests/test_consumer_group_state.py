@@ -331,6 +331,70 @@ def test_uniform_keeps_each_members_lowest_partitions_as_kafka_does() -> None:
     assert three == {"c0": {"t": frozenset({0, 1})}, "c1": {"t": frozenset({3, 4})}, "c2": {"t": frozenset({2, 5})}}
 
 
+def held(groups: ConsumerGroups, member: str) -> set[tuple[str, int]]:
+    """What the broker counts as held by a member: assigned or still being revoked."""
+    record = groups.groups[GROUP].members[member]
+    return {(t, p) for a in (record.assigned, record.revoking) for t, ps in a.items() for p in ps}
+
+
+def assert_held_once(groups: ConsumerGroups) -> None:
+    members = list(groups.groups[GROUP].members)
+    for first, second in itertools.combinations(members, 2):
+        assert not held(groups, first) & held(groups, second), (first, second)
+
+
+def test_a_subscription_change_during_a_revocation_waits_for_it() -> None:
+    groups, _ = make({"t": 4, "u": 4})
+    join(groups, "a")
+    join(groups, "b")
+    beat(groups, "a", {"t": set(range(4))})  # asked to revoke two of t
+    revoking = groups.groups[GROUP].members["a"].revoking["t"]
+    # before it has revoked them it moves to u: now every partition of t is b's target
+    groups.heartbeat(Heartbeat(GROUP, "a", 1, subscribed_topics=("u",), owned={"t": frozenset(range(4))}))
+    assert groups.groups[GROUP].members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    assert beat(groups, "b").assignment is None  # a holds all of t still
+    assert_held_once(groups)
+    kept = frozenset(range(4)) - revoking
+    assert beat(groups, "a", {"t": set(kept)}).assignment == {}  # now it must give up the rest of t
+    assert beat(groups, "b").assignment == {"t": revoking}
+    assert_held_once(groups)
+    assert beat(groups, "a", {}).assignment == {"u": frozenset(range(4))}
+    assert beat(groups, "b").assignment == {"t": frozenset(range(4))}
+    assert_held_once(groups)
+
+
+def test_a_member_leaving_frees_its_partitions_but_not_those_another_still_revokes() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    join(groups, "b")
+    settle(groups)
+    join(groups, "c")
+    a_before = groups.groups[GROUP].members["a"].assigned["t"]
+    beat(groups, "a", {"t": set(a_before)})  # a is asked to give one up
+    revoking = groups.groups[GROUP].members["a"].revoking["t"]
+    groups.heartbeat(Heartbeat(GROUP, "b", -1))  # b leaves (having revoked all it had)
+    beat(groups, "c")
+    assert_held_once(groups)
+    assert not groups.groups[GROUP].members["c"].assigned.get("t", frozenset()) & revoking
+    settle(groups)
+    assert_held_once(groups)
+    assert set().union(*owned_by(groups).values()) == set(range(6))
+
+
+def test_a_fenced_member_holds_its_partitions_until_it_rejoins() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    join(groups, "b")
+    with pytest.raises(KafkaApiError) as fenced:
+        beat(groups, "a", {"t": set(range(6))}, epoch=7)
+    assert fenced.value.code is ErrorCode.fenced_member_epoch
+    assert beat(groups, "b").assignment is None  # a has not said it let them go
+    rejoined = join(groups, "a")  # epoch 0, owning nothing: it dropped everything
+    assert rejoined.member_epoch == 2 and len(rejoined.assignment["t"]) == 3
+    assert beat(groups, "b").assignment == {"t": frozenset(range(6)) - rejoined.assignment["t"]}
+    assert_held_once(groups)
+
+
 class SimulatedConsumer:
     """A client as KIP-848 wants it: it takes new partitions as soon as a response names them,
     gives up revoked ones now or some heartbeats later, reports what it really holds, drops
@@ -345,7 +409,7 @@ class SimulatedConsumer:
         self.joined = False
         self.full_next = True
 
-    def heartbeat(self, groups: ConsumerGroups, rng: Any) -> None:
+    def heartbeat(self, groups: ConsumerGroups, rng: random.Random) -> None:
         if self.still_revoking and rng.random() < 0.5:  # the revocation callback finishes
             for topic, partitions in self.still_revoking.items():
                 self.holds[topic] = self.holds.get(topic, set()) - partitions
