@@ -165,6 +165,14 @@ def test_a_silent_member_expires_after_the_session_timeout() -> None:
     assert set(groups.groups[GROUP].members) == {"a"}
 
 
+def test_a_member_removed_by_a_timeout_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    groups, clock = make(session_timeout_ms=45_000)
+    join(groups, "a")
+    with caplog.at_level("INFO", logger="logbus.coordinator.consumer_group"):
+        clock.advance(45_000)
+    assert "member a fenced at epoch 1: it sent no heartbeat within the session timeout" in caplog.text
+
+
 def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed() -> None:
     groups, clock = make()
     join(groups, "a")
