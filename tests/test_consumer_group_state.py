@@ -165,12 +165,15 @@ def test_a_silent_member_expires_after_the_session_timeout() -> None:
     assert set(groups.groups[GROUP].members) == {"a"}
 
 
-def test_a_member_removed_by_a_timeout_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_member_removed_by_a_timeout_and_a_refused_heartbeat_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     groups, clock = make(session_timeout_ms=45_000)
     join(groups, "a")
-    with caplog.at_level("INFO", logger="logbus.coordinator.consumer_group"):
+    with caplog.at_level("DEBUG", logger="logbus.coordinator.consumer_group"):
         clock.advance(45_000)
+        with pytest.raises(KafkaApiError):
+            beat(groups, "a", epoch=1)
     assert "member a fenced at epoch 1: it sent no heartbeat within the session timeout" in caplog.text
+    assert "heartbeat of member a at epoch 1 refused: unknown_member_id" in caplog.text
 
 
 def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed() -> None:

@@ -188,6 +188,14 @@ class ConsumerGroups:
     # ================================================================ heartbeat
 
     def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+        try:
+            return self._heartbeat(request)
+        except KafkaApiError as exc:
+            log.debug("consumer group %s: heartbeat of member %s at epoch %d refused: %s %s", request.group_id,
+                      request.member_id, request.member_epoch, exc.code.name, exc.message)
+            raise
+
+    def _heartbeat(self, request: Heartbeat) -> HeartbeatResult:
         self.validate(request)
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(request)
