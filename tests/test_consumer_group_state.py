@@ -172,8 +172,12 @@ def test_a_member_removed_by_a_timeout_and_a_refused_heartbeat_are_logged(caplog
         clock.advance(45_000)
         with pytest.raises(KafkaApiError):
             beat(groups, "a", epoch=1)
+        with pytest.raises(KafkaApiError):
+            groups.validate(Heartbeat(GROUP, "b", 0, rebalance_timeout_ms=1, subscribed_topics=("t",),
+                                      owned={"t": frozenset({1})}))
     assert "member a fenced at epoch 1: it sent no heartbeat within the session timeout" in caplog.text
     assert "heartbeat of member a at epoch 1 refused: unknown_member_id" in caplog.text
+    assert "member b at epoch 0 refused: invalid_request TopicPartitions must be empty" in caplog.text
 
 
 def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed() -> None:

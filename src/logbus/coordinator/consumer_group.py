@@ -191,12 +191,11 @@ class ConsumerGroups:
         try:
             return self._heartbeat(request)
         except KafkaApiError as exc:
-            log.debug("consumer group %s: heartbeat of member %s at epoch %d refused: %s %s", request.group_id,
-                      request.member_id, request.member_epoch, exc.code.name, exc.message)
+            _log_refused(request, exc)
             raise
 
     def _heartbeat(self, request: Heartbeat) -> HeartbeatResult:
-        self.validate(request)
+        self._validate(request)
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(request)
         group = self._group_for(request)
@@ -216,6 +215,13 @@ class ConsumerGroups:
                                dict(member.assigned) if sent else None)
 
     def validate(self, request: Heartbeat) -> None:
+        try:
+            self._validate(request)
+        except KafkaApiError as exc:
+            _log_refused(request, exc)
+            raise
+
+    def _validate(self, request: Heartbeat) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         def invalid(message: str) -> KafkaApiError:
             return KafkaApiError(ErrorCode.invalid_request, message)
@@ -540,6 +546,11 @@ def _check_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -
         raise KafkaApiError(ErrorCode.fenced_member_epoch,
                             f"The consumer group member has a member epoch ({epoch}) different from the "
                             f"one known by the group coordinator ({member.member_epoch}).")
+
+
+def _log_refused(request: Heartbeat, error: KafkaApiError) -> None:
+    log.debug("consumer group %s: heartbeat of member %s at epoch %d refused: %s %s", request.group_id,
+              request.member_id, request.member_epoch, error.code.name, error.message)
 
 
 def _log_reconciled(group: ConsumerGroup, member: ConsumerMember) -> None:
