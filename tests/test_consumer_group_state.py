@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -162,6 +163,21 @@ def test_a_silent_member_expires_after_the_session_timeout() -> None:
     beat(groups, "a", {t: set(p) for t, p in groups.groups[GROUP].members["a"].assigned.items()})
     clock.advance(2_000)  # b's session (last reset 46 s ago) is over
     assert set(groups.groups[GROUP].members) == {"a"}
+
+
+def test_a_member_removed_by_a_timeout_and_a_refused_heartbeat_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    groups, clock = make(session_timeout_ms=45_000)
+    join(groups, "a")
+    with caplog.at_level("DEBUG", logger="logbus.coordinator.consumer_group"):
+        clock.advance(45_000)
+        with pytest.raises(KafkaApiError):
+            beat(groups, "a", epoch=1)
+        with pytest.raises(KafkaApiError):
+            groups.validate(Heartbeat(GROUP, "b", 0, rebalance_timeout_ms=1, subscribed_topics=("t",),
+                                      owned={"t": frozenset({1})}))
+    assert "member a fenced at epoch 1: it sent no heartbeat within the session timeout" in caplog.text
+    assert "heartbeat of member a at epoch 1 refused: unknown_member_id" in caplog.text
+    assert "member b at epoch 0 refused: invalid_request TopicPartitions must be empty" in caplog.text
 
 
 def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed() -> None:
@@ -328,3 +344,162 @@ def test_uniform_keeps_each_members_lowest_partitions_as_kafka_does() -> None:
     assert two == {"c0": {"t": frozenset({0, 1, 2})}, "c1": {"t": frozenset({3, 4, 5})}}
     three = uniform({m: frozenset({"t"}) for m in ("c0", "c1", "c2")}, {"t": 6}, two)
     assert three == {"c0": {"t": frozenset({0, 1})}, "c1": {"t": frozenset({3, 4})}, "c2": {"t": frozenset({2, 5})}}
+
+
+def held(groups: ConsumerGroups, member: str) -> set[tuple[str, int]]:
+    """What the broker counts as held by a member: assigned or still being revoked."""
+    record = groups.groups[GROUP].members[member]
+    return {(t, p) for a in (record.assigned, record.revoking) for t, ps in a.items() for p in ps}
+
+
+def assert_held_once(groups: ConsumerGroups) -> None:
+    members = list(groups.groups[GROUP].members)
+    for first, second in itertools.combinations(members, 2):
+        assert not held(groups, first) & held(groups, second), (first, second)
+
+
+def test_a_subscription_change_during_a_revocation_waits_for_it() -> None:
+    groups, _ = make({"t": 4, "u": 4})
+    join(groups, "a")
+    join(groups, "b")
+    beat(groups, "a", {"t": set(range(4))})  # asked to revoke two of t
+    revoking = groups.groups[GROUP].members["a"].revoking["t"]
+    # before it has revoked them it moves to u: now every partition of t is b's target
+    groups.heartbeat(Heartbeat(GROUP, "a", 1, subscribed_topics=("u",), owned={"t": frozenset(range(4))}))
+    assert groups.groups[GROUP].members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    assert beat(groups, "b").assignment is None  # a holds all of t still
+    assert_held_once(groups)
+    kept = frozenset(range(4)) - revoking
+    assert beat(groups, "a", {"t": set(kept)}).assignment == {}  # now it must give up the rest of t
+    assert beat(groups, "b").assignment == {"t": revoking}
+    assert_held_once(groups)
+    assert beat(groups, "a", {}).assignment == {"u": frozenset(range(4))}
+    assert beat(groups, "b").assignment == {"t": frozenset(range(4))}
+    assert_held_once(groups)
+
+
+def test_a_member_leaving_frees_its_partitions_but_not_those_another_still_revokes() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    join(groups, "b")
+    settle(groups)
+    join(groups, "c")
+    a_before = groups.groups[GROUP].members["a"].assigned["t"]
+    beat(groups, "a", {"t": set(a_before)})  # a is asked to give one up
+    revoking = groups.groups[GROUP].members["a"].revoking["t"]
+    groups.heartbeat(Heartbeat(GROUP, "b", -1))  # b leaves (having revoked all it had)
+    beat(groups, "c")
+    assert_held_once(groups)
+    assert not groups.groups[GROUP].members["c"].assigned.get("t", frozenset()) & revoking
+    settle(groups)
+    assert_held_once(groups)
+    assert set().union(*owned_by(groups).values()) == set(range(6))
+
+
+def test_a_fenced_member_holds_its_partitions_until_it_rejoins() -> None:
+    groups, _ = make()
+    join(groups, "a")
+    join(groups, "b")
+    with pytest.raises(KafkaApiError) as fenced:
+        beat(groups, "a", {"t": set(range(6))}, epoch=7)
+    assert fenced.value.code is ErrorCode.fenced_member_epoch
+    assert beat(groups, "b").assignment is None  # a has not said it let them go
+    rejoined = join(groups, "a")  # epoch 0, owning nothing: it dropped everything
+    assert rejoined.member_epoch == 2 and len(rejoined.assignment["t"]) == 3
+    assert beat(groups, "b").assignment == {"t": frozenset(range(6)) - rejoined.assignment["t"]}
+    assert_held_once(groups)
+
+
+class SimulatedConsumer:
+    """A client as KIP-848 wants it: it takes new partitions as soon as a response names them,
+    gives up revoked ones now or some heartbeats later, reports what it really holds, drops
+    everything when fenced and rejoins with epoch 0."""
+
+    def __init__(self, member_id: str) -> None:
+        self.member_id = member_id
+        self.epoch = 0
+        self.topics: tuple[str, ...] = ("t",)
+        self.holds: dict[str, set[int]] = {}
+        self.still_revoking: dict[str, set[int]] = {}  # revoked by the broker, not yet let go
+        self.joined = False
+        self.full_next = True
+
+    def heartbeat(self, groups: ConsumerGroups, rng: random.Random) -> None:
+        if self.still_revoking and rng.random() < 0.5:  # the revocation callback finishes
+            for topic, partitions in self.still_revoking.items():
+                self.holds[topic] = self.holds.get(topic, set()) - partitions
+            self.still_revoking = {}
+        full = not self.joined or self.full_next
+        request = Heartbeat(GROUP, self.member_id, self.epoch if self.joined else 0,
+                            rebalance_timeout_ms=30_000 if full else -1,
+                            subscribed_topics=self.topics if full or rng.random() < 0.3 else None,
+                            owned={t: frozenset(p) for t, p in self.holds.items() if p}
+                            if full or rng.random() < 0.7 else None)  # None: not reported
+        try:
+            result = groups.heartbeat(request)
+        except KafkaApiError as exc:
+            assert exc.code in (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id)
+            self.lose_everything()
+            return
+        self.joined = True
+        if rng.random() < 0.1:  # the response is lost: the next request is a full one
+            self.full_next = True
+            return
+        self.full_next = False
+        self.epoch = result.member_epoch
+        if result.assignment is not None:
+            self.take(result.assignment, revoke_now=rng.random() < 0.5)
+
+    def take(self, assignment: dict[str, frozenset[int]], revoke_now: bool) -> None:
+        for topic in set(self.holds) | set(assignment):
+            revoked = self.holds.get(topic, set()) - assignment.get(topic, frozenset())
+            if revoked and not revoke_now:
+                self.still_revoking[topic] = self.still_revoking.get(topic, set()) | revoked
+            elif revoked:
+                self.holds[topic] -= revoked
+            self.holds.setdefault(topic, set()).update(assignment.get(topic, frozenset()))
+
+    def leave(self, groups: ConsumerGroups) -> None:
+        self.lose_everything()  # a leaving consumer revokes everything first
+        try:
+            groups.heartbeat(Heartbeat(GROUP, self.member_id, -1))
+        except KafkaApiError as exc:
+            assert exc.code is ErrorCode.unknown_member_id
+
+    def lose_everything(self) -> None:
+        self.holds, self.still_revoking, self.joined, self.epoch, self.full_next = {}, {}, False, 0, True
+
+
+def assert_no_partition_held_twice(groups: ConsumerGroups, consumers: list[SimulatedConsumer]) -> None:
+    """Among consumers the broker still counts as members, no partition is held by two."""
+    members = groups.groups[GROUP].members if GROUP in groups.groups else {}
+    seen: dict[tuple[str, int], str] = {}
+    for consumer in consumers:
+        if not consumer.joined or consumer.member_id not in members:
+            continue
+        for topic, partitions in consumer.holds.items():
+            for partition in partitions:
+                other = seen.setdefault((topic, partition), consumer.member_id)
+                assert other == consumer.member_id, f"{topic}-{partition} held by {other} and {consumer.member_id}"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_no_live_member_ever_holds_a_partition_another_holds(seed: int) -> None:
+    """Random joins, leaves, subscription changes, lost responses, slow revocations and session
+    expiries (the scenario of librdkafka's 0113 u_multiple_subscription_changes)."""
+    rng = random.Random(seed)
+    groups, clock = make({"t": 8, "u": 4}, session_timeout_ms=6_000)
+    consumers = [SimulatedConsumer(f"m{i}") for i in range(5)]
+    for _ in range(400):
+        consumer = rng.choice(consumers)
+        action = rng.random()
+        if action < 0.08:
+            consumer.leave(groups)
+        elif action < 0.2:
+            consumer.topics = rng.choice([("t",), ("u",), ("t", "u")])
+            consumer.full_next = True
+        elif action < 0.25:
+            clock.advance(rng.choice([500, 3_000, 7_000]))
+        else:
+            consumer.heartbeat(groups, rng)
+        assert_no_partition_held_twice(groups, consumers)

@@ -31,6 +31,7 @@ Time and timers come from a `Clock`; topic partition counts from a callable; ref
 from __future__ import annotations
 
 import functools
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from kio.schema.errors import ErrorCode
 from ..errors import KafkaApiError
 from .assignors import ASSIGNORS, Assignment
 from .clock import Clock, Timer
+
+log = logging.getLogger(__name__)
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -185,7 +188,14 @@ class ConsumerGroups:
     # ================================================================ heartbeat
 
     def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
-        self.validate(request)
+        try:
+            return self._heartbeat(request)
+        except KafkaApiError as exc:
+            _log_refused(request, exc)
+            raise
+
+    def _heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+        self._validate(request)
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(request)
         group = self._group_for(request)
@@ -205,6 +215,13 @@ class ConsumerGroups:
                                dict(member.assigned) if sent else None)
 
     def validate(self, request: Heartbeat) -> None:
+        try:
+            self._validate(request)
+        except KafkaApiError as exc:
+            _log_refused(request, exc)
+            raise
+
+    def _validate(self, request: Heartbeat) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         def invalid(message: str) -> KafkaApiError:
             return KafkaApiError(ErrorCode.invalid_request, message)
@@ -393,6 +410,7 @@ class ConsumerGroups:
             member.assigned, member.revoking = _nonempty(kept), revoking
             member.state = MemberState.UNREVOKED_PARTITIONS
             self._start_revocation_timer(group, member)
+            _log_reconciled(group, member)
             return
         unreleased = False
         assigned = {t: set(p) for t, p in kept.items()}
@@ -407,11 +425,13 @@ class ConsumerGroups:
         if member.member_epoch != group.assignment_epoch:
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = group.assignment_epoch
+        _log_reconciled(group, member)
 
     def _start_revocation_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         self._cancel_revocation_timer(member)
         member.revocation_timer = self.clock.call_later(
-            member.rebalance_timeout_ms, self._expire, group.group_id, member.member_id, member)
+            member.rebalance_timeout_ms, self._expire, group.group_id, member.member_id, member,
+            "did not revoke its partitions within its rebalance timeout")
 
     @staticmethod
     def _cancel_revocation_timer(member: ConsumerMember) -> None:
@@ -442,15 +462,20 @@ class ConsumerGroups:
         if member.session_timer is not None:
             member.session_timer.cancel()
         member.session_timer = self.clock.call_later(
-            self.config.session_timeout_ms, self._expire, group.group_id, member.member_id, member)
+            self.config.session_timeout_ms, self._expire, group.group_id, member.member_id, member,
+            "sent no heartbeat within the session timeout")
 
-    def _expire(self, group_id: str, member_id: str, member: ConsumerMember) -> None:
+    def _expire(self, group_id: str, member_id: str, member: ConsumerMember, why: str) -> None:
         """A session or a revocation ran out: the member is removed (if it is still that member)."""
         group = self.groups.get(group_id)
         if group is not None and group.members.get(member_id) is member:
+            log.info("consumer group %s: member %s fenced at epoch %d: it %s", group_id, member_id,
+                     member.member_epoch, why)
             self._remove(group, member)
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        log.debug("consumer group %s: member %s removed at epoch %d", group.group_id, member.member_id,
+                  member.member_epoch)
         member.cancel_timers()
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
@@ -521,6 +546,23 @@ def _check_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -
         raise KafkaApiError(ErrorCode.fenced_member_epoch,
                             f"The consumer group member has a member epoch ({epoch}) different from the "
                             f"one known by the group coordinator ({member.member_epoch}).")
+
+
+def _log_refused(request: Heartbeat, error: KafkaApiError) -> None:
+    log.debug("consumer group %s: heartbeat of member %s at epoch %d refused: %s %s", request.group_id,
+              request.member_id, request.member_epoch, error.code.name, error.message)
+
+
+def _log_reconciled(group: ConsumerGroup, member: ConsumerMember) -> None:
+    """What a member holds after a step of its reconciliation (to trace who owned what when)."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("consumer group %s epoch %d: member %s at epoch %d %s: assigned %s, revoking %s",
+                  group.group_id, group.group_epoch, member.member_id, member.member_epoch, member.state.value,
+                  _show(member.assigned), _show(member.revoking))
+
+
+def _show(assignment: Assignment) -> str:
+    return " ".join(f"{topic}{sorted(partitions)}" for topic, partitions in sorted(assignment.items())) or "-"
 
 
 def _overlaps(a: Assignment, b: Assignment) -> bool:
