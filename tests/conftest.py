@@ -2,9 +2,10 @@
 
 `./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`). Every test
 of a module runs on one worker (its module fixtures: a broker, a Spark session, are started
-once), except the modules in SPREAD, whose tests each start a cluster of their own and go to
-whichever worker is free. Work is handed out in collection order, so the longest modules are
-collected first (SLOWEST_FIRST) and do not end up as the last thing a worker runs.
+once; the two Spark modules share one worker), except the modules in SPREAD, whose tests each
+start a cluster of their own and go to whichever worker is free. Work is handed out in
+collection order, so the longest modules are collected first (SLOWEST_FIRST) and do not end up
+as the last thing a worker runs.
 """
 
 import os
@@ -22,6 +23,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 # Modules whose tests share nothing but the session's ZooKeeper: spread test by test over the workers.
 SPREAD = {"test_cluster.py", "test_cluster_storage.py", "test_cluster_transactions.py", "test_zookeeper_outage.py",
           "test_fuzz.py"}
+# Modules that share one worker, one after the other: two Spark JVMs at once starved each other's
+# Python workers ("Python worker failed to connect back").
+SAME_WORKER = {"test_spark.py": "spark", "test_spark_exactly_once.py": "spark"}
 # The longest modules (a minute or more each, measured alone), longest first: collected before the others.
 SLOWEST_FIRST = ("test_spark_exactly_once.py", "test_spark.py", "test_cluster.py", "test_fuzz.py")
 
@@ -32,7 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.name
         if module not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(module))
+            item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(module, module)))
     rank = {module: index for index, module in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order otherwise
 

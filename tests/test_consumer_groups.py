@@ -23,13 +23,16 @@ from logbus.testing import BrokerProcess, running_broker
 
 HEARTBEAT, DESCRIBE = 68, 69
 # fast heartbeats, so that a reconciliation takes a fraction of a second
+# One __consumer_offsets partition: once the fixture has seen it served, every group is.
 CONFIG = {"group.consumer.min.heartbeat.interval.ms": "100", "group.consumer.heartbeat.interval.ms": "300",
-          "group.initial.rebalance.delay.ms": "0"}
+          "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[BrokerProcess]:
     with running_broker(config=CONFIG) as process:
+        with RawConnection(process.bootstrap) as connection:
+            join_when_loaded(connection, unique("warm-up"), "m1", "no-such-topic")
         yield process
 
 
@@ -269,7 +272,7 @@ def test_a_group_id_is_classic_or_consumer(broker: BrokerProcess) -> None:
     topic = create_topic(broker.bootstrap, 1)
     group = unique("group")
     with RawConnection(broker.bootstrap) as connection:
-        heartbeat(connection, group, "m1", 0, subscribed_topic_names=(topic,))
+        join_when_loaded(connection, group, "m1", topic)
         assert _join(connection, group).error_code == ErrorCode.group_id_not_found
         assert _join(connection, group, "connect").error_code == ErrorCode.inconsistent_group_protocol
         heartbeat(connection, group, "m1", -1)

@@ -738,8 +738,8 @@ def test_restart_restores_group_metadata_and_deletions() -> None:
         assert (after.group_state, after.protocol_data) == ("Stable", "range")
         assert [(m.member_id, m.group_instance_id, m.member_assignment) for m in after.members] == [
             (m.member_id, m.group_instance_id, m.member_assignment) for m in before.members]
-        gone = raw_request(broker.bootstrap, 15, 6, groups=(deleted,), include_authorized_operations=False)
-        assert gone.groups[0].error_code == ErrorCode.group_id_not_found
+        gone = wait_until(lambda: _described_once_loaded(broker.bootstrap, deleted), 15, message="its partition's load")
+        assert gone.error_code == ErrorCode.group_id_not_found
         wait_until(lambda: raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False)
                    .groups[0].group_state == "Empty", 15, message="restored member expired")
 

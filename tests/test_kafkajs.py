@@ -8,6 +8,7 @@ The scripts live in tests/kafkajs (kafkajs pinned exactly in package.json and it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -30,11 +31,15 @@ def kafkajs() -> str:
     """tests/kafkajs with its node_modules installed (`npm ci` from the lock file when missing)."""
     if shutil.which("node") is None:
         pytest.skip("node is not installed (./dev installs the nodejs and npm packages)")
-    if not os.path.isdir(os.path.join(SCRIPTS, "node_modules", "kafkajs")):
-        assert shutil.which("npm") is not None, "node is installed but npm is not: cannot install kafkajs"
-        installed = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=SCRIPTS, capture_output=True,
-                                   text=True, timeout=300)
-        assert installed.returncode == 0, f"npm ci failed in {SCRIPTS}:\n{installed.stderr[-3000:]}"
+    # One install at a time (each pytest-xdist worker has its own session): `npm ci` first removes
+    # node_modules, under the feet of a worker already running kafkajs.
+    with open(os.path.join(SCRIPTS, ".install-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isfile(os.path.join(SCRIPTS, "node_modules", "kafkajs", "package.json")):
+            assert shutil.which("npm") is not None, "node is installed but npm is not: cannot install kafkajs"
+            installed = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=SCRIPTS, capture_output=True,
+                                       text=True, timeout=300)
+            assert installed.returncode == 0, f"npm ci failed in {SCRIPTS}:\n{installed.stderr[-3000:]}"
     return SCRIPTS
 
 
