@@ -89,7 +89,7 @@ def consume_error(bootstrap: str, topic: str, group: str) -> int | None:
             if message is None:
                 return None
             return (message.error().code() if message.error() else None,)
-        return wait_until(outcome, timeout=20, message=f"a record or an error from {topic} in {group}")[0]
+        return wait_until(outcome, timeout=60, message=f"a record or an error from {topic} in {group}")[0]
     finally:
         consumer.close()
 

@@ -78,6 +78,12 @@ def delete_records_raw(broker: BrokerProcess, topic: str, offset: int) -> ErrorC
     return ErrorCode(answer.topics[0].partitions[0].error_code)
 
 
+def in_sync(cluster: Cluster, replicas: set[int]) -> None:
+    """Wait until the ISR of "trimmed" holds `replicas`: only they can be elected."""
+    wait_until(lambda: replicas <= set(partition_state(cluster, "trimmed")[2]), timeout=FAILOVER_S, interval=0.2,
+               message=f"replicas {sorted(replicas)} in sync")
+
+
 def test_deleted_records_stay_deleted_after_failovers_and_a_crash(zookeeper: ZooKeeperServer) -> None:
     with running_cluster(3, {"log.flush.start.offset.checkpoint.interval.ms": "100"},
                          zookeeper=zookeeper) as cluster:
@@ -89,6 +95,7 @@ def test_deleted_records_stay_deleted_after_failovers_and_a_crash(zookeeper: Zoo
         wait_until(lambda: all(checkpointed_log_start(b, "trimmed") == 60 for b in cluster.brokers.values()),
                    message="every replica's log start offset checkpointed at 60")
 
+        in_sync(cluster, {1, 2, 3})
         first = partition_state(cluster, "trimmed")[0]
         cluster.brokers[first].kill()
         second = wait_new_leader(cluster, "trimmed", first)
@@ -97,6 +104,7 @@ def test_deleted_records_stay_deleted_after_failovers_and_a_crash(zookeeper: Zoo
 
         # The last replica leads alone, crashes and comes back: its log start is its checkpoint's.
         last = ({1, 2, 3} - {first, second}).pop()
+        in_sync(cluster, {second, last})  # a busy machine may have let it fall behind for a while
         cluster.brokers[second].stop()
         assert wait_new_leader(cluster, "trimmed", second) == last
         cluster.brokers[last].kill()

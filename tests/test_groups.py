@@ -738,15 +738,17 @@ def test_restart_restores_group_metadata_and_deletions() -> None:
         assert (after.group_state, after.protocol_data) == ("Stable", "range")
         assert [(m.member_id, m.group_instance_id, m.member_assignment) for m in after.members] == [
             (m.member_id, m.group_instance_id, m.member_assignment) for m in before.members]
-        gone = wait_until(lambda: _described_once_loaded(broker.bootstrap, deleted), 15, message="its partition's load")
+        gone = wait_until(lambda: _described_once_loaded(broker.bootstrap, deleted, version=6), 15,
+                          message="its partition's load")
         assert gone.error_code == ErrorCode.group_id_not_found
         wait_until(lambda: raw_request(broker.bootstrap, 15, 5, groups=(kept,), include_authorized_operations=False)
                    .groups[0].group_state == "Empty", 15, message="restored member expired")
 
 
-def _described_once_loaded(bootstrap: str, group: str) -> Any:
-    """DescribeGroups' answer for `group`, or None while its __consumer_offsets partition loads."""
-    described = raw_request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False).groups[0]
+def _described_once_loaded(bootstrap: str, group: str, version: int = 5) -> Any:
+    """DescribeGroups' answer for `group`, or None while its __consumer_offsets partition loads
+    (v6+ answers an unknown group GROUP_ID_NOT_FOUND, earlier versions a Dead group)."""
+    described = raw_request(bootstrap, 15, version, groups=(group,), include_authorized_operations=False).groups[0]
     return None if described.error_code == ErrorCode.coordinator_load_in_progress else described
 
 
