@@ -79,9 +79,11 @@ def produce_error(bootstrap: str, topic: str, **config: object) -> int | None:
 
 
 def consume_error(bootstrap: str, topic: str, group: str) -> int | None:
-    """Join `group` and read `topic` from the start: None once a record arrives, else the error code."""
+    """Join `group` and read `topic` from the start: None once a record arrives, else the error code.
+    Kafka's shortest session: a member an earlier call left behind (closed before its join was
+    done, on a busy machine) holds up the next join until it expires."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         **QUIET})
+                         "session.timeout.ms": 6000, **QUIET})
     consumer.subscribe([topic])
     try:
         def outcome() -> tuple[int | None] | None:

@@ -45,7 +45,7 @@ def partition_state(cluster: Cluster, topic: str, index: int = 0) -> tuple[int, 
 
 def create(cluster: Cluster, topic: str, partitions: int = 1, replication: int = 3, **configs: str) -> None:
     client = admin(cluster)
-    client.create_topics([NewTopic(topic, partitions, replication, config=configs)])[topic].result(20)
+    client.create_topics([NewTopic(topic, partitions, replication, config=configs)])[topic].result(60)
     cluster.wait_ready([topic])
 
 
