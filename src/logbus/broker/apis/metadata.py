@@ -38,6 +38,9 @@ from ..context import RawResponse, RequestContext
 from ..topics import ensure_topic
 
 API_KEY = 3
+# All-topics answers whose per-topic parts are kept (one per listener, version and, under an
+# authorizer, principal and client host): they outlive topic changes, so their number is bounded.
+MAX_CACHED_ANSWERS = 64
 MIN_VERSION = 0
 MAX_VERSION = 13
 
@@ -152,6 +155,8 @@ def _encode_all_topics(ctx: RequestContext, names: list[str], operations: _Opera
                            set(endpoints), reachable)
             cached = (metadata, failed, b"".join(encode(topic)))
         parts[name] = cached
+    if key not in broker.metadata_topic_cache and len(broker.metadata_topic_cache) >= MAX_CACHED_ANSWERS:
+        broker.metadata_topic_cache.clear()  # with ACLs a key per principal and host: keep them few
     broker.metadata_topic_cache[key] = parts
     empty = b"".join(encode(_build(ctx, [], operations)))
     flexible = is_flexible(API_KEY, ctx.api_version)
