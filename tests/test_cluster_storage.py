@@ -78,9 +78,9 @@ def delete_records_raw(broker: BrokerProcess, topic: str, offset: int) -> ErrorC
     return ErrorCode(answer.topics[0].partitions[0].error_code)
 
 
-def in_sync(cluster: Cluster, replicas: set[int]) -> None:
-    """Wait until the ISR of "trimmed" holds `replicas`: only they can be elected."""
-    wait_until(lambda: replicas <= set(partition_state(cluster, "trimmed")[2]), timeout=FAILOVER_S, interval=0.2,
+def in_sync(cluster: Cluster, replicas: set[int], topic: str = "trimmed") -> None:
+    """Wait until the ISR of `topic` holds `replicas`: only they can be elected."""
+    wait_until(lambda: replicas <= set(partition_state(cluster, topic)[2]), timeout=FAILOVER_S, interval=0.2,
                message=f"replicas {sorted(replicas)} in sync")
 
 
@@ -115,6 +115,31 @@ def test_deleted_records_stay_deleted_after_failovers_and_a_crash(zookeeper: Zoo
         assert wait_new_leader(cluster, "trimmed", -1) == last
         assert earliest(cluster, "trimmed") == 60
         assert first_offset_from_the_beginning(cluster, "trimmed") == 60
+
+
+def test_a_follower_behind_a_log_start_inside_a_batch_catches_up(zookeeper: ZooKeeperServer) -> None:
+    """The leader's log start (DeleteRecords at 60) falls inside one batch (offsets 0-99); a
+    follower that was down starts its log afresh at 60, and the leader sends it the whole batch
+    from 0: its log must start at the batch (Kafka's UnexpectedAppendOffsetException case), not
+    refuse the batch for ever and stay out of the ISR."""
+    with running_cluster(3, {"log.flush.start.offset.checkpoint.interval.ms": "100"},
+                         zookeeper=zookeeper) as cluster:
+        create(cluster, "mid-batch")
+        leader, replicas, _ = partition_state(cluster, "mid-batch")
+        behind = next(b for b in replicas if b != leader)
+        cluster.brokers[behind].stop()
+        wait_until(lambda: behind not in partition_state(cluster, "mid-batch")[2], timeout=FAILOVER_S,
+                   message="the stopped follower out of the ISR")
+        produce_all(cluster.bootstrap, "mid-batch", [(None, b"v%03d" % i) for i in range(100)], acks="all",
+                    **{"linger.ms": 200})
+        client = admin(cluster)  # kept: the futures of a client gone complete never
+        deleted = client.delete_records([TopicPartition("mid-batch", 0, 60)], request_timeout=15)
+        assert next(iter(deleted.values())).result(15).low_watermark == 60
+
+        cluster.brokers[behind].start()
+        in_sync(cluster, set(replicas), "mid-batch")
+        wait_until(lambda: checkpointed_log_start(cluster.brokers[behind], "mid-batch") == 60,
+                   message="the follower's log start checkpointed at 60")
 
 
 def test_delete_records_at_a_broker_without_a_replica_is_not_leader_or_follower(zookeeper: ZooKeeperServer) -> None:

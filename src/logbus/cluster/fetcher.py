@@ -241,11 +241,13 @@ class ReplicaFetcher:
         elif answer.diverging_epoch.epoch >= 0:
             await self._truncate_diverged(partition, answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset)
         else:
-            self._append(partition, answer)
+            await self._append(partition, answer)
 
-    def _append(self, partition: Partition, answer: Any) -> None:
+    async def _append(self, partition: Partition, answer: Any) -> None:
         data, headers = fetched_batches(answer.records or b"")
         if headers:
+            if _starts_inside_first_batch(partition, headers[0]):
+                await partition.truncate_fully_and_start_at(headers[0].base_offset)
             try:
                 partition.append_as_follower(data, headers, answer.high_watermark)
             except (FollowerAppendError, OSError) as exc:  # an OSError took the log dir offline
@@ -273,6 +275,16 @@ class ReplicaFetcher:
             await partition.truncate_to(answer.high_watermark)
         elif answer.log_start_offset > leo:
             await partition.truncate_fully_and_start_at(answer.log_start_offset)
+
+
+def _starts_inside_first_batch(partition: Partition, first: BatchHeader) -> bool:
+    """An empty log whose start falls inside the first batch fetched: the leader's log start
+    (DeleteRecords) is in the middle of that batch, and the leader sends the whole batch. As
+    Kafka's appendRecordsToFollowerOrFutureReplica, the log then starts at the batch's base
+    offset (the leader's log start is followed right after); otherwise the batch could never
+    be appended and the follower would stay out of the ISR for good."""
+    log = partition.log
+    return log.log_end_offset == log.log_start_offset and first.base_offset < log.log_end_offset <= first.last_offset
 
 
 def _forgotten_topics(forgotten: list[tuple[str, int]]) -> tuple:
