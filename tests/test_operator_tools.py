@@ -32,7 +32,7 @@ from test_tls import tls_config
 from logbus.cli.perf import ProducerStats, percentiles
 from logbus.cli.serve import log_levels as serve_log_levels
 from logbus.config import BrokerConfig, ConfigError
-from logbus.logging_config import COMPONENTS, configure_logging
+from logbus.logging_config import COMPONENTS, RecurringRecordFilter, configure_logging
 from logbus.protocol.records import TRANSACTIONAL_BIT, build_batch, read_header
 from logbus.storage.producer_state import ProducerStateManager
 from logbus.testing import BrokerProcess, running_broker
@@ -502,3 +502,20 @@ def test_perf_windows_and_percentiles_are_kafkas() -> None:
         "4 records sent, 2.000000 records/sec (2.00 MB/sec), 2.50 ms avg latency, 4.00 ms max latency, "
         "3 ms 50th, 4 ms 95th, 4 ms 99th, 4 ms 99.9th.")
     assert percentiles([], (0.5,)) == [0]
+
+
+def test_recurring_library_lines_pass_once_per_interval_and_count_the_rest() -> None:
+    now = [0.0]
+    quiet = RecurringRecordFilter(prefix="kazoo", interval_s=10.0, clock=lambda: now[0])
+
+    def record(name: str, msg: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, ("x",), None)
+
+    passed = [quiet.filter(record("kazoo.client", "Connection dropped: %s")) for _ in range(5)]
+    assert passed == [True, False, False, False, False]
+    assert quiet.filter(record("kazoo.client", "Connecting to %s")), "another template has its own interval"
+    assert quiet.filter(record("logbus.cluster", "Connection dropped: %s")), "other loggers are left alone"
+    now[0] = 10.0
+    later = record("kazoo.client", "Connection dropped: %s")
+    assert quiet.filter(later)
+    assert later.getMessage() == "Connection dropped: x (4 more like it left out)"

@@ -65,6 +65,7 @@ def configure_logging(log_format: str, levels: Mapping[str, str]) -> None:
     `log.level` and `log.level.<component>` values; missing ones leave the default, INFO)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(RecurringRecordFilter(prefix="kazoo"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -75,6 +76,31 @@ def configure_logging(log_format: str, levels: Mapping[str, str]) -> None:
         logging.getLogger(f"logbus.{component}").setLevel(LEVELS[level.lower()] if level else logging.NOTSET)
 
 
+class _Throttle:
+    """At most one of a recurring thing every `interval_s`: `allow()` says None while one is to
+    be left out, else how many were left out since the last one allowed."""
+
+    __slots__ = ("interval_s", "clock", "_last", "_left_out")
+
+    def __init__(self, interval_s: float, clock: Callable[[], float]) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last = float("-inf")
+        self._left_out = 0
+
+    def allow(self) -> int | None:
+        now = self.clock()
+        if now - self._last < self.interval_s:
+            self._left_out += 1
+            return None
+        left_out, self._last, self._left_out = self._left_out, now, 0
+        return left_out
+
+
+def _with_left_out(message: str, left_out: int) -> str:
+    return f"{message} ({left_out} more like it left out)" if left_out else message
+
+
 class RecurringWarning:
     """A warning about a condition that recurs while it lasts (ZooKeeper out of reach): logged in
     one line at most every `interval_s`, saying how many were left out since, so an outage
@@ -83,17 +109,39 @@ class RecurringWarning:
     def __init__(self, logger: logging.Logger, interval_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.logger = logger
-        self.interval_s = interval_s
-        self.clock = clock
-        self._last = float("-inf")
-        self._left_out = 0
+        self._throttle = _Throttle(interval_s, clock)
 
     def __call__(self, message: str, *args: object) -> None:
-        now = self.clock()
-        if now - self._last < self.interval_s:
-            self._left_out += 1
-            return
-        if self._left_out:
-            message = f"{message} ({self._left_out} more like it left out)"
-        self._last, self._left_out = now, 0
-        self.logger.warning(message, *args)
+        left_out = self._throttle.allow()
+        if left_out is not None:
+            self.logger.warning(_with_left_out(message, left_out), *args)
+
+
+class RecurringRecordFilter(logging.Filter):
+    """The same for a library's own lines: a record of a logger under `prefix` whose message
+    template (and logger) recurs passes at most every `interval_s`. kazoo logs a few lines per
+    reconnect attempt ("Connection dropped", "Connecting to"), which while ZooKeeper is out of
+    reach is several a second."""
+
+    MAX_TEMPLATES = 256  # bounds the memory a logger with varying templates could take
+
+    def __init__(self, prefix: str, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.interval_s = interval_s
+        self.clock = clock
+        self._throttles: dict[tuple[str, str], _Throttle] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefix):
+            return True
+        key = (record.name, str(record.msg))
+        throttle = self._throttles.get(key)
+        if throttle is None:
+            if len(self._throttles) >= self.MAX_TEMPLATES:
+                self._throttles.clear()
+            throttle = self._throttles[key] = _Throttle(self.interval_s, self.clock)
+        left_out = throttle.allow()
+        if left_out:
+            record.msg = _with_left_out(str(record.msg), left_out)
+        return left_out is not None
