@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -164,11 +164,40 @@ class ConsumerGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupTimeouts:
+    """The session timeout and heartbeat interval of one consumer group."""
+
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     assignors: tuple[str, ...] = ("uniform", "range")
     max_size: int = 2**31 - 1
+    session_timeout_bounds: tuple[int, int] = (45_000, 60_000)
+    heartbeat_interval_bounds: tuple[int, int] = (5_000, 15_000)
+
+    def timeouts(self, overrides: Mapping[str, str]) -> GroupTimeouts:
+        """A group's timeouts: its own `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
+        (GROUP configs, KIP-848), else the broker's defaults. IncrementalAlterConfigs keeps them within
+        the broker's group.consumer.min/max bounds (Kafka's GroupConfig.validate); they are clamped
+        here too, so bounds narrowed after the alter still hold."""
+        return GroupTimeouts(
+            _bounded(overrides.get("consumer.session.timeout.ms"), self.session_timeout_ms,
+                     self.session_timeout_bounds),
+            _bounded(overrides.get("consumer.heartbeat.interval.ms"), self.heartbeat_interval_ms,
+                     self.heartbeat_interval_bounds))
+
+
+def _bounded(text: str | None, default: int, bounds: tuple[int, int]) -> int:
+    try:
+        value = default if text is None else int(text)
+    except ValueError:
+        value = default
+    return min(max(value, bounds[0]), bounds[1])
 
 
 class ConsumerGroups:
@@ -177,12 +206,14 @@ class ConsumerGroups:
     def __init__(self, clock: Clock, config: ConsumerGroupConfig,
                  partition_count: Callable[[str], int | None],
                  is_classic_group: Callable[[str], bool] = lambda _group_id: False,
-                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
+                 topic_names: Callable[[], Iterable[str]] = tuple,
+                 group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}) -> None:
         self.clock = clock
         self.config = config
         self.partition_count = partition_count
         self.is_classic_group = is_classic_group  # a non-empty classic group holds this id
         self.topic_names = topic_names  # the non-internal topics, for regex subscriptions
+        self.group_configs = group_configs  # a group's own configs (GROUP resource), read at each heartbeat
         self.groups: dict[str, ConsumerGroup] = {}
 
     # ================================================================ heartbeat
@@ -211,8 +242,16 @@ class ConsumerGroups:
         self._reconcile(group, member, request.owned)
         self._reset_session(group, member)
         sent = full or member.assigned != before  # Kafka sends it on a full request or a change
-        return HeartbeatResult(member.member_id, member.member_epoch, self.config.heartbeat_interval_ms,
-                               dict(member.assigned) if sent else None)
+        interval = self.timeouts(group.group_id).heartbeat_interval_ms
+        return HeartbeatResult(member.member_id, member.member_epoch, interval, dict(member.assigned) if sent else None)
+
+    def timeouts(self, group_id: str) -> GroupTimeouts:
+        """The group's session timeout and heartbeat interval now (a changed group config counts
+        from the next heartbeat)."""
+        overrides = self.group_configs(group_id)
+        if not overrides:
+            return GroupTimeouts(self.config.session_timeout_ms, self.config.heartbeat_interval_ms)
+        return self.config.timeouts(overrides)
 
     def validate(self, request: Heartbeat) -> None:
         try:
@@ -456,13 +495,14 @@ class ConsumerGroups:
             self._reset_session(group, member)
         else:
             self._remove(group, member)
-        return HeartbeatResult(member.member_id, request.member_epoch, self.config.heartbeat_interval_ms)
+        return HeartbeatResult(member.member_id, request.member_epoch,
+                               self.timeouts(group.group_id).heartbeat_interval_ms)
 
     def _reset_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
         member.session_timer = self.clock.call_later(
-            self.config.session_timeout_ms, self._expire, group.group_id, member.member_id, member,
+            self.timeouts(group.group_id).session_timeout_ms, self._expire, group.group_id, member.member_id, member,
             "sent no heartbeat within the session timeout")
 
     def _expire(self, group_id: str, member_id: str, member: ConsumerMember, why: str) -> None:

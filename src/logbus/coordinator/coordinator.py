@@ -21,7 +21,7 @@ offsets store and a `Clock`, not from the broker; the API handlers call its meth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,10 @@ class GroupConfig:
                 heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
                 assignors=tuple(assignor_name(name) for name in config["group.consumer.assignors"]),
                 max_size=config["group.consumer.max.size"],
+                session_timeout_bounds=(config["group.consumer.min.session.timeout.ms"],
+                                        config["group.consumer.max.session.timeout.ms"]),
+                heartbeat_interval_bounds=(config["group.consumer.min.heartbeat.interval.ms"],
+                                           config["group.consumer.max.heartbeat.interval.ms"]),
             ),
         )
 
@@ -78,7 +82,8 @@ class GroupConfig:
 class GroupCoordinator(GroupTypes):
     def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock,
                  partition_count: Callable[[str], int | None] = lambda _topic: None,
-                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
+                 topic_names: Callable[[], Iterable[str]] = tuple,
+                 group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}) -> None:
         self.store = store
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -100,7 +105,7 @@ class GroupCoordinator(GroupTypes):
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn)
         self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic,
-                                              topic_names)
+                                              topic_names, group_configs)
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         # what the API handlers call
