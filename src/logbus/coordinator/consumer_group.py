@@ -90,6 +90,19 @@ class HeartbeatResult:
     assignment: Assignment | None = None  # None: unchanged, not sent
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """What a member of the classic protocol inside a consumer group joined with (Kafka's
+    ClassicMemberMetadata): its session timeout and its JoinGroup protocols, first preferred."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -109,6 +122,8 @@ class ConsumerMember:
     revoking: Assignment = field(default_factory=dict)
     session_timer: Timer | None = None
     revocation_timer: Timer | None = None
+    classic: ClassicProtocol | None = None  # a classic-protocol member (JoinGroup/SyncGroup/Heartbeat)
+    classic_timer: Timer | None = None  # a classic member's join or sync deadline (`classic_members.py`)
 
     @property
     def topics(self) -> frozenset[str]:
@@ -116,10 +131,10 @@ class ConsumerMember:
         return frozenset(self.subscribed_topics) | frozenset(self.regex_topics)
 
     def cancel_timers(self) -> None:
-        for timer in (self.session_timer, self.revocation_timer):
+        for timer in (self.session_timer, self.revocation_timer, self.classic_timer):
             if timer is not None:
                 timer.cancel()
-        self.session_timer = self.revocation_timer = None
+        self.session_timer = self.revocation_timer = self.classic_timer = None
 
 
 @dataclass(slots=True)
@@ -214,6 +229,9 @@ class ConsumerGroups:
         self.is_classic_group = is_classic_group  # a non-empty classic group holds this id
         self.topic_names = topic_names  # the non-internal topics, for regex subscriptions
         self.group_configs = group_configs  # a group's own configs (GROUP resource), read at each heartbeat
+        # called before a member is removed; True when it converted the group to a classic group
+        # (the last consumer-protocol member left: `migration.py`)
+        self.downgrade: Callable[[ConsumerGroup, ConsumerMember], bool] = lambda _group, _member: False
         self.groups: dict[str, ConsumerGroup] = {}
 
     # ================================================================ heartbeat
@@ -232,6 +250,7 @@ class ConsumerGroups:
         group = self._group_for(request)
         members_before = len(group.members)
         member, full = self._member_for(group, request)
+        member.classic = None  # it speaks the consumer protocol now
         added = len(group.members) > members_before  # a static member's replacement is not new
         before = dict(member.assigned)
         changed = self._update_subscription(member, request)
@@ -501,8 +520,10 @@ class ConsumerGroups:
     def _reset_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
+        timeout = (member.classic.session_timeout_ms if member.classic is not None
+                   else self.timeouts(group.group_id).session_timeout_ms)
         member.session_timer = self.clock.call_later(
-            self.timeouts(group.group_id).session_timeout_ms, self._expire, group.group_id, member.member_id, member,
+            timeout, self._expire, group.group_id, member.member_id, member,
             "sent no heartbeat within the session timeout")
 
     def _expire(self, group_id: str, member_id: str, member: ConsumerMember, why: str) -> None:
@@ -514,6 +535,8 @@ class ConsumerGroups:
             self._remove(group, member)
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if self.downgrade(group, member):
+            return
         log.debug("consumer group %s: member %s removed at epoch %d", group.group_id, member.member_id,
                   member.member_epoch)
         member.cancel_timers()
@@ -534,8 +557,8 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+        if member_epoch != member.member_epoch:  # a classic member's epoch is its generation
+            return ErrorCode.illegal_generation if member.classic is not None else ErrorCode.stale_member_epoch
         return None
 
     def active(self, group_id: str) -> ConsumerGroup | None:
