@@ -65,6 +65,9 @@ def supports(group: ConsumerGroup, protocol_type: str, protocols: list[tuple[str
 
 
 class ClassicMembers:
+    """The classic-protocol half of `ConsumerGroups`, kept in its own module: it drives the same
+    members, epochs, reconciliation and timers through that object's own steps."""
+
     def __init__(self, groups: ConsumerGroups) -> None:
         self.groups = groups
 

@@ -34,14 +34,15 @@ class _Reader:
         self.position += struct.calcsize(fmt)
         return value
 
-    def string(self, nullable: bool = False) -> str | None:
-        length = self.unpack(">h")
-        if length < 0:
-            if nullable:
-                return None
+    def string(self) -> str:
+        text = self.nullable_string()
+        if text is None:
             raise ValueError("null string in the consumer protocol")
-        raw = self.take(length)
-        return raw.decode("utf-8")
+        return text
+
+    def nullable_string(self) -> str | None:
+        length = self.unpack(">h")
+        return None if length < 0 else self.take(length).decode("utf-8")
 
     def take(self, length: int) -> bytes:
         if self.position + length > len(self.data):
@@ -67,7 +68,6 @@ class _Reader:
         result: dict[str, frozenset[int]] = {}
         for _ in range(self.count()):
             topic = self.string()
-            assert topic is not None
             partitions = frozenset(self.unpack(">i") for _ in range(self.count()))
             result[topic] = result.get(topic, frozenset()) | partitions
         return result
@@ -79,12 +79,12 @@ def parse_subscription(data: bytes) -> Subscription:
         version = reader.unpack(">h")
         if version < 0:
             raise ValueError(f"consumer protocol version {version}")
-        topics = tuple(str(reader.string()) for _ in range(reader.count()))
+        topics = tuple(reader.string() for _ in range(reader.count()))
         reader.skip_bytes()  # user data
         owned = reader.partitions() if version >= 1 else {}
         if version >= 2:
             reader.unpack(">i")  # generation id
-        rack = reader.string(nullable=True) if version >= 3 else None
+        rack = reader.nullable_string() if version >= 3 else None
         return Subscription(version, topics, owned, rack)
     except UnicodeDecodeError as exc:
         raise ValueError(str(exc)) from None
