@@ -646,3 +646,21 @@ async def test_a_classic_member_that_does_not_rejoin_in_its_rebalance_timeout_is
         assert set(members) == {"c"}  # neither rejoined within the 30 s rebalance timeout
         env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", -1))  # no downgrade: the policy, and empty
         assert env.coordinator.consumer_groups.get(GROUP) is not None
+
+
+@in_loop
+async def test_a_static_classic_member_restarting_takes_its_place_in_a_consumer_group(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path) as env:
+        env.coordinator.consumer_groups.partition_count = {"t": 2}.get
+        env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", 0, rebalance_timeout_ms=30_000,
+                                                     subscribed_topics=("t",), owned={}))
+        first = await env.coordinator.join(join_request(instance_id="i"))  # static: no MEMBER_ID_REQUIRED
+        assert first.error == ErrorCode.none
+        members = env.coordinator.consumer_groups.get(GROUP).members
+        assert members[first.member_id].classic is not None
+        again = await env.coordinator.join(join_request(instance_id="i"))  # restarted: a new member id
+        assert again.error == ErrorCode.none and again.member_id != first.member_id
+        assert set(members) == {"c", again.member_id}
+        assert heartbeat(env, first, instance_id="i") == ErrorCode.fenced_instance_id
+        fenced = await env.coordinator.join(join_request(first.member_id, "i"))
+        assert fenced.error == ErrorCode.fenced_instance_id

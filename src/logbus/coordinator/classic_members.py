@@ -112,16 +112,17 @@ class ClassicMembers:
                           member.classic.protocol_name)
 
     def _member(self, group: ConsumerGroup, request: ClassicJoin, member_id: str) -> tuple[ConsumerMember, bool]:
-        """The joining member, and whether it is new. A static member rejoining with no member id
-        takes its instance's place (and assignment); with another's id it is fenced."""
+        """The joining member, and whether it is new. A static member joining with no member id
+        takes its instance's place (and assignment), whichever protocol the one it replaces
+        speaks; with another's id it is fenced (Kafka's getOrMaybeSubscribeStaticConsumerGroupMember)."""
         if request.instance_id is not None and request.instance_id in group.static_members:
             current = group.members[group.static_members[request.instance_id]]
             if request.member_id and request.member_id != current.member_id:
                 raise KafkaApiError(ErrorCode.fenced_instance_id)
-            if current.member_id != member_id:
+            if current.member_id != member_id:  # Kafka copies it under the new id, at epoch 0
                 del group.members[current.member_id]
                 group.target[member_id] = group.target.pop(current.member_id, {})
-                current.member_id = member_id
+                current.member_id, current.member_epoch, current.previous_member_epoch = member_id, 0, 0
                 group.members[member_id] = current
                 group.static_members[request.instance_id] = member_id
             return current, False
