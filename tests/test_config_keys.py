@@ -287,6 +287,7 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "group.consumer.assignors": ("test_consumer_groups.py::test_max_size_and_assignors_come_from_the_config",),
     "group.consumer.max.size": ("test_consumer_groups.py::test_max_size_and_assignors_come_from_the_config",),
     "group.consumer.heartbeat.interval.ms": ("test_consumer_groups.py::test_heartbeat_errors",),
+    "group.consumer.migration.policy": ("test_group_migration.py::test_the_migration_policy_and_empty_groups",),
 }
 
 # Keys whose effect is in the code but whose test is still to be written (named in the report).

@@ -165,6 +165,27 @@ def test_a_silent_member_expires_after_the_session_timeout() -> None:
     assert set(groups.groups[GROUP].members) == {"a"}
 
 
+def test_a_groups_own_timeouts_count_from_its_next_heartbeat_within_the_brokers_bounds() -> None:
+    overrides: dict[str, dict[str, str]] = {}
+    clock = ManualClock()
+    config = ConsumerGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=5_000,
+                                 session_timeout_bounds=(2_000, 60_000), heartbeat_interval_bounds=(500, 15_000))
+    groups = ConsumerGroups(clock, config, {"t": 6}.get, group_configs=lambda g: overrides.get(g, {}))
+    assert join(groups, "a").heartbeat_interval_ms == 5_000
+    join(groups, "b")
+    overrides[GROUP] = {"consumer.session.timeout.ms": "3000", "consumer.heartbeat.interval.ms": "1000"}
+    assert beat(groups, "a").heartbeat_interval_ms == 1_000
+    beat(groups, "b")
+    clock.advance(2_900)
+    beat(groups, "a")
+    clock.advance(200)  # b's last heartbeat was 3.1 s ago: its 3 s session is over
+    assert set(groups.groups[GROUP].members) == {"a"}
+    overrides[GROUP] = {"consumer.session.timeout.ms": "1000", "consumer.heartbeat.interval.ms": "99999"}
+    assert beat(groups, "a").heartbeat_interval_ms == 15_000  # clamped to the broker's bounds
+    clock.advance(1_999)
+    assert set(groups.groups[GROUP].members) == {"a"}
+
+
 def test_a_member_removed_by_a_timeout_and_a_refused_heartbeat_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     groups, clock = make(session_timeout_ms=45_000)
     join(groups, "a")

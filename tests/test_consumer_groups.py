@@ -5,13 +5,16 @@ a client does not send on purpose (error codes, ApiVersions, ListGroups, DeleteG
 from __future__ import annotations
 
 import datetime
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, RawConnection, produce_all, raw_request, transactional_producer, wait_until
 from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
 from kio.schema.errors import ErrorCode
@@ -24,7 +27,9 @@ from logbus.testing import BrokerProcess, running_broker
 HEARTBEAT, DESCRIBE = 68, 69
 # fast heartbeats, so that a reconciliation takes a fraction of a second
 # One __consumer_offsets partition: once the fixture has seen it served, every group is.
+# (a group may set a session as short as 2 s: the group configs test)
 CONFIG = {"group.consumer.min.heartbeat.interval.ms": "100", "group.consumer.heartbeat.interval.ms": "300",
+          "group.consumer.min.session.timeout.ms": "2000",
           "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
 
 
@@ -273,13 +278,15 @@ def test_a_group_id_is_classic_or_consumer(broker: BrokerProcess) -> None:
     group = unique("group")
     with RawConnection(broker.bootstrap) as connection:
         join_when_loaded(connection, group, "m1", topic)
-        assert _join(connection, group).error_code == ErrorCode.group_id_not_found
+        # a classic member of the consumer protocol type is taken in (asked for a member id first)
+        assert _join(connection, group).error_code == ErrorCode.member_id_required
         assert _join(connection, group, "connect").error_code == ErrorCode.inconsistent_group_protocol
         heartbeat(connection, group, "m1", -1)
         classic = _join(connection, group)  # the empty consumer group gives its id up
         assert classic.error_code == ErrorCode.member_id_required
         rejoined = _join(connection, group, member_id=classic.member_id)
         assert rejoined.error_code == ErrorCode.none
+        # its subscription (b"\x00\x01") does not parse: the classic group cannot be upgraded
         refused = heartbeat(connection, group, "m2", 0, subscribed_topic_names=(topic,))
         assert refused.error_code == ErrorCode.group_id_not_found
 
@@ -377,3 +384,54 @@ def test_a_transaction_commits_the_offsets_of_a_consumer_group_member(broker: Br
                            and c, 15, message="offset 5 committed")
     assert committed.error is None
     member.close()
+
+
+# A consumer in its own process, to be killed with SIGKILL: it never leaves the group.
+CONSUMER_SCRIPT = """
+import sys
+from confluent_kafka import Consumer
+member = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+                   "log_level": 0})
+member.subscribe([sys.argv[3]])
+while True:
+    member.poll(0.2)
+"""
+
+
+def members_of(connection: RawConnection, group: str) -> set[str]:
+    described = connection.call(DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False)
+    return {member.member_id for member in described.groups[0].members}
+
+
+def test_a_groups_own_session_timeout_and_heartbeat_interval(broker: BrokerProcess) -> None:
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms set on the GROUP resource rule
+    that group from its next heartbeat: a member killed with SIGKILL goes after the group's 2 s
+    session, not the broker's 45 s; the heartbeat interval answered is the group's."""
+    topic = create_topic(broker.bootstrap, 2)
+    group = unique("group")
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "2000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.heartbeat.interval.ms", "700", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    killed = subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, broker.bootstrap, group, topic],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with RawConnection(broker.bootstrap) as connection:
+            wait_until(lambda: members_of(connection, group), 30, message="the subprocess consumer joined")
+            joined = heartbeat(connection, group, "watcher", 0, subscribed_topic_names=(topic,))
+            assert joined.heartbeat_interval == datetime.timedelta(milliseconds=700)
+            epoch = joined.member_epoch
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(10)
+
+            def only_the_watcher_left() -> bool:
+                nonlocal epoch
+                epoch = heartbeat(connection, group, "watcher", epoch).member_epoch  # keeps its own session
+                return members_of(connection, group) == {"watcher"}
+
+            # well before the broker's 45 s session timeout
+            wait_until(only_the_watcher_left, 25, interval=0.3, message="the killed member expired")
+    finally:
+        killed.kill()
+        killed.wait(10)

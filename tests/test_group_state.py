@@ -32,6 +32,7 @@ from logbus.coordinator.group import ClassicGroup, GroupState, JoinResult
 from logbus.coordinator.membership import JoinRequest
 from logbus.coordinator.offsets import OffsetCommit
 from logbus.errors import KafkaApiError
+from logbus.protocol.consumer_protocol import encode_assignment, parse_assignment
 from logbus.security.listeners import ListenerEndpoint
 from logbus.storage.manager import LogManager
 
@@ -571,3 +572,95 @@ async def test_a_stable_group_loses_only_the_offsets_of_topics_it_no_longer_read
         await advance_in_checks(env, 60_000, first, second)
         assert set(env.group().offsets) == {("t", 0)}  # KIP-496
         assert env.group().state is GroupState.STABLE
+
+
+# ---------------------------------------------------------------- online migration (KIP-848, Kafka 4.1)
+
+
+def owning(topic: str, *partitions: int) -> bytes:
+    """A ConsumerProtocolSubscription v1 of `topic` that owns `partitions` (cooperative rejoin)."""
+    name = struct.pack(">h", len(topic)) + topic.encode()
+    return (struct.pack(">hi", 1, 1) + name + struct.pack(">i", -1) + struct.pack(">i", 1) + name
+            + struct.pack(f">i{len(partitions)}i", len(partitions), *partitions))
+
+
+def classic_rejoin(env: Env, member_id: str, *owned: int) -> Awaitable[JoinResult]:
+    request = join_request(member_id)
+    request.protocols = [("range", owning("t", *owned))]
+    return env.coordinator.join(request)
+
+
+@in_loop
+async def test_a_classic_group_is_upgraded_reconciled_through_rejoins_and_downgraded(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path) as env:
+        env.coordinator.consumer_groups.partition_count = {"t": 6}.get
+        first, second = await joined_group(env)
+        leader = first if first.leader == first.member_id else second
+        halves = {first.member_id: encode_assignment({"t": frozenset({0, 1, 2})}, 0),
+                  second.member_id: encode_assignment({"t": frozenset({3, 4, 5})}, 0)}
+        for task in [await sync(env, r, halves if r is leader else None) for r in (first, second)]:
+            assert (await answered(task))[0] == ErrorCode.none
+        generation = first.generation
+
+        joined = env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", 0, rebalance_timeout_ms=30_000,
+                                                              subscribed_topics=("t",), owned={}))
+        assert joined.member_epoch == generation + 1 and joined.assignment == {}  # its partition is still held
+        assert env.group().is_empty  # the classic group only keeps the offsets now
+        assert heartbeat(env, first) == ErrorCode.rebalance_in_progress
+        rejoined = await classic_rejoin(env, first.member_id, 0, 1, 2)
+        assert (rejoined.error, rejoined.generation, rejoined.leader, rejoined.members) == (
+            ErrorCode.none, generation, "", ())  # it gives one partition to c: revoked first, at its epoch
+        error, assignment, _ = await env.coordinator.sync(GROUP, generation, first.member_id, None, "consumer",
+                                                          "range", {})
+        assert (error, len(parse_assignment(assignment)["t"])) == (ErrorCode.none, 2)
+        kept = sorted(parse_assignment(assignment)["t"])
+        revoked = await classic_rejoin(env, first.member_id, *kept)
+        assert revoked.generation == generation + 1
+        given = env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", joined.member_epoch, owned={}))
+        assert given.assignment == {"t": frozenset({0, 1, 2}) - frozenset(kept)}
+
+        env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", -1))  # the last consumer-protocol member
+        assert env.coordinator.consumer_groups.get(GROUP) is None
+        assert set(env.group().members) == {first.member_id, second.member_id}
+        assert env.group().state is GroupState.PREPARING_REBALANCE
+        assert env.group().generation == generation + 1  # the group epoch (c left without a bump)
+
+
+@in_loop
+async def test_a_classic_member_that_does_not_rejoin_in_its_rebalance_timeout_is_removed(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path, group_consumer_migration_policy="upgrade") as env:
+        env.coordinator.consumer_groups.partition_count = {"t": 4}.get
+        first, second = await joined_group(env)
+        leader = first if first.leader == first.member_id else second
+        halves = {first.member_id: encode_assignment({"t": frozenset({0, 1})}, 0),
+                  second.member_id: encode_assignment({"t": frozenset({2, 3})}, 0)}
+        for task in [await sync(env, r, halves if r is leader else None) for r in (first, second)]:
+            await answered(task)
+        env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", 0, rebalance_timeout_ms=30_000,
+                                                     subscribed_topics=("t",), owned={}))
+        for _ in range(4):  # both keep heartbeating, told to rejoin, and never do
+            assert heartbeat(env, first) == ErrorCode.rebalance_in_progress
+            assert heartbeat(env, second) == ErrorCode.rebalance_in_progress
+            await env.clock.advance(SESSION_MS - 1)
+        members = env.coordinator.consumer_groups.get(GROUP).members
+        assert set(members) == {"c"}  # neither rejoined within the 30 s rebalance timeout
+        env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", -1))  # no downgrade: the policy, and empty
+        assert env.coordinator.consumer_groups.get(GROUP) is not None
+
+
+@in_loop
+async def test_a_static_classic_member_restarting_takes_its_place_in_a_consumer_group(tmp_path: Path) -> None:
+    async with coordinator_env(tmp_path) as env:
+        env.coordinator.consumer_groups.partition_count = {"t": 2}.get
+        env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", 0, rebalance_timeout_ms=30_000,
+                                                     subscribed_topics=("t",), owned={}))
+        first = await env.coordinator.join(join_request(instance_id="i"))  # static: no MEMBER_ID_REQUIRED
+        assert first.error == ErrorCode.none
+        members = env.coordinator.consumer_groups.get(GROUP).members
+        assert members[first.member_id].classic is not None
+        again = await env.coordinator.join(join_request(instance_id="i"))  # restarted: a new member id
+        assert again.error == ErrorCode.none and again.member_id != first.member_id
+        assert set(members) == {"c", again.member_id}
+        assert heartbeat(env, first, instance_id="i") == ErrorCode.fenced_instance_id
+        fenced = await env.coordinator.join(join_request(first.member_id, "i"))
+        assert fenced.error == ErrorCode.fenced_instance_id

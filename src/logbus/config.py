@@ -163,6 +163,15 @@ def _consumer_assignors(value: object) -> None:
         raise ValueError(f"each must be one of {', '.join(ASSIGNORS)}")
 
 
+def _migration_policy(value: object) -> None:
+    from .coordinator.migration import MigrationPolicy
+
+    try:
+        MigrationPolicy.parse(str(value))
+    except ValueError:
+        raise ValueError("must be disabled, upgrade, downgrade or bidirectional") from None
+
+
 def _group_bounds(kind: str, setting: str, default: int, low: int, high: int) -> list[ConfigKey]:
     """`group.<kind>.<setting>` and its min/max (e.g. group.consumer.min.session.timeout.ms):
     the default of a group's `<kind>.<setting>` config and the range it must keep."""
@@ -370,6 +379,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "groups (uniform, range, or Kafka's class names); the first is the default.",
              check=_consumer_assignors),
         _key("group.consumer.max.size", INT, 2147483647, "Most members in one consumer group.", minimum=1),
+        _key("group.consumer.migration.policy", STR, "bidirectional", "Online conversion between classic and "
+             "consumer groups: disabled, upgrade, downgrade or bidirectional (any case).",
+             check=_migration_policy),
         *_group_bounds("share", "session.timeout.ms", 45000, 45000, 60000),
         *_group_bounds("share", "heartbeat.interval.ms", 5000, 5000, 15000),
         *_group_bounds("share", "record.lock.duration.ms", 30000, 15000, 60000),

@@ -34,7 +34,7 @@ from .context import RawResponse
 from .fetch_sessions import FetchSessionCache
 from .metrics import BrokerMetrics
 from .server import Connections, Listener
-from .topic_configs import broker_entity
+from .topic_configs import broker_entity, group_entity
 
 if TYPE_CHECKING:
     from ..cluster.controller import Controller
@@ -80,6 +80,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock,
             partition_count=self._partition_count, topic_names=self._public_topics,
+            group_configs=self._group_configs,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
@@ -113,6 +114,10 @@ class Broker:
     def _partition_count(self, topic: str) -> int | None:
         metadata = self.metadata.topic(topic)
         return None if metadata is None else len(metadata.partitions)
+
+    def _group_configs(self, group_id: str) -> dict[str, str]:
+        """A group's own configs (IncrementalAlterConfigs on its GROUP resource)."""
+        return self.metadata.entity_configs().get(group_entity(group_id), {})
 
     def _public_topics(self) -> list[str]:
         return [name for name, metadata in self.metadata.topics().items() if not metadata.internal]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -90,6 +90,19 @@ class HeartbeatResult:
     assignment: Assignment | None = None  # None: unchanged, not sent
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """What a member of the classic protocol inside a consumer group joined with (Kafka's
+    ClassicMemberMetadata): its session timeout and its JoinGroup protocols, first preferred."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -109,6 +122,8 @@ class ConsumerMember:
     revoking: Assignment = field(default_factory=dict)
     session_timer: Timer | None = None
     revocation_timer: Timer | None = None
+    classic: ClassicProtocol | None = None  # a classic-protocol member (JoinGroup/SyncGroup/Heartbeat)
+    classic_timer: Timer | None = None  # a classic member's join or sync deadline (`classic_members.py`)
 
     @property
     def topics(self) -> frozenset[str]:
@@ -116,10 +131,10 @@ class ConsumerMember:
         return frozenset(self.subscribed_topics) | frozenset(self.regex_topics)
 
     def cancel_timers(self) -> None:
-        for timer in (self.session_timer, self.revocation_timer):
+        for timer in (self.session_timer, self.revocation_timer, self.classic_timer):
             if timer is not None:
                 timer.cancel()
-        self.session_timer = self.revocation_timer = None
+        self.session_timer = self.revocation_timer = self.classic_timer = None
 
 
 @dataclass(slots=True)
@@ -164,11 +179,40 @@ class ConsumerGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupTimeouts:
+    """The session timeout and heartbeat interval of one consumer group."""
+
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     assignors: tuple[str, ...] = ("uniform", "range")
     max_size: int = 2**31 - 1
+    session_timeout_bounds: tuple[int, int] = (45_000, 60_000)
+    heartbeat_interval_bounds: tuple[int, int] = (5_000, 15_000)
+
+    def timeouts(self, overrides: Mapping[str, str]) -> GroupTimeouts:
+        """A group's timeouts: its own `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
+        (GROUP configs, KIP-848), else the broker's defaults. IncrementalAlterConfigs keeps them within
+        the broker's group.consumer.min/max bounds (Kafka's GroupConfig.validate); they are clamped
+        here too, so bounds narrowed after the alter still hold."""
+        return GroupTimeouts(
+            _bounded(overrides.get("consumer.session.timeout.ms"), self.session_timeout_ms,
+                     self.session_timeout_bounds),
+            _bounded(overrides.get("consumer.heartbeat.interval.ms"), self.heartbeat_interval_ms,
+                     self.heartbeat_interval_bounds))
+
+
+def _bounded(text: str | None, default: int, bounds: tuple[int, int]) -> int:
+    try:
+        value = default if text is None else int(text)
+    except ValueError:
+        value = default
+    return min(max(value, bounds[0]), bounds[1])
 
 
 class ConsumerGroups:
@@ -177,12 +221,17 @@ class ConsumerGroups:
     def __init__(self, clock: Clock, config: ConsumerGroupConfig,
                  partition_count: Callable[[str], int | None],
                  is_classic_group: Callable[[str], bool] = lambda _group_id: False,
-                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
+                 topic_names: Callable[[], Iterable[str]] = tuple,
+                 group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}) -> None:
         self.clock = clock
         self.config = config
         self.partition_count = partition_count
         self.is_classic_group = is_classic_group  # a non-empty classic group holds this id
         self.topic_names = topic_names  # the non-internal topics, for regex subscriptions
+        self.group_configs = group_configs  # a group's own configs (GROUP resource), read at each heartbeat
+        # called before a member is removed; True when it converted the group to a classic group
+        # (the last consumer-protocol member left: `migration.py`)
+        self.downgrade: Callable[[ConsumerGroup, ConsumerMember], bool] = lambda _group, _member: False
         self.groups: dict[str, ConsumerGroup] = {}
 
     # ================================================================ heartbeat
@@ -201,6 +250,7 @@ class ConsumerGroups:
         group = self._group_for(request)
         members_before = len(group.members)
         member, full = self._member_for(group, request)
+        member.classic = None  # it speaks the consumer protocol now
         added = len(group.members) > members_before  # a static member's replacement is not new
         before = dict(member.assigned)
         changed = self._update_subscription(member, request)
@@ -211,8 +261,16 @@ class ConsumerGroups:
         self._reconcile(group, member, request.owned)
         self._reset_session(group, member)
         sent = full or member.assigned != before  # Kafka sends it on a full request or a change
-        return HeartbeatResult(member.member_id, member.member_epoch, self.config.heartbeat_interval_ms,
-                               dict(member.assigned) if sent else None)
+        interval = self.timeouts(group.group_id).heartbeat_interval_ms
+        return HeartbeatResult(member.member_id, member.member_epoch, interval, dict(member.assigned) if sent else None)
+
+    def timeouts(self, group_id: str) -> GroupTimeouts:
+        """The group's session timeout and heartbeat interval now (a changed group config counts
+        from the next heartbeat)."""
+        overrides = self.group_configs(group_id)
+        if not overrides:
+            return GroupTimeouts(self.config.session_timeout_ms, self.config.heartbeat_interval_ms)
+        return self.config.timeouts(overrides)
 
     def validate(self, request: Heartbeat) -> None:
         try:
@@ -456,13 +514,16 @@ class ConsumerGroups:
             self._reset_session(group, member)
         else:
             self._remove(group, member)
-        return HeartbeatResult(member.member_id, request.member_epoch, self.config.heartbeat_interval_ms)
+        return HeartbeatResult(member.member_id, request.member_epoch,
+                               self.timeouts(group.group_id).heartbeat_interval_ms)
 
     def _reset_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
+        timeout = (member.classic.session_timeout_ms if member.classic is not None
+                   else self.timeouts(group.group_id).session_timeout_ms)
         member.session_timer = self.clock.call_later(
-            self.config.session_timeout_ms, self._expire, group.group_id, member.member_id, member,
+            timeout, self._expire, group.group_id, member.member_id, member,
             "sent no heartbeat within the session timeout")
 
     def _expire(self, group_id: str, member_id: str, member: ConsumerMember, why: str) -> None:
@@ -474,6 +535,8 @@ class ConsumerGroups:
             self._remove(group, member)
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if self.downgrade(group, member):
+            return
         log.debug("consumer group %s: member %s removed at epoch %d", group.group_id, member.member_id,
                   member.member_epoch)
         member.cancel_timers()
@@ -494,8 +557,8 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+        if member_epoch != member.member_epoch:  # a classic member's epoch is its generation
+            return ErrorCode.illegal_generation if member.classic is not None else ErrorCode.stale_member_epoch
         return None
 
     def active(self, group_id: str) -> ConsumerGroup | None:

@@ -21,19 +21,21 @@ offsets store and a `Clock`, not from the broker; the API handlers call its meth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from .assignors import assignor_name
+from .classic_members import ClassicMembers
 from .clock import Clock
 from .consumer_group import ConsumerGroupConfig, ConsumerGroups
 from .group import ClassicGroup
 from .group_types import GroupTypes
 from .loading import Loader
 from .membership import Membership
+from .migration import MigrationPolicy
 from .offsets import Offsets
 from .records import GroupKey
 from .store import TOPIC as OFFSETS_TOPIC
@@ -55,6 +57,7 @@ class GroupConfig:
     retention_ms: int
     retention_check_ms: int
     consumer: ConsumerGroupConfig = ConsumerGroupConfig()
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
@@ -65,11 +68,16 @@ class GroupConfig:
             max_group_size=config["group.max.size"],
             retention_ms=config["offsets.retention.minutes"] * 60_000,
             retention_check_ms=config["offsets.retention.check.interval.ms"],
+            migration_policy=MigrationPolicy.parse(config["group.consumer.migration.policy"]),
             consumer=ConsumerGroupConfig(
                 session_timeout_ms=config["group.consumer.session.timeout.ms"],
                 heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
                 assignors=tuple(assignor_name(name) for name in config["group.consumer.assignors"]),
                 max_size=config["group.consumer.max.size"],
+                session_timeout_bounds=(config["group.consumer.min.session.timeout.ms"],
+                                        config["group.consumer.max.session.timeout.ms"]),
+                heartbeat_interval_bounds=(config["group.consumer.min.heartbeat.interval.ms"],
+                                           config["group.consumer.max.heartbeat.interval.ms"]),
             ),
         )
 
@@ -78,7 +86,8 @@ class GroupConfig:
 class GroupCoordinator(GroupTypes):
     def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock,
                  partition_count: Callable[[str], int | None] = lambda _topic: None,
-                 topic_names: Callable[[], Iterable[str]] = tuple) -> None:
+                 topic_names: Callable[[], Iterable[str]] = tuple,
+                 group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}) -> None:
         self.store = store
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -100,13 +109,13 @@ class GroupCoordinator(GroupTypes):
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn)
         self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic,
-                                              topic_names)
+                                              topic_names, group_configs)
+        self.consumer_groups.downgrade = self._downgrade
+        self.classic_members = ClassicMembers(self.consumer_groups)
+        self.migration_policy = config.migration_policy
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         # what the API handlers call
-        self.sync = self.membership.sync
-        self.heartbeat = self.membership.heartbeat
-        self.leave = self.membership.leave
         self.delete_offsets = self.offsets.delete_offsets
 
     def start(self) -> None:

@@ -1,10 +1,12 @@
 """Which type holds a group id, classic or consumer (KIP-848), and the APIs that serve both.
 
-A group id is either a classic group or a consumer group. A classic group with members keeps its
-id from consumer members (GROUP_ID_NOT_FOUND); a consumer group with members keeps it from
-JoinGroup (INCONSISTENT_GROUP_PROTOCOL, or GROUP_ID_NOT_FOUND for the "consumer" protocol type:
-classic members inside consumer groups, which Kafka 4.1 serves, are not served here). An empty
-group of either type gives its id up to the other. A consumer group's committed offsets live in
+A group id is either a classic group or a consumer group. A classic group with members is
+converted to a consumer group by the first ConsumerGroupHeartbeat when `migration.py` allows it,
+else it keeps its id (GROUP_ID_NOT_FOUND); a consumer group with members takes JoinGroup,
+SyncGroup, Heartbeat and LeaveGroup of classic members of the "consumer" protocol type
+(`classic_members.py`; another type: INCONSISTENT_GROUP_PROTOCOL), and becomes a classic group
+again when its last consumer-protocol member goes (`migration.py`). An empty group of either
+type gives its id up to the other. A consumer group's committed offsets live in
 an Empty `ClassicGroup` of its id (`offsets.py` writes, fetches and expires them as for classic
 groups; while the consumer group has members they do not expire). DescribeGroups answers a
 consumer group as an unknown group, as Kafka does (ConsumerGroupDescribe describes it).
@@ -15,21 +17,27 @@ consumer group as an unknown group, as Kafka does (ConsumerGroupDescribe describ
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
-from .consumer_group import ConsumerGroup, ConsumerGroups, Heartbeat, HeartbeatResult
+from .classic_members import ClassicJoin, ClassicMembers
+from .consumer_group import ConsumerGroup, ConsumerGroups, ConsumerMember, Heartbeat, HeartbeatResult
 from .group import ClassicGroup, GroupState, JoinResult
+from .migration import MigrationPolicy, consumer_group_from, fill_classic_group, may_downgrade
 from .offsets import FetchedOffset, OffsetCommit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .clock import Clock
     from .membership import JoinRequest, Membership
     from .offsets import Offsets
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,9 @@ class GroupTypes:
     membership: Membership
     offsets: Offsets
     coordinator_error: Callable[[str], ErrorCode | None]
+    clock: Clock
+    classic_members: ClassicMembers
+    migration_policy: MigrationPolicy
 
     # ------------------------------------------------------------ classic or consumer group
 
@@ -70,19 +81,89 @@ class GroupTypes:
         error = self.coordinator_error(request.group_id)
         if error is not None:
             raise KafkaApiError(error)
+        if request.member_epoch == 0 and self._is_classic(request.group_id):
+            self._upgrade(self.groups[request.group_id])
         return self.consumer_groups.heartbeat(request)
 
+    def _upgrade(self, classic: ClassicGroup) -> None:
+        """Convert a classic group with members to a consumer group, if it may be (else it stays
+        and the heartbeat is refused as before)."""
+        converted = consumer_group_from(classic, self.consumer_groups.config.max_size)
+        if converted is None or not self.migration_policy.upgrades:
+            log.info("group %s: not upgraded to a consumer group (policy %s, protocol type %s)", classic.group_id,
+                     self.migration_policy.value, classic.protocol_type)
+            return
+        self.membership.release_members(classic)
+        converted.partition_counts = self.consumer_groups._partition_counts(converted)
+        self.consumer_groups.groups[converted.group_id] = converted
+        for member in converted.members.values():
+            self.consumer_groups._reset_session(converted, member)
+        log.info("group %s: upgraded from classic to consumer group at epoch %d with %d members",
+                 converted.group_id, converted.group_epoch, len(converted.members))
+
+    def _downgrade(self, group: ConsumerGroup, leaving: ConsumerMember) -> bool:
+        """The last consumer-protocol member leaves: the classic members go on in a classic group."""
+        if (leaving.classic is not None or not self.migration_policy.downgrades
+                or not may_downgrade(group, leaving, self.membership.max_group_size)):
+            return False
+        self.consumer_groups.unload(lambda group_id: group_id == group.group_id)
+        classic = self.groups.get(group.group_id)
+        if classic is None or classic.is_in(GroupState.DEAD):
+            classic = self.groups[group.group_id] = ClassicGroup(group.group_id)
+        fill_classic_group(classic, group, leaving, self.clock.now_ms())
+        self.membership.rebalance_adopted(classic)
+        log.info("group %s: downgraded from consumer to classic group at generation %d with %d members",
+                 group.group_id, classic.generation, len(classic.members))
+        return True
+
     async def join(self, request: JoinRequest) -> JoinResult:
-        """JoinGroup. A consumer group with members keeps its id (classic members are not served in
-        consumer groups); an empty one gives it up to the classic group."""
+        """JoinGroup. A consumer group with members takes the member in as a classic member; an
+        empty one gives its id up to the classic group."""
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.coordinator_error(request.group_id) is None:
             if not consumer.is_empty:
-                code = (ErrorCode.group_id_not_found if request.protocol_type == "consumer"
-                        else ErrorCode.inconsistent_group_protocol)
-                return JoinResult(code, request.member_id)
+                return self._classic_join(consumer, request)
             self.consumer_groups.delete(request.group_id)
         return await self.membership.join(request)
+
+    def _classic_join(self, consumer: ConsumerGroup, request: JoinRequest) -> JoinResult:
+        if not self.membership.min_session_ms <= request.session_timeout_ms <= self.membership.max_session_ms:
+            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
+        return self.classic_members.join(consumer, ClassicJoin(
+            request.member_id, request.group_instance_id, request.client_id, request.client_host,
+            request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type, request.protocols,
+            request.require_known_member_id))
+
+    def _mixed(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group with members that serves the classic requests of this id, if one does."""
+        if not group_id or self.coordinator_error(group_id) is not None:
+            return None
+        return self.consumer_groups.active(group_id)
+
+    async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes, ClassicGroup | None]:
+        """SyncGroup (for a classic member of a consumer group: its assignment, and no classic group)."""
+        consumer = self._mixed(group_id)
+        if consumer is None:
+            return await self.membership.sync(group_id, generation, member_id, instance_id, protocol_type,
+                                              protocol_name, assignments)
+        error, assignment = self.classic_members.sync(consumer, generation, member_id, instance_id, protocol_type,
+                                                      protocol_name)
+        return error, assignment, None
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        consumer = self._mixed(group_id)
+        if consumer is None:
+            return self.membership.heartbeat(group_id, generation, member_id, instance_id)
+        return self.classic_members.heartbeat(consumer, generation, member_id, instance_id)
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        consumer = self._mixed(group_id)
+        if consumer is None:
+            return self.membership.leave(group_id, leaving)
+        return ErrorCode.none, [self.classic_members.leave(consumer, member_id, instance_id)
+                                for member_id, instance_id in leaving]
 
     def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
         """DescribeGroups: a consumer group is not a classic group (answered as an unknown one)."""

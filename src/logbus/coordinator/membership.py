@@ -447,6 +447,24 @@ class Membership:
         for member in group.members.values():
             self.reset_session(group, member)
 
+    def release_members(self, group: ClassicGroup) -> None:
+        """The group's members moved into a consumer group (an online upgrade): its waiting
+        JoinGroup and SyncGroup requests get REBALANCE_IN_PROGRESS (they rejoin the consumer
+        group), and it stays Empty, holding the offsets; its record is written so."""
+        self.evict(group, ErrorCode.rebalance_in_progress)
+        group.members.clear()
+        group.static_members.clear()
+        group.pending_members.clear()
+        group.leader_id = group.protocol_name = None
+        group.transition(GroupState.EMPTY, self.clock.now_ms())
+        self.spawn(self._store_group_quietly(group))
+
+    def rebalance_adopted(self, group: ClassicGroup) -> None:
+        """A Stable group just built from a consumer group (an online downgrade): sessions start
+        and a rebalance begins, as Kafka's convertToClassicGroup."""
+        self.adopt(group)
+        self._prepare_rebalance(group)
+
     @staticmethod
     def _cancel_session(member: Member) -> None:
         if member.session_timer is not None:

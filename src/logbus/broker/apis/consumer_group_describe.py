@@ -2,10 +2,11 @@
 
 A consumer group (KIP-848): state, group and assignment epochs, the assignor, and each member's
 epoch, subscription, current and target assignment (topics by id and name; v1 adds the member
-type, 1: a consumer-protocol member). Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and
-on every topic its members subscribe to or are assigned (else TOPIC_AUTHORIZATION_FAILED for the
-group), as Kafka; authorized operations on request. An unknown group, or one of the classic type,
-is GROUP_ID_NOT_FOUND; NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS as for every group API.
+type, 1: a consumer-protocol member, 0: a classic member of a mixed group). Needs DESCRIBE on the
+group (GROUP_AUTHORIZATION_FAILED) and on every topic its members subscribe to or are assigned
+(else TOPIC_AUTHORIZATION_FAILED for the group), as Kafka; authorized operations on request. An
+unknown group, or one of the classic type, is GROUP_ID_NOT_FOUND; NOT_COORDINATOR and
+COORDINATOR_LOAD_IN_PROGRESS as for every group API.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ API_KEY = 69
 MIN_VERSION = 0
 MAX_VERSION = 1
 
-CONSUMER_MEMBER = 1
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # MemberType: which protocol the member speaks
 NOT_PROVIDED = -2147483648
 
 
@@ -76,7 +77,8 @@ def _member(ctx: RequestContext, module: Any, member: ConsumerMember, target: As
                 rack_id=member.rack_id, member_epoch=member.member_epoch, client_id=member.client_id,
                 client_host=member.client_host, subscribed_topic_names=member.subscribed_topics,
                 subscribed_topic_regex=member.subscribed_regex, assignment=_assignment(ctx, module, member.assigned),
-                target_assignment=_assignment(ctx, module, target), member_type=CONSUMER_MEMBER)
+                target_assignment=_assignment(ctx, module, target),
+                member_type=CONSUMER_MEMBER if member.classic is None else CLASSIC_MEMBER)
 
 
 def _assignment(ctx: RequestContext, module: Any, assignment: Assignment) -> Any:

@@ -3,15 +3,16 @@
 The next-generation consumer group protocol (KIP-848): one request joins, heartbeats, reports the
 owned partitions, and leaves (epoch -1; -2 for a static member's temporary leave); the response
 carries the member epoch, the heartbeat interval and, when it changed (or on a full request), the
-partitions the member may own now. Topics travel by id; a member subscribes by names and/or
-(v1) a regular expression. v0 lets the coordinator choose the member
-id of a joining member that gives none; from v1 the member generates it (an empty one is
-INVALID_REQUEST). Needs READ on the group (GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every
-topic it subscribes to by name (TOPIC_AUTHORIZATION_FAILED), as Kafka. Errors as Kafka returns
-them: INVALID_REQUEST for a malformed heartbeat, INVALID_REGULAR_EXPRESSION, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
+partitions the member may own now. Topics travel by id; a member subscribes by names and/or (v1) a
+regular expression. v0 lets the coordinator choose the member id of a joining member that gives
+none; from v1 the member generates it (an empty one is INVALID_REQUEST). Needs READ on the group
+(GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every topic it subscribes to by name
+(TOPIC_AUTHORIZATION_FAILED), as Kafka. Errors as Kafka returns them: INVALID_REQUEST for a
+malformed heartbeat, INVALID_REGULAR_EXPRESSION, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
 FENCED_MEMBER_EPOCH, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED,
-GROUP_ID_NOT_FOUND (a classic group holds the id), NOT_COORDINATOR and
-COORDINATOR_LOAD_IN_PROGRESS. The group itself: coordinator/consumer_group.py.
+GROUP_ID_NOT_FOUND (a classic group holds the id and may not be converted:
+coordinator/migration.py), NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS. The group itself:
+coordinator/consumer_group.py.
 """
 
 from __future__ import annotations

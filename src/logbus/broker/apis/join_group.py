@@ -4,7 +4,9 @@ v0 has no rebalance timeout (the session timeout is used). From v4 a member's fi
 (without a member id) gets MEMBER_ID_REQUIRED and the id to join with. v5+ carries
 `group.instance.id` (static membership), v7+ the protocol type and a nullable protocol name,
 v8+ a reason, v9+ `skip_assignment` (a static leader rejoining a Stable group gets the members
-but must not assign again). Semantics live in `coordinator.GroupCoordinator.join`.
+but must not assign again). Semantics live in `coordinator.GroupCoordinator.join`; a group id
+held by a consumer group with members takes the member in as a classic member of it
+(`coordinator/classic_members.py`), as Kafka 4.1.
 """
 
 from __future__ import annotations

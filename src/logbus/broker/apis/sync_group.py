@@ -32,9 +32,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
         getattr(request, "protocol_type", None), getattr(request, "protocol_name", None), assignments,
     )
-    succeeded = error is ErrorCode.none and group is not None
+    # a classic member of a consumer group (no classic group) gets its request's protocol back, as Kafka
+    protocol_type = getattr(request, "protocol_type", None) if group is None else group.protocol_type
+    protocol_name = getattr(request, "protocol_name", None) if group is None else group.protocol_name
+    succeeded = error is ErrorCode.none
     return make(
         response_class(API_KEY, ctx.api_version), error_code=error, assignment=assignment,
-        protocol_type=group.protocol_type if succeeded else None,
-        protocol_name=group.protocol_name if succeeded else None,
+        protocol_type=protocol_type if succeeded else None, protocol_name=protocol_name if succeeded else None,
     )
