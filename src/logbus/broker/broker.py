@@ -37,6 +37,8 @@ from .server import Connections, Listener
 from .topic_configs import broker_entity
 
 if TYPE_CHECKING:
+    import uuid
+
     from ..cluster.controller import Controller
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,8 @@ class Broker:
         clock = LoopClock()
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock,
-            partition_count=self._partition_count, topic_names=self._public_topics,
+            partition_count=self._partition_count, topic_names=self._public_topics, topic_id=self._topic_id,
+            topic_name=self._topic_name,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
@@ -113,6 +116,14 @@ class Broker:
     def _partition_count(self, topic: str) -> int | None:
         metadata = self.metadata.topic(topic)
         return None if metadata is None else len(metadata.partitions)
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        metadata = self.metadata.topic(topic)
+        return None if metadata is None else metadata.uuid
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        metadata = self.metadata.topic_by_id(str(topic_id))
+        return None if metadata is None else metadata.name
 
     def _public_topics(self) -> list[str]:
         return [name for name, metadata in self.metadata.topics().items() if not metadata.internal]

@@ -28,6 +28,7 @@ from .offsets import FetchedOffset, OffsetCommit
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .consumer_persistence import ConsumerGroupWrites
     from .membership import JoinRequest, Membership
     from .offsets import Offsets
 
@@ -45,6 +46,7 @@ class ListedGroup:
 class GroupTypes:
     groups: dict[str, ClassicGroup]
     consumer_groups: ConsumerGroups
+    consumer_writes: ConsumerGroupWrites
     membership: Membership
     offsets: Offsets
     coordinator_error: Callable[[str], ErrorCode | None]
@@ -64,13 +66,14 @@ class GroupTypes:
         """Does a consumer group hold this id (else it is classic or unknown)?"""
         return self.consumer_group(group_id) is not None
 
-    def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat: the request's checks, then may this broker serve the group."""
+    async def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: the request's checks, then may this broker serve the group; answered
+        once its changes are written."""
         self.consumer_groups.validate(request)
         error = self.coordinator_error(request.group_id)
         if error is not None:
             raise KafkaApiError(error)
-        return self.consumer_groups.heartbeat(request)
+        return await self.consumer_writes.heartbeat(request)
 
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members keeps its id (classic members are not served in
@@ -81,7 +84,10 @@ class GroupTypes:
                 code = (ErrorCode.group_id_not_found if request.protocol_type == "consumer"
                         else ErrorCode.inconsistent_group_protocol)
                 return JoinResult(code, request.member_id)
-            self.consumer_groups.delete(request.group_id)
+            try:
+                await self.consumer_writes.delete(request.group_id)
+            except KafkaApiError as exc:
+                return JoinResult(exc.code, request.member_id)
         return await self.membership.join(request)
 
     def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
@@ -139,9 +145,10 @@ class GroupTypes:
             return await self.offsets.delete_group(group_id)
         if self.consumer_groups.active(group_id) is not None:
             return ErrorCode.non_empty_group
-        error = ErrorCode.none
+        try:  # its records first: if the offsets' deletion fails, a retry finds them in a classic group
+            await self.consumer_writes.delete(group_id)
+        except KafkaApiError as exc:
+            return exc.code
         if group_id in self.groups:  # the holder of its offsets
-            error = await self.offsets.delete_group(group_id)
-        if error is ErrorCode.none:
-            self.consumer_groups.delete(group_id)
-        return error
+            return await self.offsets.delete_group(group_id)
+        return ErrorCode.none

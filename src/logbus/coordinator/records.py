@@ -10,8 +10,9 @@ Values (null = tombstone: the offset or the group is deleted):
   GroupMetadataValue v3: protocol type, generation, protocol, leader, state timestamp and the
       members (id, instance id, client id/host, timeouts, subscription, assignment). v0-v2 are
       read too.
-These are Kafka's non-flexible encodings (int16-length strings, int32-length bytes). Records
-with other key versions (the new consumer protocol, share groups) are not ours and are skipped.
+These are Kafka's non-flexible encodings (int16-length strings, int32-length bytes). Key versions
+3-8 are the records of KIP-848 consumer groups (consumer_records.py); others (share and streams
+groups) are not ours and are skipped.
 
 The coordinating partition of a group is `Utils.abs(groupId.hashCode()) % partitions`, with
 Java's String.hashCode over UTF-16 code units and Kafka's abs mapping Integer.MIN_VALUE to 0.
