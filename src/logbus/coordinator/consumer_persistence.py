@@ -72,8 +72,9 @@ WRITE_ORDER = (MEMBER_METADATA, PARTITION_METADATA, GROUP_METADATA, TARGET_ASSIG
 # ---------------------------------------------------------------- group <-> records
 
 
-def group_records(group: ConsumerGroup | None, topic_id: TopicIdOf) -> GroupRecords:
-    """The records that describe `group` (none for no group)."""
+def group_records(group: ConsumerGroup | None, topic_id: TopicIdOf, member_id: str | None = None) -> GroupRecords:
+    """The records that describe `group` (none for no group); with `member_id`, only the group's
+    own records and that member's."""
     if group is None or group.dead:
         return {}
     group_id = group.group_id
@@ -84,16 +85,32 @@ def group_records(group: ConsumerGroup | None, topic_id: TopicIdOf) -> GroupReco
         ConsumerGroupKey(PARTITION_METADATA, group_id): PartitionMetadataValue(topics),
         ConsumerGroupKey(TARGET_ASSIGNMENT_METADATA, group_id): AssignmentEpochValue(group.assignment_epoch),
     }
-    for member_id, member in group.members.items():
-        records[ConsumerGroupKey(MEMBER_METADATA, group_id, member_id)] = MemberMetadataValue(
-            member.instance_id, member.rack_id, member.client_id, member.client_host, member.subscribed_topics,
-            member.subscribed_regex, member.rebalance_timeout_ms, member.server_assignor)
-        records[ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, group_id, member_id)] = TargetAssignmentValue(
-            _by_id(group.target.get(member_id, {}), topic_id))
-        records[ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, group_id, member_id)] = CurrentAssignmentValue(
-            member.member_epoch, member.previous_member_epoch, STATE_CODES[member.state],
-            _by_id(member.assigned, topic_id), _by_id(member.revoking, topic_id))
+    members = group.members.values() if member_id is None else filter(None, [group.members.get(member_id)])
+    for member in members:
+        records.update(_member_records(group, member, topic_id))
     return records
+
+
+def _member_records(group: ConsumerGroup, member: ConsumerMember, topic_id: TopicIdOf) -> GroupRecords:
+    group_id, member_id = group.group_id, member.member_id
+    return {
+        ConsumerGroupKey(MEMBER_METADATA, group_id, member_id): MemberMetadataValue(
+            member.instance_id, member.rack_id, member.client_id, member.client_host, member.subscribed_topics,
+            member.subscribed_regex, member.rebalance_timeout_ms, member.server_assignor),
+        ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, group_id, member_id): TargetAssignmentValue(
+            _by_id(group.target.get(member_id, {}), topic_id)),
+        ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, group_id, member_id): CurrentAssignmentValue(
+            member.member_epoch, member.previous_member_epoch, STATE_CODES[member.state],
+            _by_id(member.assigned, topic_id), _by_id(member.revoking, topic_id)),
+    }
+
+
+def _shape(group: ConsumerGroup | None) -> tuple[object, ...] | None:
+    """What, unchanged by a member's heartbeat, means only that member's records may have changed:
+    the epochs (a new target is a new group epoch) and the members."""
+    if group is None or group.dead:
+        return None
+    return group.group_epoch, group.assignment_epoch, tuple(group.members)
 
 
 def group_from_records(group_id: str, records: GroupRecords, topic_name: TopicNameOf) -> ConsumerGroup | None:
@@ -165,7 +182,12 @@ def _write_rank(key: ConsumerGroupKey) -> tuple[int, str]:
 
 
 class ConsumerGroupWrites:
-    """Runs each change of a consumer group and writes its records before it counts."""
+    """Runs each change of a consumer group and writes its records before it counts.
+
+    Each group's records as last written (or loaded) are kept, so that a change is compared with
+    them rather than with a second picture of the group; after a member's heartbeat that changed
+    neither the epochs nor the members, only that member's records are pictured again (a
+    heartbeat costs what the member holds, not what the group holds)."""
 
     def __init__(self, groups: ConsumerGroups, store: OffsetsTopic, *, partition_for: Callable[[str], int],
                  coordinator_error: Callable[[str], ErrorCode | None], topic_id: TopicIdOf, topic_name: TopicNameOf,
@@ -177,22 +199,30 @@ class ConsumerGroupWrites:
         self.topic_id = topic_id
         self.topic_name = topic_name
         self.spawn = spawn
+        self._written: dict[str, GroupRecords] = {}  # group id -> its records in the log
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group id -> its lock, and who holds or waits
         groups.run_change = self.run_in_background
 
     async def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
         """ConsumerGroupHeartbeat, answered once its changes are written."""
-        return await self.change(request.group_id, lambda: self.groups.heartbeat(request))
+        return await self.change(request.group_id, lambda: self.groups.heartbeat(request), request.member_id)
 
     async def delete(self, group_id: str) -> None:
         """The group's records are tombstoned, then it is gone."""
         await self.change(group_id, lambda: self.groups.delete(group_id))
 
     def adopt(self, group_id: str, records: GroupRecords) -> None:
-        """A group loaded from its partition's records."""
+        """A group loaded from its partition's records (or put back as they describe it)."""
         group = group_from_records(group_id, records, self.topic_name)
         if group is not None:
             self.groups.adopt(group)
+            self._written[group_id] = records
+
+    def unload(self, unloaded: Callable[[str], bool]) -> None:
+        """The groups whose ids `unloaded` picks leave this coordinator (their partition moved away)."""
+        self.groups.unload(unloaded)
+        for group_id in [g for g in self._written if unloaded(g)]:
+            del self._written[group_id]
 
     def run_in_background(self, group_id: str, apply: Callable[[], None]) -> None:
         """A timer's change (a member expired): written in a task of its own."""
@@ -204,37 +234,49 @@ class ConsumerGroupWrites:
         except KafkaApiError as exc:
             log.info("consumer group %s: a member's expiry was not written (%s): it stays", group_id, exc)
 
-    async def change(self, group_id: str, apply: Callable[[], T]) -> T:
-        """Run `apply` (a change of the group's state in memory), then write the records it changed;
-        if `apply` refuses or the write fails, the group is back as it was, and the error raised."""
+    async def change(self, group_id: str, apply: Callable[[], T], member_id: str | None = None) -> T:
+        """Run `apply` (a change of the group's state in memory, by `member_id` if it is a member's),
+        then write the records it changed; if `apply` refuses or the write fails, the group is back
+        as its records describe it, and the error raised."""
         async with self._lock(group_id):
             if (error := self.coordinator_error(group_id)) is not None:
                 raise KafkaApiError(error)
-            before = group_records(self.groups.groups.get(group_id), self.topic_id)
+            before = self._written.get(group_id, {})
+            shape = _shape(self.groups.groups.get(group_id))
             try:
                 result = apply()
             except KafkaApiError:
-                self._restore(group_id, before)
+                if self._records_after(group_id, before, shape, member_id) != before:
+                    self._restore(group_id, before)
                 raise
-            changes = changed_records(before, group_records(self.groups.groups.get(group_id), self.topic_id))
+            after = self._records_after(group_id, before, shape, member_id)
+            changes = changed_records(before, after)
             if changes:
                 try:
                     await self.store.write(self.partition_for(group_id), changes)
                 except KafkaApiError:
                     self._restore(group_id, before)
                     raise
+                self._written[group_id] = after
+                if not after:
+                    del self._written[group_id]
             return result
 
+    def _records_after(self, group_id: str, before: GroupRecords, shape: tuple[object, ...] | None,
+                       member_id: str | None) -> GroupRecords:
+        group = self.groups.groups.get(group_id)
+        if member_id is not None and shape is not None and _shape(group) == shape:
+            return {**before, **group_records(group, self.topic_id, member_id)}
+        return group_records(group, self.topic_id)
+
     def _restore(self, group_id: str, before: GroupRecords) -> None:
-        """Put the group back as its records before the change describe it (unless its partition
-        has moved away meanwhile: then it is not this coordinator's any more)."""
-        current = self.groups.groups.get(group_id)
-        if group_records(current, self.topic_id) == before or self.coordinator_error(group_id) is not None:
+        """Put the group back as its records describe it (unless its partition has moved away
+        meanwhile: then it is not this coordinator's any more)."""
+        if self.coordinator_error(group_id) is not None:
             return
-        previous = group_from_records(group_id, before, self.topic_name)
-        if previous is not None:
-            self.groups.adopt(previous)
-        elif current is not None:
+        if group_from_records(group_id, before, self.topic_name) is not None:
+            self.adopt(group_id, before)
+        else:
             self.groups.unload(lambda gid: gid == group_id)
 
     @contextlib.asynccontextmanager

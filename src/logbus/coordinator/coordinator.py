@@ -133,7 +133,7 @@ class GroupCoordinator(GroupTypes):
         stopped leading leave memory too (their members then find the new coordinator)."""
         self.loader.on_leadership(partition, leads)
         if not leads and partition.topic == OFFSETS_TOPIC:
-            self.consumer_groups.unload(lambda group_id: self.partition_for(group_id) == partition.index)
+            self.consumer_writes.unload(lambda group_id: self.partition_for(group_id) == partition.index)
 
     def on_txn_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
         """A transaction marker is replicated on `partition` (a ReplicaManager marker listener): on a
