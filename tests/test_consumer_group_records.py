@@ -131,13 +131,16 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def consumer_env(data_dir: Path) -> AsyncIterator[Env]:
-    """A started coordinator over a real store in `data_dir` with topic "t" (4 partitions); loaded."""
+async def consumer_env(data_dir: Path, partitions: int = 4) -> AsyncIterator[Env]:
+    """A started coordinator over a real store in `data_dir` with topic "t" (`partitions`, grown to
+    that if it had fewer); loaded."""
     config = BrokerConfig({"offsets.topic.num.partitions": "1"})
     clock = ManualClock()
     async with hosted_partitions(data_dir, config) as (metadata, replicas):
         if metadata.topic("t") is None:
-            await metadata.create_topic("t", 4, 1, {})
+            await metadata.create_topic("t", partitions, 1, {})
+        elif len(metadata.topic("t").partitions) < partitions:
+            await metadata.add_partitions("t", partitions)
         store = FaultyStore(config, metadata, replicas, clock)
         await store.create()
 
@@ -208,6 +211,29 @@ async def test_a_pending_revocation_and_the_sessions_restart_on_load(tmp_path: P
     async with consumer_env(tmp_path) as env:
         group = env.group()
         assert group is not None and not group.members and group.group_epoch == 4
+
+
+@in_loop
+async def test_a_static_member_that_left_temporarily_is_replaced_after_a_reload(tmp_path: Path) -> None:
+    async with consumer_env(tmp_path) as env:
+        joined = await env.coordinator.consumer_heartbeat(Heartbeat(
+            GROUP, "s1", 0, instance_id="i1", rebalance_timeout_ms=30_000, subscribed_topics=("t",), owned={}))
+        await env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "s1", -2, instance_id="i1"))
+    async with consumer_env(tmp_path) as env:
+        back = await env.coordinator.consumer_heartbeat(Heartbeat(
+            GROUP, "s2", 0, instance_id="i1", rebalance_timeout_ms=30_000, subscribed_topics=("t",), owned={}))
+        assert (back.member_epoch, back.assignment) == (joined.member_epoch, joined.assignment)
+        group = env.group()
+        assert group is not None and set(group.members) == {"s2"} and group.group_epoch == 1
+
+
+@in_loop
+async def test_a_topic_grown_while_the_group_had_no_coordinator_bumps_its_epoch(tmp_path: Path) -> None:
+    async with consumer_env(tmp_path) as env:
+        a = await env.join("a")
+    async with consumer_env(tmp_path, partitions=6) as env:
+        a = await env.beat("a", a.member_epoch, owned=a.assignment)
+        assert (a.member_epoch, a.assignment) == (2, {"t": frozenset(range(6))})
 
 
 @in_loop
