@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from .records import I16, I32, RecordFormatError, RecordReader
+from .records import I16, I32, FlexibleReader, RecordFormatError, RecordReader, encode_string, encode_uvarint
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
@@ -114,31 +114,15 @@ VALUE_TYPES: dict[int, type] = {
 # ---------------------------------------------------------------- encoding
 
 
-def _string(text: str | None) -> bytes:
-    if text is None:
-        return I16.pack(-1)
-    data = text.encode("utf-8")
-    return I16.pack(len(data)) + data
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _compact_string(text: str | None) -> bytes:
     if text is None:
         return b"\x00"
     data = text.encode("utf-8")
-    return _uvarint(len(data) + 1) + data
+    return encode_uvarint(len(data) + 1) + data
 
 
 def _compact_array(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
+    return encode_uvarint(len(items) + 1) + b"".join(items)
 
 
 NO_TAGS = b"\x00"
@@ -152,8 +136,8 @@ def _topic_partitions(topics: TopicIdPartitions) -> bytes:
 
 
 def encode_consumer_key(key: ConsumerGroupKey) -> bytes:
-    data = I16.pack(key.kind) + _string(key.group)
-    return data + _string(key.member) if key.kind in MEMBER_KINDS else data
+    data = I16.pack(key.kind) + encode_string(key.group)
+    return data + encode_string(key.member) if key.kind in MEMBER_KINDS else data
 
 
 def encode_consumer_value(value: ConsumerGroupValue) -> bytes:
@@ -188,31 +172,16 @@ def _body(value: ConsumerGroupValue) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
-class FlexibleReader(RecordReader):
-    """RecordReader with the flexible versions' fields (every length checked against the data)."""
-
-    def uvarint(self) -> int:
-        value = 0
-        for shift in range(0, 35, 7):
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-        raise RecordFormatError("varint too long")
+class ConsumerRecordReader(FlexibleReader):
+    """FlexibleReader with the fields of these records (every length checked against the data)."""
 
     def compact_nullable_string(self) -> str | None:
-        length = self.uvarint()
-        return None if length == 0 else self.take(length - 1).decode("utf-8")
-
-    def compact_string(self) -> str:
-        text = self.compact_nullable_string()
-        if text is None:
-            raise RecordFormatError("null string")
-        return text
+        length = self.compact_length()
+        return None if length < 0 else self.take(length).decode("utf-8")
 
     def array_length(self) -> int:
         """A compact array's length (null read as empty); no more items than bytes left."""
-        length = self.uvarint() - 1
+        length = self.compact_length()
         if length > len(self.data) - self.position:
             raise RecordFormatError("array longer than the record")
         return max(length, 0)
@@ -221,9 +190,7 @@ class FlexibleReader(RecordReader):
         return uuid.UUID(bytes=self.take(16))
 
     def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # the tag
-            self.take(self.uvarint())
+        self.tagged_fields()
 
     def topic_partitions(self) -> TopicIdPartitions:
         topics = []
@@ -249,7 +216,7 @@ def decode_consumer_key(data: bytes) -> ConsumerGroupKey:
 
 
 def decode_consumer_value(kind: int, data: bytes) -> ConsumerGroupValue:
-    reader = FlexibleReader(data)
+    reader = ConsumerRecordReader(data)
     version = reader.i16()
     if version != VALUE_VERSION:
         raise RecordFormatError(f"consumer group record {kind} v{version} is not supported")
@@ -258,7 +225,7 @@ def decode_consumer_value(kind: int, data: bytes) -> ConsumerGroupValue:
     return value
 
 
-def _read_body(kind: int, reader: FlexibleReader) -> ConsumerGroupValue:
+def _read_body(kind: int, reader: ConsumerRecordReader) -> ConsumerGroupValue:
     if kind == GROUP_METADATA:
         return GroupEpochValue(reader.i32())
     if kind == PARTITION_METADATA:
@@ -281,7 +248,7 @@ def _read_body(kind: int, reader: FlexibleReader) -> ConsumerGroupValue:
     return CurrentAssignmentValue(epoch, previous, state, reader.topic_partitions(), reader.topic_partitions())
 
 
-def _read_topic_metadata(reader: FlexibleReader) -> TopicMetadataValue:
+def _read_topic_metadata(reader: ConsumerRecordReader) -> TopicMetadataValue:
     topic = TopicMetadataValue(reader.uuid(), reader.compact_string(), reader.i32())
     for _ in range(reader.array_length()):  # the racks of each partition (not used since Kafka 4.0)
         reader.i32()
