@@ -237,7 +237,11 @@ class ConsumerGroupWrites:
     async def change(self, group_id: str, apply: Callable[[], T], member_id: str | None = None) -> T:
         """Run `apply` (a change of the group's state in memory, by `member_id` if it is a member's),
         then write the records it changed; if `apply` refuses or the write fails, the group is back
-        as its records describe it, and the error raised."""
+        as its records describe it, and the error raised. Shielded: a client hanging up must not
+        leave a change applied but neither written nor undone."""
+        return await asyncio.shield(self._change(group_id, apply, member_id))
+
+    async def _change(self, group_id: str, apply: Callable[[], T], member_id: str | None) -> T:
         async with self._lock(group_id):
             if (error := self.coordinator_error(group_id)) is not None:
                 raise KafkaApiError(error)
