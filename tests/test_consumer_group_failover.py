@@ -27,6 +27,11 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Idempotently (on a loaded machine a request may time out and be retried: no record twice)."""
+    produce_all(bootstrap, topic, [(None, value) for value in values], **{"enable.idempotence": True})
+
+
 class Member:
     """A consumer of the group that counts what its rebalance callbacks hand over and take away."""
 
@@ -142,7 +147,7 @@ def resumed(members: list[Member], bootstrap: Callable[[], str], group: str, top
     state, callbacks, member_ids, committed = before
     assert wait_until(lambda: all_committed(members), DEADLINE_S, message="the committed offsets") == committed
     new = [f"{batch}-{i}".encode() for i in range(30)]
-    produce_all(bootstrap(), topic, [(None, value) for value in new])
+    produce(bootstrap(), topic, new)
     produced += new
     poll_until(members, consumed(members, produced), f"the records produced {batch}")
     poll_until(members, lambda: all(m.commit() for m in members), "commits at the members' epochs")
@@ -161,7 +166,7 @@ def test_a_restarted_broker_resumes_its_consumer_group_without_a_rebalance() -> 
         admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
         admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
         produced = [f"first-{i}".encode() for i in range(60)]
-        produce_all(broker.bootstrap, topic, [(None, value) for value in produced])
+        produce(broker.bootstrap, topic, produced)
         members = start_group(broker.bootstrap, group, topic, partitions, 3)
         try:
             poll_until(members, consumed(members, produced), "the first records")
@@ -182,14 +187,16 @@ def test_a_consumer_group_resumes_on_the_new_coordinator_when_its_broker_dies(zo
         admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(60)
         cluster.wait_ready([topic])
         produced = [f"first-{i}".encode() for i in range(40)]
-        produce_all(cluster.bootstrap, topic, [(None, value) for value in produced], acks="all")
+        produce(cluster.bootstrap, topic, produced)
         members = start_group(cluster.bootstrap, group, topic, partitions, 2)
         try:
             poll_until(members, consumed(members, produced), "the first records")
             coordinator = wait_until(lambda: coordinator_of(cluster, group), DEADLINE_S, message="the coordinator")
             before = settled(members, cluster.brokers[coordinator].bootstrap, group)
-            wait_until(lambda: offsets_isr(cluster) == 3, DEADLINE_S, message="__consumer_offsets fully in sync")
+            wait_until(lambda: in_sync(cluster, [topic, "__consumer_offsets"]), DEADLINE_S,
+                       message="every replica in sync")  # so that another broker may take over
             cluster.brokers[coordinator].kill()
+            cluster.wait_ready([topic], timeout=DEADLINE_S)  # its partitions led by the others
             successor = wait_until(lambda: coordinator_of(cluster, group) not in (None, coordinator) and
                                    coordinator_of(cluster, group), DEADLINE_S, message="a new coordinator")
             resumed(members, lambda: cluster.brokers[successor].bootstrap, group, topic, produced, before, "failover")
@@ -211,11 +218,12 @@ def coordinator_of(cluster: Cluster, group: str) -> int | None:
     return None
 
 
-def offsets_isr(cluster: Cluster) -> int:
-    """How many replicas of __consumer_offsets-0 are in sync, as the live brokers' Metadata shows."""
+def in_sync(cluster: Cluster, topics: list[str]) -> bool:
+    """Is every replica of `topics` in sync, as the live brokers' Metadata shows?"""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     try:
-        found = admin.list_topics("__consumer_offsets", timeout=5).topics["__consumer_offsets"].partitions[0]
+        found = admin.list_topics(timeout=5).topics
+        partitions = [p for topic in topics for p in found[topic].partitions.values()]
     except Exception:  # noqa: BLE001 - a broker going away mid-request: ask again
-        return 0
-    return len(found.isrs)
+        return False
+    return all(len(p.isrs) == len(p.replicas) == 3 for p in partitions)
