@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 # Modules whose tests share nothing but the session's ZooKeeper: spread test by test over the workers.
 SPREAD = {"test_cluster.py", "test_cluster_storage.py", "test_cluster_transactions.py", "test_zookeeper_outage.py",
-          "test_fuzz.py"}
+          "test_fuzz.py", "test_consumer_group_failover.py"}
 # Modules that share one worker, one after the other: two Spark JVMs at once starved each other's
 # Python workers ("Python worker failed to connect back").
 SAME_WORKER = {"test_spark.py": "spark", "test_spark_exactly_once.py": "spark"}

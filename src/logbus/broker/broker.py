@@ -37,6 +37,8 @@ from .server import Connections, Listener
 from .topic_configs import broker_entity, group_entity
 
 if TYPE_CHECKING:
+    import uuid
+
     from ..cluster.controller import Controller
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock,
             partition_count=self._partition_count, topic_names=self._public_topics,
-            group_configs=self._group_configs,
+            group_configs=self._group_configs, topic_id=self._topic_id, topic_name=self._topic_name,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
@@ -118,6 +120,14 @@ class Broker:
     def _group_configs(self, group_id: str) -> dict[str, str]:
         """A group's own configs (IncrementalAlterConfigs on its GROUP resource)."""
         return self.metadata.entity_configs().get(group_entity(group_id), {})
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        metadata = self.metadata.topic(topic)
+        return None if metadata is None else metadata.uuid
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        metadata = self.metadata.topic_by_id(str(topic_id))
+        return None if metadata is None else metadata.name
 
     def _public_topics(self) -> list[str]:
         return [name for name, metadata in self.metadata.topics().items() if not metadata.internal]

@@ -216,7 +216,8 @@ class ClassicMembers:
                 return
             member.classic_timer.cancel()
         member.classic_timer = self.groups.clock.call_later(
-            member.rebalance_timeout_ms, self.groups._expire, group.group_id, member.member_id, member, why)
+            member.rebalance_timeout_ms, self.groups._expire, group.group_id, member.member_id, member, "classic_timer",
+            why)
 
     @staticmethod
     def _cancel_deadline(member: ConsumerMember) -> None:

@@ -233,6 +233,8 @@ class ConsumerGroups:
         # (the last consumer-protocol member left: `migration.py`)
         self.downgrade: Callable[[ConsumerGroup, ConsumerMember], bool] = lambda _group, _member: False
         self.groups: dict[str, ConsumerGroup] = {}
+        # how a timer's change of a group runs: at once here; the coordinator writes it first
+        self.run_change: Callable[[str, Callable[[], None]], None] = lambda _group_id, change: change()
 
     # ================================================================ heartbeat
 
@@ -488,7 +490,7 @@ class ConsumerGroups:
     def _start_revocation_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         self._cancel_revocation_timer(member)
         member.revocation_timer = self.clock.call_later(
-            member.rebalance_timeout_ms, self._expire, group.group_id, member.member_id, member,
+            member.rebalance_timeout_ms, self._expire, group.group_id, member.member_id, member, "revocation_timer",
             "did not revoke its partitions within its rebalance timeout")
 
     @staticmethod
@@ -523,13 +525,21 @@ class ConsumerGroups:
         timeout = (member.classic.session_timeout_ms if member.classic is not None
                    else self.timeouts(group.group_id).session_timeout_ms)
         member.session_timer = self.clock.call_later(
-            timeout, self._expire, group.group_id, member.member_id, member,
+            timeout, self._expire, group.group_id, member.member_id, member, "session_timer",
             "sent no heartbeat within the session timeout")
 
-    def _expire(self, group_id: str, member_id: str, member: ConsumerMember, why: str) -> None:
-        """A session or a revocation ran out: the member is removed (if it is still that member)."""
+    def _expire(self, group_id: str, member_id: str, member: ConsumerMember, timer_name: str, why: str) -> None:
+        """A session or a revocation ran out: the member is removed, through `run_change`."""
+        fired = getattr(member, timer_name)
+        self.run_change(group_id, functools.partial(self._expire_now, group_id, member_id, member, timer_name,
+                                                    fired, why))
+
+    def _expire_now(self, group_id: str, member_id: str, member: ConsumerMember, timer_name: str,
+                    fired: Timer | None, why: str) -> None:
+        """The member is removed if it is still that member and its timer was not restarted meanwhile
+        (a heartbeat while the change waited for the group's previous write)."""
         group = self.groups.get(group_id)
-        if group is not None and group.members.get(member_id) is member:
+        if group is not None and group.members.get(member_id) is member and getattr(member, timer_name) is fired:
             log.info("consumer group %s: member %s fenced at epoch %d: it %s", group_id, member_id,
                      member.member_epoch, why)
             self._remove(group, member)
@@ -575,6 +585,22 @@ class ConsumerGroups:
         group = self.groups.pop(group_id, None)
         if group is not None:
             group.dead = True
+
+    def adopt(self, group: ConsumerGroup) -> None:
+        """A group rebuilt from its records (loaded, or restored after a failed write) replaces any of
+        its id; its members' sessions, and the rebalance timeouts of pending revocations, start now."""
+        previous = self.groups.pop(group.group_id, None)
+        if previous is not None:
+            previous.dead = True
+            for member in previous.members.values():
+                member.cancel_timers()
+        self.groups[group.group_id] = group
+        self._resolve_regexes(group)
+        group.assignor = self._group_assignor(group)
+        for member in group.members.values():
+            self._reset_session(group, member)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                self._start_revocation_timer(group, member)
 
     def unload(self, unloaded: Callable[[str], bool]) -> None:
         """The groups whose ids `unloaded` picks leave this coordinator (its partition moved away)."""

@@ -10,8 +10,10 @@ only through the few callables each is built with:
   the transaction markers that complete their pending offsets (`on_txn_marker`).
 
 Consumer groups of the next-generation protocol (KIP-848) are `consumer_groups`
-(`consumer_group.py`); a group id is classic or consumer, never both: their committed offsets live
-in an Empty `ClassicGroup` of the same id, written and expired as for classic groups.
+(`consumer_group.py`), their changes written to `__consumer_offsets` before they count and loaded
+with its partitions (`consumer_persistence.py`); a group id is classic or consumer, never both:
+their committed offsets live in an Empty `ClassicGroup` of the same id, written and expired as
+for classic groups.
 
 `GroupCoordinator` owns what they share: the groups, the background tasks (group writes, expiry
 checks, loads) and the write of a group's metadata record. It is built from `GroupConfig`, the
@@ -31,6 +33,7 @@ from .assignors import assignor_name
 from .classic_members import ClassicMembers
 from .clock import Clock
 from .consumer_group import ConsumerGroupConfig, ConsumerGroups
+from .consumer_persistence import ConsumerGroupWrites, TopicIdOf, TopicNameOf
 from .group import ClassicGroup
 from .group_types import GroupTypes
 from .loading import Loader
@@ -87,7 +90,8 @@ class GroupCoordinator(GroupTypes):
     def __init__(self, config: GroupConfig, store: OffsetsTopic, clock: Clock,
                  partition_count: Callable[[str], int | None] = lambda _topic: None,
                  topic_names: Callable[[], Iterable[str]] = tuple,
-                 group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}) -> None:
+                 group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {},
+                 topic_id: TopicIdOf = lambda _topic: None, topic_name: TopicNameOf = lambda _topic_id: None) -> None:
         self.store = store
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -106,13 +110,17 @@ class GroupCoordinator(GroupTypes):
             reset_session=self.membership.reset_session, cancel_timers=self.membership.cancel_timers,
             spawn=self._spawn,
         )
-        self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
-                             spawn=self._spawn)
         self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic,
                                               topic_names, group_configs)
         self.consumer_groups.downgrade = self._downgrade
         self.classic_members = ClassicMembers(self.consumer_groups)
         self.migration_policy = config.migration_policy
+        self.consumer_writes = ConsumerGroupWrites(
+            self.consumer_groups, store, partition_for=self.partition_for, coordinator_error=self.coordinator_error,
+            topic_id=topic_id, topic_name=topic_name, spawn=self._spawn,
+        )
+        self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
+                             spawn=self._spawn, adopt_consumer_group=self.consumer_writes.adopt)
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         # what the API handlers call
@@ -134,7 +142,7 @@ class GroupCoordinator(GroupTypes):
         stopped leading leave memory too (their members then find the new coordinator)."""
         self.loader.on_leadership(partition, leads)
         if not leads and partition.topic == OFFSETS_TOPIC:
-            self.consumer_groups.unload(lambda group_id: self.partition_for(group_id) == partition.index)
+            self.consumer_writes.unload(lambda group_id: self.partition_for(group_id) == partition.index)
 
     def on_txn_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
         """A transaction marker is replicated on `partition` (a ReplicaManager marker listener): on a

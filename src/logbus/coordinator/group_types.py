@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .clock import Clock
+    from .consumer_persistence import ConsumerGroupWrites
     from .membership import JoinRequest, Membership
     from .offsets import Offsets
 
@@ -53,6 +54,7 @@ class ListedGroup:
 class GroupTypes:
     groups: dict[str, ClassicGroup]
     consumer_groups: ConsumerGroups
+    consumer_writes: ConsumerGroupWrites
     membership: Membership
     offsets: Offsets
     coordinator_error: Callable[[str], ErrorCode | None]
@@ -75,15 +77,18 @@ class GroupTypes:
         """Does a consumer group hold this id (else it is classic or unknown)?"""
         return self.consumer_group(group_id) is not None
 
-    def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat: the request's checks, then may this broker serve the group."""
+    async def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: the request's checks, then may this broker serve the group; answered
+        once its changes are written."""
         self.consumer_groups.validate(request)
         error = self.coordinator_error(request.group_id)
         if error is not None:
             raise KafkaApiError(error)
-        if request.member_epoch == 0 and self._is_classic(request.group_id):
-            self._upgrade(self.groups[request.group_id])
-        return self.consumer_groups.heartbeat(request)
+        def upgrade_and_heartbeat() -> HeartbeatResult:
+            if request.member_epoch == 0 and self._is_classic(request.group_id):
+                self._upgrade(self.groups[request.group_id])
+            return self.consumer_groups.heartbeat(request)
+        return await self.consumer_writes.change(request.group_id, upgrade_and_heartbeat, request.member_id)
 
     def _upgrade(self, classic: ClassicGroup) -> None:
         """Convert a classic group with members to a consumer group, if it may be (else it stays
@@ -122,8 +127,12 @@ class GroupTypes:
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.coordinator_error(request.group_id) is None:
             if not consumer.is_empty:
-                return self._classic_join(consumer, request)
-            self.consumer_groups.delete(request.group_id)
+                return await self.consumer_writes.change(request.group_id,
+                                                         lambda: self._classic_join(consumer, request))
+            try:
+                await self.consumer_writes.delete(request.group_id)
+            except KafkaApiError as exc:
+                return JoinResult(exc.code, request.member_id)
         return await self.membership.join(request)
 
     def _classic_join(self, consumer: ConsumerGroup, request: JoinRequest) -> JoinResult:
@@ -158,12 +167,13 @@ class GroupTypes:
             return self.membership.heartbeat(group_id, generation, member_id, instance_id)
         return self.classic_members.heartbeat(consumer, generation, member_id, instance_id)
 
-    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup (classic members of a consumer group leave through its write path)."""
         consumer = self._mixed(group_id)
         if consumer is None:
             return self.membership.leave(group_id, leaving)
-        return ErrorCode.none, [self.classic_members.leave(consumer, member_id, instance_id)
-                                for member_id, instance_id in leaving]
+        return await self.consumer_writes.change(group_id, lambda: (ErrorCode.none, [
+            self.classic_members.leave(consumer, member_id, instance_id) for member_id, instance_id in leaving]))
 
     def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
         """DescribeGroups: a consumer group is not a classic group (answered as an unknown one)."""
@@ -220,9 +230,10 @@ class GroupTypes:
             return await self.offsets.delete_group(group_id)
         if self.consumer_groups.active(group_id) is not None:
             return ErrorCode.non_empty_group
-        error = ErrorCode.none
+        try:  # its records first: if the offsets' deletion fails, a retry finds them in a classic group
+            await self.consumer_writes.delete(group_id)
+        except KafkaApiError as exc:
+            return exc.code
         if group_id in self.groups:  # the holder of its offsets
-            error = await self.offsets.delete_group(group_id)
-        if error is ErrorCode.none:
-            self.consumer_groups.delete(group_id)
-        return error
+            return await self.offsets.delete_group(group_id)
+        return ErrorCode.none

@@ -9,6 +9,9 @@ COORDINATOR_LOAD_IN_PROGRESS (`coordinator_error`), as in Kafka. When it
 stops leading a partition, that partition's groups leave memory and a later leadership loads
 them afresh from the log.
 
+KIP-848 consumer groups are rebuilt from their records too (`adopt_consumer_group`,
+consumer_persistence.py), after the classic groups that hold their offsets.
+
 Transactions: a load rebuilds committed offsets and the pending ones of transactions still open
 (store.py's `LogReplay`); a COMMIT or ABORT marker replicated on a loaded partition completes its
 producer's pending offsets in that partition's groups (`on_txn_marker`), and one that lands while
@@ -32,6 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.records import NO_PRODUCER_ID
 from .clock import Clock
+from .consumer_records import ConsumerGroupKey, ConsumerGroupValue
 from .group import ClassicGroup, CommittedOffset, GroupState, Member, TopicPartition
 from .partition_loads import PartitionLoads
 from .records import GroupValue, OffsetKey, OffsetValue, coordinator_partition
@@ -48,11 +52,14 @@ class Loader:
     def __init__(self, store: OffsetsTopic, clock: Clock, groups: dict[str, ClassicGroup], *,
                  adopt: Callable[[ClassicGroup], None],
                  evict: Callable[[ClassicGroup, ErrorCode], None],
-                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
+                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task],
+                 adopt_consumer_group: Callable[[str, dict[ConsumerGroupKey, ConsumerGroupValue]], None]
+                 = lambda _group_id, _records: None) -> None:
         self.store = store
         self.clock = clock
         self.groups = groups
         self.adopt = adopt
+        self.adopt_consumer_group = adopt_consumer_group
         self.evict = evict
         self.spawn = spawn
         self.loads = PartitionLoads(store, self._load, spawn)
@@ -124,6 +131,8 @@ class Loader:
             group.pending_txn_offsets = loaded.pending.get(group_id, {})
             self.adopt(group)
             self.groups[group_id] = group
+        for group_id, records in loaded.consumer_groups.items():
+            self.adopt_consumer_group(group_id, records)
         for producer_id, commit in self._ended_while_loading.pop(index, []):
             self._complete_txn(index, producer_id, commit)
         log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
@@ -136,9 +145,14 @@ class _LoadedGroups:
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self.pending: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}  # by producer id
         self.metadata: dict[str, GroupValue | None] = {}
+        self.consumer_groups: dict[str, dict[ConsumerGroupKey, ConsumerGroupValue]] = {}  # their live records
 
     def add(self, entry: LoadedEntry) -> None:
         key, value = entry.key, entry.value
+        if isinstance(key, ConsumerGroupKey):
+            if value is not None:
+                self.consumer_groups.setdefault(key.group, {})[key] = value
+            return
         if not isinstance(key, OffsetKey):
             self.metadata[key.group] = value if isinstance(value, GroupValue) else None
             return

@@ -10,8 +10,9 @@ Values (null = tombstone: the offset or the group is deleted):
   GroupMetadataValue v3: protocol type, generation, protocol, leader, state timestamp and the
       members (id, instance id, client id/host, timeouts, subscription, assignment). v0-v2 are
       read too.
-These are Kafka's non-flexible encodings (int16-length strings, int32-length bytes). Records
-with other key versions (the new consumer protocol, share groups) are not ours and are skipped.
+These are Kafka's non-flexible encodings (int16-length strings, int32-length bytes). Key versions
+3-8 are the records of KIP-848 consumer groups (consumer_records.py); others (share and streams
+groups) are not ours and are skipped.
 
 The coordinating partition of a group is `Utils.abs(groupId.hashCode()) % partitions`, with
 Java's String.hashCode over UTF-16 code units and Kafka's abs mapping Integer.MIN_VALUE to 0.
@@ -19,8 +20,13 @@ Java's String.hashCode over UTF-16 code units and Kafka's abs mapping Integer.MI
 
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass
+
+from kio.serial.writers import write_unsigned_varint
+
+from ..protocol.frames import MalformedRequestError, read_uvarint
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -104,7 +110,7 @@ class GroupValue:
 # ---------------------------------------------------------------- encoding
 
 
-def _string(text: str | None) -> bytes:
+def encode_string(text: str | None) -> bytes:
     if text is None:
         return I16.pack(-1)
     data = text.encode("utf-8")
@@ -116,36 +122,36 @@ def _bytes(data: bytes) -> bytes:
 
 
 def encode_offset_key(key: OffsetKey) -> bytes:
-    return I16.pack(OFFSET_KEY_VERSION) + _string(key.group) + _string(key.topic) + I32.pack(key.partition)
+    return I16.pack(OFFSET_KEY_VERSION) + encode_string(key.group) + encode_string(key.topic) + I32.pack(key.partition)
 
 
 def encode_group_key(key: GroupKey) -> bytes:
-    return I16.pack(GROUP_KEY_VERSION) + _string(key.group)
+    return I16.pack(GROUP_KEY_VERSION) + encode_string(key.group)
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
     """v3, or v1 when the commit carried an expire timestamp (as Kafka chooses)."""
     if value.expire_timestamp >= 0:
         return (
-            I16.pack(OFFSET_VALUE_WITH_EXPIRY_VERSION) + I64.pack(value.offset) + _string(value.metadata)
+            I16.pack(OFFSET_VALUE_WITH_EXPIRY_VERSION) + I64.pack(value.offset) + encode_string(value.metadata)
             + I64.pack(value.commit_timestamp) + I64.pack(value.expire_timestamp)
         )
     return (
         I16.pack(OFFSET_VALUE_VERSION) + I64.pack(value.offset) + I32.pack(value.leader_epoch)
-        + _string(value.metadata) + I64.pack(value.commit_timestamp)
+        + encode_string(value.metadata) + I64.pack(value.commit_timestamp)
     )
 
 
 def encode_group_value(value: GroupValue) -> bytes:
     parts = [
-        I16.pack(GROUP_VALUE_VERSION), _string(value.protocol_type), I32.pack(value.generation),
-        _string(value.protocol), _string(value.leader), I64.pack(value.state_timestamp),
+        I16.pack(GROUP_VALUE_VERSION), encode_string(value.protocol_type), I32.pack(value.generation),
+        encode_string(value.protocol), encode_string(value.leader), I64.pack(value.state_timestamp),
         I32.pack(len(value.members)),
     ]
     for member in value.members:
         parts += [
-            _string(member.member_id), _string(member.group_instance_id), _string(member.client_id),
-            _string(member.client_host), I32.pack(member.rebalance_timeout_ms),
+            encode_string(member.member_id), encode_string(member.group_instance_id), encode_string(member.client_id),
+            encode_string(member.client_host), I32.pack(member.rebalance_timeout_ms),
             I32.pack(member.session_timeout_ms), _bytes(member.subscription), _bytes(member.assignment),
         ]
     return b"".join(parts)
@@ -198,6 +204,40 @@ class RecordReader:
     def bytes(self) -> bytes:
         length = self.i32()
         return b"" if length < 0 else self.take(length)
+
+
+def encode_uvarint(value: int) -> bytes:
+    buffer = io.BytesIO()
+    write_unsigned_varint(buffer, value)
+    return buffer.getvalue()
+
+
+class FlexibleReader(RecordReader):
+    """The compact (varint-length) fields and tagged sections of flexible versions."""
+
+    def uvarint(self) -> int:
+        try:
+            value, self.position = read_uvarint(self.data, self.position)
+        except MalformedRequestError as exc:
+            raise RecordFormatError(str(exc)) from None
+        return value
+
+    def compact_length(self) -> int:
+        """A compact string's or array's length; -1 for null."""
+        return self.uvarint() - 1
+
+    def compact_string(self) -> str:
+        length = self.compact_length()
+        if length < 0:
+            raise RecordFormatError("null where a string is required")
+        return self.take(length).decode("utf-8")
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        fields = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            fields[tag] = self.take(self.uvarint())
+        return fields
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:

@@ -2,7 +2,8 @@
 
 An `InternalTopic` (internal_topic.py: creation, acks=all writes, chunked reads) with the record
 format of records.py: offsets (OffsetCommitKey/Value) and group metadata (GroupMetadataKey/Value)
-as Kafka writes them. The topic is compacted with `offsets.topic.num.partitions` partitions,
+as Kafka writes them, and consumer_records.py's records of KIP-848 consumer groups. The topic is
+compacted with `offsets.topic.num.partitions` partitions,
 `offsets.topic.replication.factor` replicas (capped by the live brokers) and
 `offsets.topic.segment.bytes` segments.
 
@@ -19,6 +20,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..protocol.records import NO_PRODUCER_ID, BatchHeader, EndTxnMarker
+from .consumer_records import (
+    ConsumerGroupKey,
+    ConsumerGroupValue,
+    decode_consumer_key,
+    decode_consumer_value,
+    encode_consumer_key,
+    encode_consumer_value,
+    is_consumer_group_key,
+)
 from .internal_topic import InternalTopic, ProducerFields, Record, TopicSpec
 from .records import (
     OFFSET_KEY_VERSION,
@@ -46,7 +56,9 @@ TOPIC = "__consumer_offsets"
 LOAD_DECODE_STEP = 512
 OFFSET_KEY_PREFIX = OFFSET_KEY_VERSION.to_bytes(2, "big")
 
-Entry = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
+Key = OffsetKey | GroupKey | ConsumerGroupKey
+Value = OffsetValue | GroupValue | ConsumerGroupValue
+Entry = tuple[Key, Value | None]
 
 
 class LoadedEntry(NamedTuple):
@@ -54,8 +66,8 @@ class LoadedEntry(NamedTuple):
     is None) or pending in `producer_id`'s open transaction. `record_offset` is its batch's base
     offset."""
 
-    key: OffsetKey | GroupKey
-    value: OffsetValue | GroupValue | None
+    key: Key
+    value: Value | None
     record_offset: int
     producer_id: int
 
@@ -172,13 +184,18 @@ def _canonical_key(key: bytes) -> bytes:
     return OFFSET_KEY_PREFIX + key[2:] if key[:2] == b"\x00\x00" else key
 
 
-def encode_entry(key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None) -> tuple[bytes, bytes | None]:
+def encode_entry(key: Key, value: Value | None) -> tuple[bytes, bytes | None]:
+    if isinstance(key, ConsumerGroupKey):
+        return encode_consumer_key(key), None if value is None else encode_consumer_value(value)
     if isinstance(key, OffsetKey):
         return encode_offset_key(key), None if value is None else encode_offset_value(value)
     return encode_group_key(key), None if value is None else encode_group_value(value)
 
 
 def decode_entry(key_bytes: bytes, value_bytes: bytes | None) -> Entry | None:
+    if is_consumer_group_key(key_bytes):
+        consumer_key = decode_consumer_key(key_bytes)
+        return consumer_key, None if value_bytes is None else decode_consumer_value(consumer_key.kind, value_bytes)
     key = decode_key(key_bytes)
     if key is None:
         return None

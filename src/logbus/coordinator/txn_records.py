@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import io
 import struct
 from dataclasses import dataclass
 
-from kio.serial.writers import write_unsigned_varint
-
-from ..protocol.frames import MalformedRequestError, read_uvarint
-from .records import I8, I16, I32, I64, RecordFormatError, RecordReader
+from .records import I8, I16, I32, I64, FlexibleReader, RecordFormatError, RecordReader, encode_uvarint
 
 KEY_VERSION = 0
 FLEXIBLE_VALUE_VERSION = 1
@@ -92,57 +88,24 @@ def _encode_v0(value: TxnValue) -> bytes:
 
 
 def _encode_v1(value: TxnValue) -> bytes:
-    parts = [I16.pack(FLEXIBLE_VALUE_VERSION), _fixed_head(value), _uvarint(len(value.partitions) + 1)]
+    parts = [I16.pack(FLEXIBLE_VALUE_VERSION), _fixed_head(value), encode_uvarint(len(value.partitions) + 1)]
     for topic, ids in value.partitions:
         name = topic.encode("utf-8")
-        parts += [_uvarint(len(name) + 1), name, _uvarint(len(ids) + 1), *(I32.pack(i) for i in ids), _uvarint(0)]
+        parts += [encode_uvarint(len(name) + 1), name, encode_uvarint(len(ids) + 1), *(I32.pack(i) for i in ids),
+                  encode_uvarint(0)]
     parts.append(_fixed_tail(value))
     tags = [(tag, data) for tag, data, default in (
         (_TAG_PREVIOUS_PRODUCER_ID, I64.pack(value.previous_producer_id), value.previous_producer_id == -1),
         (_TAG_NEXT_PRODUCER_ID, I64.pack(value.next_producer_id), value.next_producer_id == -1),
         (_TAG_CLIENT_VERSION, I16.pack(value.client_version), value.client_version == 0),
     ) if not default]
-    parts.append(_uvarint(len(tags)))
+    parts.append(encode_uvarint(len(tags)))
     for tag, data in tags:
-        parts += [_uvarint(tag), _uvarint(len(data)), data]
+        parts += [encode_uvarint(tag), encode_uvarint(len(data)), data]
     return b"".join(parts)
 
 
-def _uvarint(value: int) -> bytes:
-    buffer = io.BytesIO()
-    write_unsigned_varint(buffer, value)
-    return buffer.getvalue()
-
-
 # ---------------------------------------------------------------- decoding
-
-
-class _FlexibleReader(RecordReader):
-    """The compact (varint-length) fields and tagged sections of flexible versions."""
-
-    def uvarint(self) -> int:
-        try:
-            value, self.position = read_uvarint(self.data, self.position)
-        except MalformedRequestError as exc:
-            raise RecordFormatError(str(exc)) from None
-        return value
-
-    def compact_length(self) -> int:
-        """A compact string's or array's length; -1 for null."""
-        return self.uvarint() - 1
-
-    def compact_string(self) -> str:
-        length = self.compact_length()
-        if length < 0:
-            raise RecordFormatError("null where a string is required")
-        return self.take(length).decode("utf-8")
-
-    def tagged_fields(self) -> dict[int, bytes]:
-        fields = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.take(self.uvarint())
-        return fields
 
 
 def decode_key(data: bytes) -> str:
@@ -155,7 +118,7 @@ def decode_key(data: bytes) -> str:
 
 
 def decode_value(data: bytes) -> TxnValue:
-    reader = _FlexibleReader(data)
+    reader = FlexibleReader(data)
     version = reader.i16()
     if version not in (0, FLEXIBLE_VALUE_VERSION):
         raise RecordFormatError(f"TransactionLogValue v{version}")
@@ -183,7 +146,7 @@ def _status(code: int) -> TxnStatus:
         raise RecordFormatError(f"transaction status {code}") from None
 
 
-def _read_partitions(reader: _FlexibleReader, flexible: bool) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def _read_partitions(reader: FlexibleReader, flexible: bool) -> tuple[tuple[str, tuple[int, ...]], ...]:
     count = reader.compact_length() if flexible else reader.i32()
     partitions = []
     for _ in range(max(count, 0)):

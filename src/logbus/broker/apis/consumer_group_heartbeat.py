@@ -45,7 +45,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if len(authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)) < len(set(topics)):
         return _error(ctx, ErrorCode.topic_authorization_failed, "Unauthorized topics in the subscription.")
     try:
-        result = group_coordinator(ctx.broker).consumer_heartbeat(_heartbeat(ctx, request))
+        result = await group_coordinator(ctx.broker).consumer_heartbeat(_heartbeat(ctx, request))
     except KafkaApiError as exc:
         return _error(ctx, exc.code, exc.message)
     module = response_module(API_KEY, ctx.api_version)

@@ -28,10 +28,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
         return make(cls, error_code=ErrorCode.group_authorization_failed, members=())
     if ctx.api_version < 3:
-        error, errors = group_coordinator(ctx.broker).leave(request.group_id, [(request.member_id, None)])
+        error, errors = await group_coordinator(ctx.broker).leave(request.group_id, [(request.member_id, None)])
         return make(cls, error_code=errors[0] if error is ErrorCode.none else error)
     leaving = [(m.member_id, m.group_instance_id) for m in request.members]
-    error, errors = group_coordinator(ctx.broker).leave(request.group_id, leaving)
+    error, errors = await group_coordinator(ctx.broker).leave(request.group_id, leaving)
     module = response_module(API_KEY, ctx.api_version)
     members = tuple(
         make(module.MemberResponse, member_id=member_id, group_instance_id=instance_id, error_code=member_error)
