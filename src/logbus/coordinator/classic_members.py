@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -33,23 +32,11 @@ from ..errors import KafkaApiError
 from ..protocol.consumer_protocol import encode_assignment, parse_subscription, protocol_version
 from .consumer_group import ClassicProtocol, ConsumerGroup, ConsumerGroups, ConsumerMember, MemberState
 from .group import JoinResult
+from .membership import JoinRequest
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_TYPE = "consumer"
-
-
-@dataclass(slots=True)
-class ClassicJoin:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    require_known_member_id: bool
 
 
 def supports(group: ConsumerGroup, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
@@ -73,7 +60,7 @@ class ClassicMembers:
 
     # ================================================================ JoinGroup
 
-    def join(self, group: ConsumerGroup, request: ClassicJoin) -> JoinResult:
+    def join(self, group: ConsumerGroup, request: JoinRequest) -> JoinResult:
         try:
             return self._join(group, request)
         except KafkaApiError as exc:
@@ -81,14 +68,14 @@ class ClassicMembers:
                       exc.code.name)
             return JoinResult(exc.code, request.member_id)
 
-    def _join(self, group: ConsumerGroup, request: ClassicJoin) -> JoinResult:
+    def _join(self, group: ConsumerGroup, request: JoinRequest) -> JoinResult:
         member_id = request.member_id or str(uuid.uuid4())
-        if member_id not in group.members and request.instance_id not in group.static_members and (
+        if member_id not in group.members and request.group_instance_id not in group.static_members and (
                 len(group.members) >= self.groups.config.max_size):
             raise KafkaApiError(ErrorCode.group_max_size_reached)
         if not supports(group, request.protocol_type, request.protocols):
             raise KafkaApiError(ErrorCode.inconsistent_group_protocol)
-        if not request.member_id and request.instance_id is None and request.require_known_member_id:
+        if not request.member_id and request.group_instance_id is None and request.require_known_member_id:
             return JoinResult(ErrorCode.member_id_required, member_id)
         try:
             subscription = parse_subscription(request.protocols[0][1])
@@ -111,12 +98,12 @@ class ClassicMembers:
         return JoinResult(ErrorCode.none, member.member_id, member.member_epoch, PROTOCOL_TYPE,
                           member.classic.protocol_name)
 
-    def _member(self, group: ConsumerGroup, request: ClassicJoin, member_id: str) -> tuple[ConsumerMember, bool]:
+    def _member(self, group: ConsumerGroup, request: JoinRequest, member_id: str) -> tuple[ConsumerMember, bool]:
         """The joining member, and whether it is new. A static member joining with no member id
         takes its instance's place (and assignment), whichever protocol the one it replaces
         speaks; with another's id it is fenced (Kafka's getOrMaybeSubscribeStaticConsumerGroupMember)."""
-        if request.instance_id is not None and request.instance_id in group.static_members:
-            current = group.members[group.static_members[request.instance_id]]
+        if request.group_instance_id is not None and request.group_instance_id in group.static_members:
+            current = group.members[group.static_members[request.group_instance_id]]
             if request.member_id and request.member_id != current.member_id:
                 raise KafkaApiError(ErrorCode.fenced_instance_id)
             if current.member_id != member_id:  # Kafka copies it under the new id, at epoch 0
@@ -124,18 +111,18 @@ class ClassicMembers:
                 group.target[member_id] = group.target.pop(current.member_id, {})
                 current.member_id, current.member_epoch, current.previous_member_epoch = member_id, 0, 0
                 group.members[member_id] = current
-                group.static_members[request.instance_id] = member_id
+                group.static_members[request.group_instance_id] = member_id
             return current, False
         member = group.members.get(member_id)
         if member is not None:
             if member.classic is None:
                 raise KafkaApiError(ErrorCode.unknown_member_id)
             return member, False
-        member = ConsumerMember(member_id, request.instance_id, None, request.client_id, request.client_host,
+        member = ConsumerMember(member_id, request.group_instance_id, None, request.client_id, request.client_host,
                                 request.rebalance_timeout_ms)
         group.members[member_id] = member
-        if request.instance_id is not None:
-            group.static_members[request.instance_id] = member_id
+        if request.group_instance_id is not None:
+            group.static_members[request.group_instance_id] = member_id
         return member, True
 
     # ================================================================ SyncGroup, Heartbeat, LeaveGroup

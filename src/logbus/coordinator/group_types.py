@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
-from .classic_members import ClassicJoin, ClassicMembers
+from .classic_members import ClassicMembers
 from .consumer_group import ConsumerGroup, ConsumerGroups, ConsumerMember, Heartbeat, HeartbeatResult
 from .group import ClassicGroup, GroupState, JoinResult
 from .migration import MigrationPolicy, consumer_group_from, fill_classic_group, may_downgrade
@@ -138,10 +138,7 @@ class GroupTypes:
     def _classic_join(self, consumer: ConsumerGroup, request: JoinRequest) -> JoinResult:
         if not self.membership.min_session_ms <= request.session_timeout_ms <= self.membership.max_session_ms:
             return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
-        return self.classic_members.join(consumer, ClassicJoin(
-            request.member_id, request.group_instance_id, request.client_id, request.client_host,
-            request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type, request.protocols,
-            request.require_known_member_id))
+        return self.classic_members.join(consumer, request)
 
     def _mixed(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group with members that serves the classic requests of this id, if one does."""
