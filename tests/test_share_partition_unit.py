@@ -14,8 +14,8 @@ from kio.schema.errors import ErrorCode
 
 from logbus.cluster.share_partition import (
     AckBatch,
-    AcquiredRange,
     AckType,
+    AcquiredRange,
     RecordState,
     SharePartition,
     SharePartitionConfig,
@@ -223,3 +223,11 @@ def test_log_start_moving_up_archives_what_it_passes() -> None:
     partition.move_log_start(20)
     assert partition.start_offset == partition.end_offset == 20 and partition.records == {}
     assert clock.live() == 0
+
+
+def test_control_batches_are_archived_not_acquired() -> None:
+    partition, _, _ = make()
+    assert partition.acquire("m1", [(0, 1, False), (2, 2, True)], max_records=10) == [AcquiredRange(0, 1, 1)]
+    assert partition.end_offset == 3 and partition.fetch_offset() == 3
+    ack(partition, "m1", 0, 1, AckType.ACCEPT)
+    assert partition.start_offset == 3

@@ -17,9 +17,12 @@ from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore,
 from ..cluster.replica_manager import ReplicaManager
 from ..cluster.replica_selector import replica_selector
 from ..cluster.sasl_login import InterBrokerLogin
+from ..cluster.share_partition import SharePartitionConfig
+from ..cluster.share_partitions import ShareGroupReadSettings, SharePartitions
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
-from ..config import BrokerConfig
+from ..config import BrokerConfig, describe_group_configs
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
+from ..coordinator.share_group import ShareGroupSettings
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
@@ -34,7 +37,8 @@ from .context import RawResponse
 from .fetch_sessions import FetchSessionCache
 from .metrics import BrokerMetrics
 from .server import Connections, Listener
-from .topic_configs import broker_entity
+from .share_sessions import ShareSessionCache
+from .topic_configs import broker_entity, group_entity
 
 if TYPE_CHECKING:
     from ..cluster.controller import Controller
@@ -82,6 +86,13 @@ class Broker:
             partition_count=self._partition_count, topic_names=self._public_topics,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
+        # share groups (KIP-932): membership on the coordinator, records on each partition's leader
+        self.share_partitions = SharePartitions(clock, self._share_read_settings)
+        self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
+        self.replicas.add_leadership_listener(self.share_partitions.on_leadership)
+        share_groups = self.group_coordinator.share_groups
+        share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]
+        share_groups.on_member_left = self.share_partitions.release_member
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
@@ -109,6 +120,23 @@ class Broker:
         self.stopping = False
         self._servers: list[Listener] = []
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port
+
+    def _group_configs(self, group_id: str) -> dict[str, object]:
+        """A group's configs: its own (IncrementalAlterConfigs on the group), else the broker's defaults."""
+        overrides = self.metadata.entity_configs().get(group_entity(group_id), {})
+        return {value.name: value.value for value in describe_group_configs(self.config, overrides)}
+
+    def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
+        configs = self._group_configs(group_id)
+        return ShareGroupSettings(configs["share.session.timeout.ms"], configs["share.heartbeat.interval.ms"])  # type: ignore[arg-type]
+
+    def _share_read_settings(self, group_id: str) -> ShareGroupReadSettings:
+        configs = self._group_configs(group_id)
+        partition_config = SharePartitionConfig(
+            configs["share.record.lock.duration.ms"], self.config["group.share.delivery.count.limit"],  # type: ignore[arg-type]
+            self.config["group.share.partition.max.record.locks"])
+        return ShareGroupReadSettings(partition_config, str(configs["share.auto.offset.reset"]),
+                                      configs["share.isolation.level"] == "read_committed")
 
     def _partition_count(self, topic: str) -> int | None:
         metadata = self.metadata.topic(topic)
@@ -230,6 +258,7 @@ class Broker:
         self._close_listeners()
         self.connections.close_all()
         self.group_coordinator.stop()
+        self.share_partitions.stop()
         self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()

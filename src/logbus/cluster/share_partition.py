@@ -126,18 +126,22 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
-    def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int,
+    def acquire(self, member_id: str, batches: Iterable[tuple[int, int] | tuple[int, int, bool]], max_records: int,
                 whole_batches: bool = True) -> list[AcquiredRange]:
         """Acquire for `member_id` what it may of `batches` ((first, last) offsets of the batches
-        read from `fetch_offset`, in order): Available records and records never acquired, up to
-        `max_records` (rounded up to a batch's end when `whole_batches`) and `max_record_locks`
-        in flight. Offsets between batches (removed by compaction) are archived as they are passed."""
+        read from `fetch_offset`, in order, and whether it is a control batch): Available records
+        and records never acquired, up to `max_records` (rounded up to a batch's end when
+        `whole_batches`) and `max_record_locks` in flight. Offsets between batches (removed by
+        compaction) and control batches (transaction markers) are archived as they are passed."""
         acquired: list[int] = []
-        for first, last in batches:
+        for first, last, *control in batches:
             if len(acquired) >= max(max_records, 1):
                 break
             if last >= self.end_offset and self.in_flight >= self.config.max_record_locks:
                 break
+            if control and control[0]:
+                self._pass(last + 1)
+                continue
             for offset in range(max(first, self.start_offset), last + 1):
                 if not whole_batches and len(acquired) >= max_records:
                     break
@@ -154,8 +158,7 @@ class SharePartition:
     def _take(self, offset: int) -> bool:
         """Acquire `offset` if it may be: Available, or the next never acquired."""
         if offset >= self.end_offset:
-            for gap in range(self.end_offset, offset):  # not in the log: nothing to deliver
-                self.records[gap] = InFlightRecord(RecordState.ARCHIVED)
+            self._pass(offset)
             self.records[offset] = InFlightRecord(RecordState.AVAILABLE)
             self.end_offset = offset + 1
         record = self.records[offset]
@@ -164,6 +167,13 @@ class SharePartition:
         record.state = RecordState.ACQUIRED
         record.delivery_count += 1
         return True
+
+    def _pass(self, offset: int) -> None:
+        """The offsets from the SPEO to `offset` hold nothing to deliver: archived."""
+        for gap in range(self.end_offset, offset):
+            self.records[gap] = InFlightRecord(RecordState.ARCHIVED)
+        self.end_offset = max(self.end_offset, offset)
+        self._advance()
 
     def _ranges(self, offsets: Sequence[int]) -> list[AcquiredRange]:
         ranges: list[AcquiredRange] = []

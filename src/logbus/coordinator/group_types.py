@@ -24,6 +24,7 @@ from ..errors import KafkaApiError
 from .consumer_group import ConsumerGroup, ConsumerGroups, Heartbeat, HeartbeatResult
 from .group import ClassicGroup, GroupState, JoinResult
 from .offsets import FetchedOffset, OffsetCommit
+from .share_group import ShareGroup, ShareGroups, ShareHeartbeat
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,6 +46,7 @@ class ListedGroup:
 class GroupTypes:
     groups: dict[str, ClassicGroup]
     consumer_groups: ConsumerGroups
+    share_groups: ShareGroups
     membership: Membership
     offsets: Offsets
     coordinator_error: Callable[[str], ErrorCode | None]
@@ -70,11 +72,31 @@ class GroupTypes:
         error = self.coordinator_error(request.group_id)
         if error is not None:
             raise KafkaApiError(error)
+        if self.share_groups.active(request.group_id) is not None:
+            raise KafkaApiError(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a consumer group.")
         return self.consumer_groups.heartbeat(request)
+
+    def share_group(self, group_id: str) -> ShareGroup | None:
+        """The share group that holds `group_id`, if one does."""
+        return None if self._is_classic(group_id) else self.share_groups.get(group_id)
+
+    def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
+        """ShareGroupHeartbeat (KIP-932): the request's checks, may this broker serve the group; an
+        empty consumer group gives its id up to the share group."""
+        self.share_groups.validate(request)
+        error = self.coordinator_error(request.group_id)
+        if error is not None:
+            raise KafkaApiError(error)
+        consumer = self.consumer_groups.get(request.group_id)
+        if consumer is not None and consumer.is_empty and self.share_groups.get(request.group_id) is None:
+            self.consumer_groups.delete(request.group_id)
+        return self.share_groups.heartbeat(request)
 
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members keeps its id (classic members are not served in
         consumer groups); an empty one gives it up to the classic group."""
+        if self.share_groups.active(request.group_id) is not None and self.coordinator_error(request.group_id) is None:
+            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.coordinator_error(request.group_id) is None:
             if not consumer.is_empty:
@@ -87,16 +109,18 @@ class GroupTypes:
     def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
         """DescribeGroups: a consumer group is not a classic group (answered as an unknown one)."""
         error, group = self.membership.describe(group_id)
-        if error is None and self._is_consumer(group_id):
+        if error is None and (self._is_consumer(group_id) or self.share_group(group_id) is not None):
             return None, None
         return error, group
 
     def list_groups(self) -> list[ListedGroup]:
         consumer = {g.group_id: ListedGroup(g.group_id, g.state.value, "consumer", "consumer")
                     for g in self.consumer_groups.all_groups() if not self._is_classic(g.group_id)}
+        share = {g.group_id: ListedGroup(g.group_id, g.state.value, "share", "share")
+                 for g in self.share_groups.all_groups() if not self._is_classic(g.group_id)}
         classic = [ListedGroup(g.group_id, g.state.value, g.protocol_type or "", "classic")
-                   for g in self.membership.list_groups() if g.group_id not in consumer]
-        return classic + list(consumer.values())
+                   for g in self.membership.list_groups() if g.group_id not in consumer and g.group_id not in share]
+        return classic + list(consumer.values()) + list(share.values())
 
     async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                              commits: list[OffsetCommit], expire_timestamp: int = -1) -> list[ErrorCode]:
@@ -134,7 +158,12 @@ class GroupTypes:
         return self.offsets.fetch_offsets(group_id, wanted, require_stable)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
-        """DeleteGroups: an empty consumer group goes with its offsets (a non-empty one: NON_EMPTY_GROUP)."""
+        """DeleteGroups: an empty consumer or share group goes with its offsets (a non-empty one: NON_EMPTY_GROUP)."""
+        if self.share_group(group_id) is not None and self.coordinator_error(group_id) is None:
+            if self.share_groups.active(group_id) is not None:
+                return ErrorCode.non_empty_group
+            self.share_groups.delete(group_id)
+            return ErrorCode.none
         if not self._is_consumer(group_id) or self.coordinator_error(group_id) is not None:
             return await self.offsets.delete_group(group_id)
         if self.consumer_groups.active(group_id) is not None:

@@ -1,0 +1,307 @@
+"""Share groups (KIP-932) against a real broker: librdkafka's `ShareConsumer` (implicit and explicit
+acknowledgement), and raw requests for what a client does not send on purpose (error codes,
+ApiVersions, ListGroups, ShareGroupDescribe)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+from helpers import QUIET, RawConnection, wait_until
+from kio.schema.errors import ErrorCode
+from kio.schema.share_acknowledge.v1.request import AcknowledgementBatch as AckBatchV1
+from kio.schema.share_acknowledge.v1.request import AcknowledgePartition, AcknowledgeTopic
+from kio.schema.share_fetch.v1.request import AcknowledgementBatch, FetchPartition, FetchTopic
+
+from logbus.testing import BrokerProcess, running_broker
+
+HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
+LOCK_MS = 1500  # the lock of the groups that test its expiry (a group config)
+CONFIG = {"group.share.min.record.lock.duration.ms": "1000", "group.share.min.heartbeat.interval.ms": "100",
+          "group.share.heartbeat.interval.ms": "500", "offsets.topic.num.partitions": "1"}
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    with running_broker(config=CONFIG) as process:
+        with RawConnection(process.bootstrap) as connection:
+            join_when_loaded(connection, unique("warm-up"), unique("m"), "no-such-topic")
+        yield process
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, partitions: int) -> str:
+    name = unique("topic")
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    return name
+
+
+def new_group(bootstrap: str, **configs: str) -> str:
+    """A share group id with group configs (share.auto.offset.reset=earliest unless given)."""
+    group = unique("share")
+    entries = [ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
+               for name, value in {"share_auto_offset_reset": "earliest", **configs}.items()]
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    return group
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, **config: Any) -> ShareConsumer:
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET,
+                              **{k.replace("_", "."): v for k, v in config.items()}})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def produce(bootstrap: str, topic: str, values: Iterable[bytes], partitions: int, per_batch: int = 5) -> None:
+    """Each `per_batch` values to a partition in turn, flushed, so that the log holds many small batches."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **QUIET})
+    for number, value in enumerate(values):
+        producer.produce(topic, value=value, partition=(number // per_batch) % partitions)
+        if number % per_batch == per_batch - 1:
+            assert producer.flush(10) == 0
+    assert producer.flush(10) == 0
+
+
+Delivered = list[tuple[int, int, bytes]]  # partition, offset, value
+
+
+def poll_until(consumers: list[ShareConsumer], done: Callable[[list[Delivered]], bool], timeout: float = 30.0,
+               on_message: Callable[[ShareConsumer, Any], None] | None = None) -> list[Delivered]:
+    """Poll the consumers in turn until `done` says so with what each received."""
+    received: list[Delivered] = [[] for _ in consumers]
+    deadline = time.monotonic() + timeout
+    while not done(received):
+        assert time.monotonic() < deadline, f"timed out; received {received}"
+        for consumer, mine in zip(consumers, received, strict=True):
+            for message in consumer.poll(0.2):
+                assert message.error() is None, message.error()
+                mine.append((message.partition(), message.offset(), message.value()))
+                if on_message is not None:
+                    on_message(consumer, message)
+    return received
+
+
+def join_when_loaded(connection: RawConnection, group: str, member: str, topic: str) -> Any:
+    """Join once the broker serves the group (a fresh broker creates and loads __consumer_offsets)."""
+    def joined() -> Any:
+        connection.call(10, 3, key=group, key_type=0)  # FindCoordinator creates __consumer_offsets
+        reply = connection.call(HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0,
+                                subscribed_topic_names=(topic,))
+        return reply if reply.error_code == ErrorCode.none else None
+    return wait_until(joined, 30, message="the share group served")
+
+
+def topic_id(connection: RawConnection, topic: str) -> uuid.UUID:
+    reply = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False)
+    return next(t.topic_id for t in reply.topics if t.name == topic)
+
+
+# ---------------------------------------------------------------- librdkafka ShareConsumer
+
+
+def test_consumers_share_partitions_and_each_record_is_accepted_once(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 2)
+    group = new_group(broker.bootstrap)
+    values = [b"r%03d" % n for n in range(120)]
+    produce(broker.bootstrap, topic, values, partitions=2)
+    consumers = [share_consumer(broker.bootstrap, group, topic, max_poll_records=5) for _ in range(3)]
+    try:
+        received = poll_until(consumers, lambda got: sum(map(len, got)) >= len(values))
+        delivered = [record for mine in received for record in mine]
+        assert sorted(value for _, _, value in delivered) == values  # each record once, none lost
+        assert all(received), "every consumer got records"
+        assert {partition for partition, _, _ in delivered} == {0, 1}
+    finally:  # close() accepts what the last poll returned (implicit mode)
+        for consumer in consumers:
+            consumer.close()
+    late = share_consumer(broker.bootstrap, group, topic)
+    try:
+        produce(broker.bootstrap, topic, [b"after"], partitions=1)
+        got = poll_until([late], lambda got: bool(got[0]))
+        assert [value for _, _, value in got[0]] == [b"after"]  # every record was accepted: none comes again
+    finally:
+        late.close()
+
+
+def test_released_record_is_redelivered_and_rejected_one_never(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 1)
+    group = new_group(broker.bootstrap)
+    produce(broker.bootstrap, topic, [b"release-me", b"reject-me", b"accept-me"], partitions=1, per_batch=3)
+    consumer = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    decision = {b"release-me": AcknowledgeType.RELEASE, b"reject-me": AcknowledgeType.REJECT,
+                b"accept-me": AcknowledgeType.ACCEPT}
+    seen: list[bytes] = []
+
+    def acknowledge(consumer: ShareConsumer, message: Any) -> None:
+        seen.append(message.value())
+        first = seen.count(message.value()) == 1
+        consumer.acknowledge(message, decision[message.value()] if first else AcknowledgeType.ACCEPT)
+
+    try:
+        poll_until([consumer], lambda _got: seen.count(b"release-me") == 2, on_message=acknowledge)
+        produce(broker.bootstrap, topic, [b"sentinel"], partitions=1)
+        decision[b"sentinel"] = AcknowledgeType.ACCEPT
+        poll_until([consumer], lambda _got: b"sentinel" in seen, on_message=acknowledge)
+        assert consumer.commit_sync(10) is not None
+        assert sorted(seen) == sorted([b"release-me", b"release-me", b"reject-me", b"accept-me", b"sentinel"])
+    finally:
+        consumer.close()
+
+
+def test_lock_expiry_redelivers_to_another_consumer(broker: BrokerProcess) -> None:
+    """A consumer that acquired records and went quiet (alive, never acknowledging) loses them to
+    another member when their locks expire."""
+    topic = create_topic(broker.bootstrap, 1)
+    group = new_group(broker.bootstrap, share_record_lock_duration_ms=str(LOCK_MS))
+    produce(broker.bootstrap, topic, [b"a", b"b", b"c"], partitions=1, per_batch=3)
+    silent = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    other = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    try:
+        taken = poll_until([silent], lambda got: len(got[0]) == 3)[0]
+        began = time.monotonic()
+        redelivered = poll_until([other], lambda got: len(got[0]) == 3,
+                                 on_message=lambda c, m: c.acknowledge(m, AcknowledgeType.ACCEPT))[0]
+        assert time.monotonic() - began >= LOCK_MS / 1000 * 0.5  # not before the lock (generous: timer slack)
+        assert sorted(redelivered) == sorted(taken)
+        other.commit_sync(10)
+    finally:
+        other.close()
+        silent.close()
+
+
+def test_closed_consumer_releases_its_records_at_once(broker: BrokerProcess) -> None:
+    """close() ends the share session (epoch -1): the records the consumer did not acknowledge are
+    released then, as Kafka's releaseSession, not after their locks (30 s here)."""
+    topic = create_topic(broker.bootstrap, 1)
+    group = new_group(broker.bootstrap)
+    produce(broker.bootstrap, topic, [b"x", b"y"], partitions=1, per_batch=2)
+    first = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    taken = poll_until([first], lambda got: len(got[0]) == 2)[0]
+    first.close()
+    second = share_consumer(broker.bootstrap, group, topic)
+    try:
+        again = poll_until([second], lambda got: len(got[0]) == 2, timeout=20)[0]
+        assert sorted(again) == sorted(taken)
+    finally:
+        second.close()
+
+
+# ---------------------------------------------------------------- raw requests
+
+
+def test_api_versions_advertise_kafka_4_2_share_ranges(broker: BrokerProcess) -> None:
+    with RawConnection(broker.bootstrap) as connection:
+        reply = connection.call(18, 3, client_software_name="t", client_software_version="1")
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in reply.api_keys}
+    assert {key: ranges[key] for key in (76, 77, 78, 79)} == {76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2)}
+
+
+def test_heartbeat_errors_list_and_describe(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 2)
+    group, member = unique("share"), unique("m")
+    with RawConnection(broker.bootstrap) as connection:
+        def beat(**fields: Any) -> Any:
+            return connection.call(HEARTBEAT, 1, **{"group_id": group, "member_id": member, **fields})
+        assert beat(member_epoch=0).error_code == ErrorCode.invalid_request  # no topics on a join
+        assert beat(member_id="", member_epoch=0, subscribed_topic_names=(topic,)).error_code == \
+            ErrorCode.invalid_request
+        assert beat(member_epoch=3).error_code == ErrorCode.unknown_member_id
+        joined = beat(member_epoch=0, subscribed_topic_names=(topic,))
+        assert joined.error_code == ErrorCode.none and joined.member_epoch >= 1
+        [assigned] = joined.assignment.topic_partitions
+        assert assigned.topic_id == topic_id(connection, topic) and sorted(assigned.partitions) == [0, 1]
+        assert beat(member_epoch=joined.member_epoch + 5).error_code == ErrorCode.fenced_member_epoch
+        listed = connection.call(16, 5, states_filter=(), types_filter=("share",))
+        assert [(g.group_id, g.group_type, g.group_state, g.protocol_type) for g in listed.groups
+                if g.group_id == group] == [(group, "share", "Stable", "share")]
+        [described] = connection.call(DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False).groups
+        assert (described.error_code, described.group_state, described.assignor_name) == \
+            (ErrorCode.none, "Stable", "simple")
+        assert [(m.member_id, m.subscribed_topic_names) for m in described.members] == [(member, (topic,))]
+        # a consumer group (KIP-848) may not take the share group's id
+        consumer = connection.call(68, 1, group_id=group, member_id=unique("c"), member_epoch=0,
+                                   rebalance_timeout=datetime.timedelta(seconds=30),
+                                   subscribed_topic_names=(topic,), topic_partitions=())
+        assert consumer.error_code == ErrorCode.group_id_not_found
+        left = beat(member_epoch=-1)
+        assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+        [described] = connection.call(DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False).groups
+        assert (described.group_state, described.members) == ("Empty", ())
+        [unknown] = connection.call(DESCRIBE, 1, group_ids=(unique("nope"),),
+                                    include_authorized_operations=False).groups
+        assert unknown.error_code == ErrorCode.group_id_not_found
+
+
+def share_fetch(connection: RawConnection, group: str, member: str, epoch: int, topics: tuple = (),
+                version: int = 1, **fields: Any) -> Any:
+    request = {"group_id": group, "member_id": member, "share_session_epoch": epoch,
+               "max_wait": datetime.timedelta(milliseconds=200), "min_bytes": 1,
+               "max_records": 100, "batch_size": 100, "topics": topics, "forgotten_topics_data": (), **fields}
+    return connection.call(SHARE_FETCH, version, **request)
+
+
+def test_share_sessions_and_acknowledgement_errors(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 1)
+    group = new_group(broker.bootstrap)
+    produce(broker.bootstrap, topic, [b"one", b"two"], partitions=1, per_batch=2)
+    member = unique("m")
+    with RawConnection(broker.bootstrap) as connection:
+        tid = topic_id(connection, topic)
+        fetch_all = (FetchTopic(topic_id=tid, partitions=(FetchPartition(partition_index=0,
+                                                                         acknowledgement_batches=()),)),)
+
+        def with_ack(first: int, last: int, kind: int) -> tuple:
+            batch = AcknowledgementBatch(first_offset=first, last_offset=last, acknowledge_types=(kind,))
+            return (FetchTopic(topic_id=tid, partitions=(FetchPartition(partition_index=0,
+                                                                        acknowledgement_batches=(batch,)),)),)
+
+        assert share_fetch(connection, group, member, 1, fetch_all).error_code == ErrorCode.share_session_not_found
+        assert share_fetch(connection, group, member, 0, with_ack(0, 0, 1)).error_code == ErrorCode.invalid_request
+        opened = share_fetch(connection, group, member, 0, fetch_all)
+        assert opened.error_code == ErrorCode.none
+        [answer] = opened.responses[0].partitions
+        assert [(r.first_offset, r.last_offset, r.delivery_count) for r in answer.acquired_records] == [(0, 1, 1)]
+        assert opened.acquisition_lock_timeout.total_seconds() == 30
+        assert share_fetch(connection, group, member, 5, fetch_all).error_code == ErrorCode.invalid_share_session_epoch
+        # another member may not acknowledge this one's records
+        other = unique("m")
+        assert share_fetch(connection, group, other, 0, fetch_all).error_code == ErrorCode.none
+        [wrong] = share_fetch(connection, group, other, 1, with_ack(0, 0, 1)).responses[0].partitions
+        assert wrong.acknowledge_error_code == ErrorCode.invalid_record_state
+        # accept 0, release 1 on the fetch: 1 comes back at once with delivery count 2
+        again = share_fetch(connection, group, member, 1, with_ack(0, 0, 1))
+        [answer] = again.responses[0].partitions
+        assert answer.acknowledge_error_code == ErrorCode.none
+        ack = connection.call(SHARE_ACK, 1, group_id=group, member_id=member, share_session_epoch=2, topics=(
+            AcknowledgeTopic(topic_id=tid, partitions=(AcknowledgePartition(partition_index=0, acknowledgement_batches=(
+                AckBatchV1(first_offset=1, last_offset=1, acknowledge_types=(2,)),)),)),))
+        assert ack.error_code == ErrorCode.none and ack.responses[0].partitions[0].error_code == ErrorCode.none
+        [answer] = share_fetch(connection, group, member, 3, ()).responses[0].partitions
+        assert [(r.first_offset, r.last_offset, r.delivery_count) for r in answer.acquired_records] == [(1, 1, 2)]
+        # closing the session releases what the member holds: the other member takes it
+        closed = connection.call(SHARE_ACK, 1, group_id=group, member_id=member, share_session_epoch=-1, topics=())
+        assert closed.error_code == ErrorCode.none
+        [answer] = share_fetch(connection, group, other, 2, ()).responses[0].partitions
+        assert [(r.first_offset, r.last_offset, r.delivery_count) for r in answer.acquired_records] == [(1, 1, 3)]
+        assert connection.call(SHARE_ACK, 1, group_id=group, member_id=member, share_session_epoch=0,
+                               topics=()).error_code == ErrorCode.invalid_share_session_epoch
