@@ -5,6 +5,8 @@ ApiVersions, ListGroups, ShareGroupDescribe)."""
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -131,7 +133,9 @@ def test_consumers_share_partitions_and_each_record_is_accepted_once(broker: Bro
         assert sorted(value for _, _, value in delivered) == values  # each record once, none lost
         assert all(received), "every consumer got records"
         assert {partition for partition, _, _ in delivered} == {0, 1}
-    finally:  # close() accepts what the last poll returned (implicit mode)
+        for consumer in consumers:  # accepts what its last poll returned (implicit mode)
+            assert all(error is None for error in consumer.commit_sync(10).values())
+    finally:
         for consumer in consumers:
             consumer.close()
     late = share_consumer(broker.bootstrap, group, topic)
@@ -204,6 +208,47 @@ def test_closed_consumer_releases_its_records_at_once(broker: BrokerProcess) -> 
         assert sorted(again) == sorted(taken)
     finally:
         second.close()
+
+
+# A share consumer in its own process: acquires `count` records, prints their offsets, never acknowledges.
+HOLDER = """
+import sys, time
+from confluent_kafka import ShareConsumer
+bootstrap, group, topic, count = sys.argv[1:5]
+consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0,
+                          "share.acknowledgement.mode": "explicit"})
+consumer.subscribe([topic])
+offsets = []
+deadline = time.monotonic() + 60
+while len(offsets) < int(count) and time.monotonic() < deadline:
+    offsets += [m.offset() for m in consumer.poll(0.2) if m.error() is None]
+print(" ".join(map(str, sorted(offsets))), flush=True)
+time.sleep(600)
+"""
+
+
+def test_killed_consumer_records_are_redelivered(broker: BrokerProcess) -> None:
+    """kill -9 of a consumer holding acquired records: its connection closes, its share session is
+    evicted and its records released (Kafka's ShareSessionCache on a disconnect), long before their
+    30 s locks expire; another member gets them."""
+    topic = create_topic(broker.bootstrap, 1)
+    group = new_group(broker.bootstrap)
+    produce(broker.bootstrap, topic, [b"p", b"q", b"r"], partitions=1, per_batch=3)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, broker.bootstrap, group, topic, "3"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        held = holder.stdout.readline().split()
+        assert held == ["0", "1", "2"], held
+    finally:
+        holder.kill()
+        holder.wait(10)
+    other = share_consumer(broker.bootstrap, group, topic)
+    try:
+        got = poll_until([other], lambda got: len(got[0]) == 3, timeout=20)[0]
+        assert sorted(offset for _, offset, _ in got) == [0, 1, 2]
+    finally:
+        other.close()
 
 
 # ---------------------------------------------------------------- raw requests

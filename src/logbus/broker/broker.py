@@ -88,7 +88,9 @@ class Broker:
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         # share groups (KIP-932): membership on the coordinator, records on each partition's leader
         self.share_partitions = SharePartitions(clock, self._share_read_settings)
-        self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
+        self.share_sessions = ShareSessionCache(
+            config["group.share.max.share.sessions"],
+            on_evicted=lambda session: self.share_partitions.release_member(session.group_id, session.member_id))
         self.replicas.add_leadership_listener(self.share_partitions.on_leadership)
         share_groups = self.group_coordinator.share_groups
         share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]

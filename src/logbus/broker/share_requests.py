@@ -4,9 +4,9 @@ continues, the acknowledgements it carries, and the partition answers' leader fi
 A request's acknowledgements apply per partition, all or none (see cluster/share_partition.py):
 a partition whose topic id is unknown answers UNKNOWN_TOPIC_ID, one this broker does not lead
 NOT_LEADER_OR_FOLLOWER, one the principal may not Read TOPIC_AUTHORIZATION_FAILED, one the
-group never fetched here (or whose offsets are not the member's acquired records)
-INVALID_RECORD_STATE. Closing a session (epoch -1) releases the records its member still holds
-in the session's partitions, as Kafka's releaseSession.
+group never fetched here UNKNOWN_TOPIC_OR_PARTITION, one whose offsets are not the member's
+acquired records INVALID_RECORD_STATE. Closing a session (epoch -1) releases the records its
+member still holds on this broker, as Kafka's releaseSession.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def session_of(ctx: RequestContext, group_id: str, member_id: str, epoch: int,
     """The share session this request opens (epoch 0), continues, or closes (-1: closed by `finish`)."""
     cache = ctx.broker.share_sessions
     if epoch == INITIAL_EPOCH:
-        return cache.open(group_id, member_id, named)
+        return cache.open(group_id, member_id, named, ctx.close)
     session = cache.current(group_id, member_id, epoch)
     if epoch != FINAL_EPOCH:
         cache.update(session, named, forgotten)
@@ -63,24 +63,12 @@ def finish(ctx: RequestContext, session: ShareSession, epoch: int) -> None:
     if epoch != FINAL_EPOCH:
         return
     ctx.broker.share_sessions.close(session)
-    for topic_id, index in session.partitions:
-        partition = leader_partition(ctx, topic_id, index)
-        share = ctx.broker.share_partitions.get(session.group_id, partition) if partition is not None else None
-        if share is not None:
-            share.release_member(session.member_id)
+    ctx.broker.share_partitions.release_member(session.group_id, session.member_id)
 
 
 def topic_name(ctx: RequestContext, topic_id: uuid.UUID | None) -> str | None:
     metadata = ctx.broker.metadata.topic_by_id(str(topic_id)) if topic_id is not None else None
     return metadata.name if metadata is not None else None
-
-
-def leader_partition(ctx: RequestContext, topic_id: uuid.UUID | None, index: int) -> Partition | None:
-    name = topic_name(ctx, topic_id)
-    if name is None:
-        return None
-    partition = ctx.broker.replicas.get(name, index)
-    return partition if partition is not None and partition.is_leader else None
 
 
 def resolve(ctx: RequestContext, topic_id: uuid.UUID | None, index: int, readable: set[str]
@@ -112,8 +100,8 @@ def acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic_id: uu
     if partition is None:
         return outcome
     share = ctx.broker.share_partitions.get(group_id, partition)
-    if share is None:
-        return Outcome(ErrorCode.invalid_record_state, "The share group has no records in flight here.")
+    if share is None:  # as Kafka's SharePartitionManager.acknowledge
+        return Outcome(ErrorCode.unknown_topic_or_partition, "The share group has no records in flight here.")
     try:
         share.acknowledge(member_id, [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
                                       for b in batches])

@@ -4,7 +4,10 @@ A member opens its session with a ShareFetch at epoch 0 naming the partitions it
 later ShareFetch or ShareAcknowledge carries the next epoch (1, 2, ... wrapping to 1), names the
 partitions it adds and those it forgets; epoch -1 closes the session (its acknowledgements still
 apply). A session is keyed by (group id, member id): opening one again replaces it. Every
-ShareFetch acquires from all the partitions of its session. Errors as Kafka's
+ShareFetch acquires from all the partitions of its session. A session belongs to the connection
+that opened it: when that connection closes (the client died, or closed without ending its
+session) the session is evicted and `on_evicted` told, as Kafka's ShareSessionCache does on a
+disconnect (the member's acquired records are released then). Errors as Kafka's
 ShareSessionCache: SHARE_SESSION_NOT_FOUND (no session for a non-zero epoch),
 INVALID_SHARE_SESSION_EPOCH (not the next epoch) and SHARE_SESSION_LIMIT_REACHED
 (`group.share.max.share.sessions` open).
@@ -13,7 +16,7 @@ INVALID_SHARE_SESSION_EPOCH (not the next epoch) and SHARE_SESSION_LIMIT_REACHED
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -33,23 +36,26 @@ class ShareSession:
     member_id: str
     epoch: int = 1  # the epoch the next request must carry
     partitions: dict[SessionPartition, None] = field(default_factory=dict)  # in the order added
+    connection: Hashable = None  # the connection that opened it
 
     def advance(self) -> None:
         self.epoch = 1 if self.epoch == MAX_EPOCH else self.epoch + 1
 
 
 class ShareSessionCache:
-    def __init__(self, max_sessions: int) -> None:
+    def __init__(self, max_sessions: int, on_evicted: Callable[[ShareSession], None] = lambda _session: None) -> None:
         self.max_sessions = max_sessions
+        self.on_evicted = on_evicted
         self.sessions: dict[tuple[str, str], ShareSession] = {}
 
-    def open(self, group_id: str, member_id: str, partitions: Iterable[SessionPartition]) -> ShareSession:
+    def open(self, group_id: str, member_id: str, partitions: Iterable[SessionPartition],
+             connection: Hashable = None) -> ShareSession:
         """Epoch 0: a new session (replacing this member's earlier one)."""
         key = (group_id, member_id)
         if key not in self.sessions and len(self.sessions) >= self.max_sessions:
             raise KafkaApiError(ErrorCode.share_session_limit_reached,
                                 "The share session cache is full.")
-        session = ShareSession(group_id, member_id, partitions=dict.fromkeys(partitions))
+        session = ShareSession(group_id, member_id, partitions=dict.fromkeys(partitions), connection=connection)
         self.sessions[key] = session
         return session
 
@@ -76,3 +82,9 @@ class ShareSessionCache:
     def close(self, session: ShareSession) -> None:
         if self.sessions.get((session.group_id, session.member_id)) is session:
             del self.sessions[(session.group_id, session.member_id)]
+
+    def disconnected(self, connection: Hashable) -> None:
+        """A connection closed: the sessions it opened are evicted."""
+        for session in [s for s in self.sessions.values() if s.connection == connection]:
+            self.close(session)
+            self.on_evicted(session)

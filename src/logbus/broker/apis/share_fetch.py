@@ -101,7 +101,9 @@ def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, reada
     budget, records_left = request.max_bytes, request.max_records
     fetched: dict[SessionPartition, tuple[Outcome, Acquired | None]] = {}
     leaders = []
-    for key in session.partitions:
+    keys = list(session.partitions)
+    start = session.epoch % len(keys) if keys else 0  # round robin, as Kafka's PartitionRotateStrategy
+    for key in keys[start:] + keys[:start]:
         partition, outcome = resolve(ctx, key[0], key[1], readable)
         if partition is None:
             fetched[key] = (outcome, None)
