@@ -32,8 +32,10 @@ from logbus.testing import BrokerProcess, running_broker
 
 HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
 LOCK_MS = 1500  # the lock of the groups that test its expiry (a group config)
+MAX_LOCKS = 100
 CONFIG = {"group.share.min.record.lock.duration.ms": "1000", "group.share.min.heartbeat.interval.ms": "100",
-          "group.share.heartbeat.interval.ms": "500", "offsets.topic.num.partitions": "1"}
+          "group.share.heartbeat.interval.ms": "500", "offsets.topic.num.partitions": "1",
+          "group.share.delivery.count.limit": "2", "group.share.partition.max.record.locks": str(MAX_LOCKS)}
 
 
 @pytest.fixture(scope="module")
@@ -343,10 +345,31 @@ def test_share_sessions_and_acknowledgement_errors(broker: BrokerProcess) -> Non
         assert ack.error_code == ErrorCode.none and ack.responses[0].partitions[0].error_code == ErrorCode.none
         [answer] = share_fetch(connection, group, member, 3, ()).responses[0].partitions
         assert [(r.first_offset, r.last_offset, r.delivery_count) for r in answer.acquired_records] == [(1, 1, 2)]
-        # closing the session releases what the member holds: the other member takes it
+        # closing the session releases what the member holds: at its second delivery (the limit
+        # here) it is given up, never delivered again
         closed = connection.call(SHARE_ACK, 1, group_id=group, member_id=member, share_session_epoch=-1, topics=())
         assert closed.error_code == ErrorCode.none
-        [answer] = share_fetch(connection, group, other, 2, ()).responses[0].partitions
-        assert [(r.first_offset, r.last_offset, r.delivery_count) for r in answer.acquired_records] == [(1, 1, 3)]
+        assert share_fetch(connection, group, other, 2, ()).responses == ()
         assert connection.call(SHARE_ACK, 1, group_id=group, member_id=member, share_session_epoch=0,
                                topics=()).error_code == ErrorCode.invalid_share_session_epoch
+
+
+def test_record_locks_bound_what_a_partition_has_in_flight(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 1)
+    group = new_group(broker.bootstrap)
+    produce(broker.bootstrap, topic, [b"%d" % n for n in range(MAX_LOCKS + 20)], partitions=1, per_batch=10)
+    first, second = unique("m"), unique("m")
+    with RawConnection(broker.bootstrap) as connection:
+        tid = topic_id(connection, topic)
+        fetch_all = (FetchTopic(topic_id=tid, partitions=(FetchPartition(partition_index=0,
+                                                                         acknowledgement_batches=()),)),)
+        [answer] = share_fetch(connection, group, first, 0, fetch_all, max_records=1000).responses[0].partitions
+        assert [(r.first_offset, r.last_offset) for r in answer.acquired_records] == [(0, MAX_LOCKS - 1)]
+        [answer] = share_fetch(connection, group, second, 0, fetch_all).responses[0].partitions
+        assert answer.acquired_records == ()  # the rest waits until records in flight are done
+        accept = (FetchTopic(topic_id=tid, partitions=(FetchPartition(partition_index=0, acknowledgement_batches=(
+            AcknowledgementBatch(first_offset=0, last_offset=9, acknowledge_types=(1,)),)),)),)
+        assert share_fetch(connection, group, first, 1, accept, max_records=0).responses[0].partitions[0] \
+            .acknowledge_error_code == ErrorCode.none
+        [answer] = share_fetch(connection, group, second, 1, ()).responses[0].partitions
+        assert [(r.first_offset, r.last_offset) for r in answer.acquired_records] == [(MAX_LOCKS, MAX_LOCKS + 9)]
