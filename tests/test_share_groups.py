@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
 )
 from helpers import QUIET, RawConnection, wait_until
 from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 from kio.schema.share_acknowledge.v1.request import AcknowledgementBatch as AckBatchV1
 from kio.schema.share_acknowledge.v1.request import AcknowledgePartition, AcknowledgeTopic
 from kio.schema.share_fetch.v1.request import AcknowledgementBatch, FetchPartition, FetchTopic
@@ -290,6 +291,12 @@ def test_heartbeat_errors_list_and_describe(broker: BrokerProcess) -> None:
                                    rebalance_timeout=datetime.timedelta(seconds=30),
                                    subscribed_topic_names=(topic,), topic_partitions=())
         assert consumer.error_code == ErrorCode.group_id_not_found
+        classic = connection.call(11, 9, group_id=group, session_timeout=datetime.timedelta(seconds=10),
+                                  rebalance_timeout=datetime.timedelta(seconds=10), member_id="",
+                                  group_instance_id=None, protocol_type="consumer", reason=None,
+                                  protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),))
+        assert classic.error_code == ErrorCode.inconsistent_group_protocol
+        assert connection.call(42, 2, groups_names=(group,)).results[0].error_code == ErrorCode.non_empty_group
         left = beat(member_epoch=-1)
         assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
         [described] = connection.call(DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False).groups
@@ -297,6 +304,9 @@ def test_heartbeat_errors_list_and_describe(broker: BrokerProcess) -> None:
         [unknown] = connection.call(DESCRIBE, 1, group_ids=(unique("nope"),),
                                     include_authorized_operations=False).groups
         assert unknown.error_code == ErrorCode.group_id_not_found
+        assert connection.call(42, 2, groups_names=(group,)).results[0].error_code == ErrorCode.none
+        listed = connection.call(16, 5, states_filter=(), types_filter=())
+        assert group not in [g.group_id for g in listed.groups]
 
 
 def share_fetch(connection: RawConnection, group: str, member: str, epoch: int, topics: tuple = (),
