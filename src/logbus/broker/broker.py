@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+GROUP_CONFIGS_CACHED = 10_000  # groups whose effective configs are kept (all dropped beyond)
+
+
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -87,6 +90,7 @@ class Broker:
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         # share groups (KIP-932): membership on the coordinator, records on each partition's leader
+        self._group_configs_cache: dict[str, tuple[object, dict[str, object]]] = {}
         self.share_partitions = SharePartitions(clock, self._share_read_settings)
         self.share_sessions = ShareSessionCache(
             config["group.share.max.share.sessions"],
@@ -124,9 +128,19 @@ class Broker:
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port
 
     def _group_configs(self, group_id: str) -> dict[str, object]:
-        """A group's configs: its own (IncrementalAlterConfigs on the group), else the broker's defaults."""
-        overrides = self.metadata.entity_configs().get(group_entity(group_id), {})
-        return {value.name: value.value for value in describe_group_configs(self.config, overrides)}
+        """A group's configs: its own (IncrementalAlterConfigs on the group), else the broker's defaults.
+        Kept per group while the stored configs (replaced, never mutated, on any change) stay the
+        same: working them out takes milliseconds, and share fetches ask for them per partition."""
+        stored = self.metadata.entity_configs()
+        cached = self._group_configs_cache.get(group_id)
+        if cached is not None and cached[0] is stored:
+            return cached[1]
+        overrides = stored.get(group_entity(group_id), {})
+        configs = {value.name: value.value for value in describe_group_configs(self.config, overrides)}
+        if len(self._group_configs_cache) >= GROUP_CONFIGS_CACHED:
+            self._group_configs_cache.clear()
+        self._group_configs_cache[group_id] = (stored, configs)
+        return configs
 
     def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
         configs = self._group_configs(group_id)
