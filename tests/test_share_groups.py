@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from helpers import QUIET, RawConnection, wait_until
+from helpers import QUIET, RawConnection, transactional_producer, wait_until
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 from kio.schema.share_acknowledge.v1.request import AcknowledgementBatch as AckBatchV1
@@ -211,6 +211,31 @@ def test_closed_consumer_releases_its_records_at_once(broker: BrokerProcess) -> 
         assert sorted(again) == sorted(taken)
     finally:
         second.close()
+
+
+def test_read_committed_share_group_never_sees_aborted_records(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, 1)
+    committed = new_group(broker.bootstrap, share_isolation_level="read_committed")
+    uncommitted = new_group(broker.bootstrap)
+    producer = transactional_producer(broker.bootstrap, unique("txn"))
+    for values, commit in (([b"aborted-1", b"aborted-2"], False), ([b"committed"], True), ([b"aborted-3"], False)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        producer.flush(10)
+        (producer.commit_transaction if commit else producer.abort_transaction)(10)
+    produce(broker.bootstrap, topic, [b"plain"], partitions=1)
+    reader = share_consumer(broker.bootstrap, committed, topic)
+    everything = share_consumer(broker.bootstrap, uncommitted, topic)
+    try:
+        got = poll_until([reader], lambda got: any(value == b"plain" for _, _, value in got[0]))[0]
+        assert [value for _, _, value in got] == [b"committed", b"plain"]
+        seen = poll_until([everything], lambda got: len(got[0]) == 5)[0]  # read_uncommitted: aborted ones too
+        assert sorted(value for _, _, value in seen) == [b"aborted-1", b"aborted-2", b"aborted-3", b"committed",
+                                                          b"plain"]
+    finally:
+        reader.close()
+        everything.close()
 
 
 # A share consumer in its own process: acquires `count` records, prints their offsets, never acknowledges.

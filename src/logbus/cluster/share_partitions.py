@@ -9,7 +9,9 @@ when it is made. State lives in memory only: a share-partition goes when this br
 leading its partition (or the partition is replaced); see docs/architecture.md.
 
 `read` runs one acquisition: where to read, the log read, the batches acquired, the bytes cut to
-the batches holding acquired records. A fetch that acquired nothing waits on
+the batches holding acquired records. A group with `share.isolation.level=read_committed` reads
+below the last stable offset, and the batches of aborted transactions are archived there, never
+acquired (as Kafka's share-partition leader filters them). A fetch that acquired nothing waits on
 `wake_on_release` besides the partitions' own data waits: released records (a lock that
 expired, a member that left) may be acquired at once.
 """
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..coordinator.clock import Clock
-from ..protocol.records import iter_headers
+from ..protocol.records import BatchHeader, iter_headers
 from .partition import Partition
 from .share_partition import AcquiredRange, SharePartition, SharePartitionConfig
 
@@ -91,7 +93,8 @@ class SharePartitions:
             return Acquired(b"", [])
         raw = data.slice.read()
         headers = list(iter_headers(raw))
-        batches = [(h.base_offset, h.last_offset, h.is_control) for h in headers]
+        aborted = _aborted_batches(headers, data.aborted_transactions)
+        batches = [(h.base_offset, h.last_offset, h.is_control or h.base_offset in aborted) for h in headers]
         ranges = share.acquire(member_id, batches, max_records, whole_batches)
         if not ranges:
             return Acquired(b"", [])
@@ -133,6 +136,25 @@ class SharePartitions:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+def _aborted_batches(headers: list[BatchHeader], aborted: list[tuple[int, int]] | None) -> set[int]:
+    """The base offsets of the batches of aborted transactions among `headers`, from the aborted
+    transactions (producer id, first offset) a read_committed read found, as Kafka's consumer
+    skips them: a producer's transactional batches from its first offset on, until its marker."""
+    if not aborted:
+        return set()
+    starts = sorted(aborted, key=lambda txn: txn[1])
+    ongoing: set[int] = set()
+    skipped = set()
+    for header in headers:
+        while starts and starts[0][1] <= header.last_offset:
+            ongoing.add(starts.pop(0)[0])
+        if header.is_control:
+            ongoing.discard(header.producer_id)  # the transaction's ABORT marker ends it
+        elif header.is_transactional and header.producer_id in ongoing:
+            skipped.add(header.base_offset)
+    return skipped
 
 
 def _duration_ms(text: str) -> int:
