@@ -332,6 +332,15 @@ def test_heartbeat_errors_list_and_describe(broker: BrokerProcess) -> None:
         assert connection.call(42, 2, groups_names=(group,)).results[0].error_code == ErrorCode.none
         listed = connection.call(16, 5, states_filter=(), types_filter=())
         assert group not in [g.group_id for g in listed.groups]
+        # an empty share group gives its id up to a consumer group
+        beat(member_epoch=0, subscribed_topic_names=(topic,))
+        beat(member_epoch=-1)
+        consumer = connection.call(68, 1, group_id=group, member_id=unique("c"), member_epoch=0,
+                                   rebalance_timeout=datetime.timedelta(seconds=30),
+                                   subscribed_topic_names=(topic,), topic_partitions=())
+        assert consumer.error_code == ErrorCode.none
+        listed = connection.call(16, 5, states_filter=(), types_filter=())
+        assert [g.group_type for g in listed.groups if g.group_id == group] == ["consumer"]
 
 
 def share_fetch(connection: RawConnection, group: str, member: str, epoch: int, topics: tuple = (),

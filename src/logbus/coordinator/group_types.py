@@ -1,4 +1,5 @@
-"""Which type holds a group id, classic or consumer (KIP-848), and the APIs that serve both.
+"""Which type holds a group id, classic, consumer (KIP-848) or share (KIP-932), and the APIs that
+serve them all.
 
 A group id is either a classic group or a consumer group. A classic group with members keeps its
 id from consumer members (GROUP_ID_NOT_FOUND); a consumer group with members keeps it from
@@ -7,7 +8,9 @@ classic members inside consumer groups, which Kafka 4.1 serves, are not served h
 group of either type gives its id up to the other. A consumer group's committed offsets live in
 an Empty `ClassicGroup` of its id (`offsets.py` writes, fetches and expires them as for classic
 groups; while the consumer group has members they do not expire). DescribeGroups answers a
-consumer group as an unknown group, as Kafka does (ConsumerGroupDescribe describes it).
+consumer group as an unknown group, as Kafka does (ConsumerGroupDescribe describes it). A share
+group keeps its id the same way from both (GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL) and
+takes it from an empty group of either type; DescribeGroups answers it as an unknown group too.
 
 `GroupCoordinator` inherits these methods; they reach its groups, `consumer_groups`,
 `membership`, `offsets` and `coordinator_error`.
@@ -72,9 +75,16 @@ class GroupTypes:
         error = self.coordinator_error(request.group_id)
         if error is not None:
             raise KafkaApiError(error)
-        if self.share_groups.active(request.group_id) is not None:
-            raise KafkaApiError(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a consumer group.")
+        self._take_from_share_group(request.group_id, ErrorCode.group_id_not_found)
         return self.consumer_groups.heartbeat(request)
+
+    def _take_from_share_group(self, group_id: str, refusal: ErrorCode) -> None:
+        """A share group with members keeps its id (KafkaApiError `refusal`); an empty one gives it up."""
+        share = self.share_groups.get(group_id)
+        if share is not None and share.members:
+            raise KafkaApiError(refusal, f"Group {group_id} is a share group.")
+        if share is not None:
+            self.share_groups.delete(group_id)
 
     def share_group(self, group_id: str) -> ShareGroup | None:
         """The share group that holds `group_id`, if one does."""
@@ -95,8 +105,11 @@ class GroupTypes:
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members keeps its id (classic members are not served in
         consumer groups); an empty one gives it up to the classic group."""
-        if self.share_groups.active(request.group_id) is not None and self.coordinator_error(request.group_id) is None:
-            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
+        if self.coordinator_error(request.group_id) is None:
+            try:
+                self._take_from_share_group(request.group_id, ErrorCode.inconsistent_group_protocol)
+            except KafkaApiError as exc:
+                return JoinResult(exc.code, request.member_id)
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.coordinator_error(request.group_id) is None:
             if not consumer.is_empty:
