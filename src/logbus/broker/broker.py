@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
@@ -89,8 +89,9 @@ class Broker:
             partition_count=self._partition_count, topic_names=self._public_topics,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
+        self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         # share groups (KIP-932): membership on the coordinator, records on each partition's leader
-        self._group_configs_cache: dict[str, tuple[object, dict[str, object]]] = {}
+        self._group_configs_cache: dict[str, tuple[object, dict[str, Any]]] = {}
         self.share_partitions = SharePartitions(clock, self._share_read_settings)
         self.share_sessions = ShareSessionCache(
             config["group.share.max.share.sessions"],
@@ -99,7 +100,6 @@ class Broker:
         share_groups = self.group_coordinator.share_groups
         share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]
         share_groups.on_member_left = self.share_partitions.release_member
-        self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
             allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self.txn_markers.write,
@@ -127,7 +127,7 @@ class Broker:
         self._servers: list[Listener] = []
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port
 
-    def _group_configs(self, group_id: str) -> dict[str, object]:
+    def _group_configs(self, group_id: str) -> dict[str, Any]:
         """A group's configs: its own (IncrementalAlterConfigs on the group), else the broker's defaults.
         Kept per group while the stored configs (replaced, never mutated, on any change) stay the
         same: working them out takes milliseconds, and share fetches ask for them per partition."""
@@ -144,14 +144,14 @@ class Broker:
 
     def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
         configs = self._group_configs(group_id)
-        return ShareGroupSettings(configs["share.session.timeout.ms"], configs["share.heartbeat.interval.ms"])  # type: ignore[arg-type]
+        return ShareGroupSettings(configs["share.session.timeout.ms"], configs["share.heartbeat.interval.ms"])
 
     def _share_read_settings(self, group_id: str) -> ShareGroupReadSettings:
         configs = self._group_configs(group_id)
         partition_config = SharePartitionConfig(
-            configs["share.record.lock.duration.ms"], self.config["group.share.delivery.count.limit"],  # type: ignore[arg-type]
+            configs["share.record.lock.duration.ms"], self.config["group.share.delivery.count.limit"],
             self.config["group.share.partition.max.record.locks"])
-        return ShareGroupReadSettings(partition_config, str(configs["share.auto.offset.reset"]),
+        return ShareGroupReadSettings(partition_config, configs["share.auto.offset.reset"],
                                       configs["share.isolation.level"] == "read_committed")
 
     def _partition_count(self, topic: str) -> int | None:
