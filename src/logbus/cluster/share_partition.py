@@ -111,15 +111,15 @@ class SharePartition:
         self.clock = clock
         self.on_released = on_released
         self.records: dict[int, InFlightRecord] = {}
+        self._available: set[int] = set()  # the Available offsets below the SPEO (redeliveries waiting)
 
     # ---------------------------------------------------------------- acquisition
 
     def fetch_offset(self) -> int | None:
         """Where the log should be read from for the next acquisition: the first Available record,
         else the SPSO's end when it may grow; None when nothing can be acquired now."""
-        for offset in range(self.start_offset, self.end_offset):
-            if self.records[offset].state is RecordState.AVAILABLE:
-                return offset
+        if self._available:
+            return min(self._available)
         return self.end_offset if self.in_flight < self.config.max_record_locks else None
 
     @property
@@ -164,6 +164,7 @@ class SharePartition:
         record = self.records[offset]
         if record.state is not RecordState.AVAILABLE:
             return False
+        self._available.discard(offset)
         record.state = RecordState.ACQUIRED
         record.delivery_count += 1
         return True
@@ -261,6 +262,7 @@ class SharePartition:
             record.state = RecordState.ARCHIVED
             return False
         record.state = RecordState.AVAILABLE
+        self._available.add(offset)
         return True
 
     @staticmethod
@@ -289,6 +291,7 @@ class SharePartition:
         for offset in range(self.start_offset, min(log_start, self.end_offset)):
             record = self.records.pop(offset)
             self._unlock(offset, record)
+            self._available.discard(offset)
         self.start_offset = log_start
         self.end_offset = max(self.end_offset, log_start)
 
