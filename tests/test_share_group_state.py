@@ -9,7 +9,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_share_partition_unit import ManualClock
 
-from logbus.coordinator.share_group import ShareGroups, ShareGroupSettings, ShareGroupState, ShareHeartbeat
+from logbus.coordinator.records import java_string_hash
+from logbus.coordinator.share_group import (
+    ShareGroups,
+    ShareGroupSettings,
+    ShareGroupState,
+    ShareHeartbeat,
+    simple_assignor,
+)
 from logbus.errors import KafkaApiError
 
 GROUP = "g"
@@ -35,15 +42,33 @@ def refused(call: Any) -> ErrorCode:
     return error.value.code
 
 
-def test_every_member_gets_every_partition_of_its_topics() -> None:
+def test_a_lone_member_gets_every_partition_and_later_ones_share_them() -> None:
     groups, _, _ = make()
     first = beat(groups, "m1", 0, ("a",))
     assert (first.member_epoch, first.assignment) == (1, {"a": frozenset({0, 1})})
-    second = beat(groups, "m2", 0, ("a", "b"))
-    assert (second.member_epoch, second.assignment) == (2, {"a": frozenset({0, 1}), "b": frozenset({0, 1, 2})})
-    again = beat(groups, "m1", 1)  # the group moved on: the member follows at once, same partitions
+    second = beat(groups, "m2", 0, ("a",))
+    assert second.member_epoch == 2 and len(second.assignment["a"]) == 1  # the partition its id hashes to
+    again = beat(groups, "m1", 1)  # the group moved on: the member follows at once, keeping what it had
     assert (again.member_epoch, again.assignment) == (2, None)
     assert groups.get(GROUP).state is ShareGroupState.STABLE
+
+
+def test_simple_assignor_as_kafka() -> None:
+    # ids whose Java String.hashCode (3428, 3427) picks partitions 0 and 3 of four, 0 and 1 of two
+    even, odd = "m1", "m0"
+    assert (java_string_hash(even), java_string_hash(odd)) == (3428, 3427)
+    # homogeneous: hashed first, the rest round robin; every partition has a member
+    assert simple_assignor({even: ("t",), odd: ("t",)}, {"t": 4}, {}) == {
+        even: {"t": frozenset({0, 1})}, odd: {"t": frozenset({2, 3})}}
+    # more members than partitions: several members on one partition
+    three = simple_assignor({even: ("t",), odd: ("t",), "m2": ("t",)}, {"t": 2}, {})
+    assert all(three.values()) and set().union(*(a["t"] for a in three.values())) == {0, 1}
+    # sticky: what a member holds stays; a held partition is not handed round again
+    assert simple_assignor({even: ("t",), odd: ("t",)}, {"t": 2}, {even: {"t": frozenset({0, 1})}}) == {
+        even: {"t": frozenset({0, 1})}, odd: {"t": frozenset({1})}}
+    # heterogeneous: topic by topic among its subscribers; an unsubscribed topic is let go
+    assert simple_assignor({even: ("a",), odd: ("a", "b")}, {"a": 2, "b": 1}, {odd: {"c": frozenset({0})}}) == {
+        even: {"a": frozenset({0})}, odd: {"a": frozenset({1}), "b": frozenset({0})}}
 
 
 def test_epoch_and_member_errors() -> None:

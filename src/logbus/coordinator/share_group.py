@@ -1,11 +1,12 @@
 """Share groups (KIP-932): their membership, a sans-I/O state machine on the group coordinator.
 
 A share group's members subscribe to topics by name; the coordinator assigns with Kafka's
-SimpleAssignor as logbus applies it: every member may fetch every partition of the topics it
-subscribes to (records, not partitions, are what the members share: the partition leaders hand
-each record to one member at a time). So there is no revocation: a heartbeat that finds a new
-group epoch (a member joined or left, a subscription or a partition count changed) moves the
-member to it with its new assignment at once. Members expire after the group's
+SimpleAssignor (`simple_assignor`): a partition may go to several members (records, not
+partitions, are what the members share: the partition leaders hand each record to one member at
+a time), each member gets at least one partition when there are any, and every partition gets a
+member. There is no revocation: a heartbeat that finds a new group epoch (a member joined or
+left, a subscription or a partition count changed) moves the member to it with its new
+assignment at once. Members expire after the group's
 `share.session.timeout.ms` without a heartbeat; `on_member_left(group_id, member_id)` is told of
 every member that leaves or expires, so that the records it holds are released. Group states:
 Empty, Stable (Kafka's names; a share group never waits for a reconciliation).
@@ -16,7 +17,7 @@ Time and timers come from a `Clock`; refusals are `KafkaApiError`s with Kafka's 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -26,6 +27,7 @@ from ..errors import KafkaApiError
 from .assignors import Assignment
 from .clock import Clock, Timer
 from .consumer_group import LEAVE_EPOCH, HeartbeatResult
+from .records import java_string_hash
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +82,9 @@ class ShareMember:
 class ShareGroup:
     group_id: str
     group_epoch: int = 0
-    members: dict[str, ShareMember] = field(default_factory=dict)
+    members: dict[str, ShareMember] = field(default_factory=dict)  # in the order they joined
     partition_counts: dict[str, int] = field(default_factory=dict)  # of the subscribed topics
+    target: dict[str, Assignment] = field(default_factory=dict)  # member id -> assignment at the group epoch
     dead: bool = False
 
     @property
@@ -96,11 +99,6 @@ class ShareGroup:
 
     def subscribed_topics(self) -> set[str]:
         return {topic for member in self.members.values() for topic in member.subscribed_topics}
-
-    def target(self, member: ShareMember) -> Assignment:
-        """SimpleAssignor, as logbus applies it: every partition of every topic the member subscribes to."""
-        return {topic: frozenset(range(self.partition_counts[topic]))
-                for topic in member.subscribed_topics if topic in self.partition_counts}
 
 
 class ShareGroups:
@@ -153,7 +151,7 @@ class ShareGroups:
         if changed or self._partition_counts(group) != group.partition_counts:
             self._bump(group)
         member.member_epoch = group.group_epoch
-        member.assigned = group.target(member)
+        member.assigned = group.target.get(member.member_id, {})
         self._reset_session(group, member, settings)
         sent = joined or member.assigned != before
         return HeartbeatResult(member.member_id, member.member_epoch, settings.heartbeat_interval_ms,
@@ -198,8 +196,11 @@ class ShareGroups:
                 if (count := self.partition_count(topic))}
 
     def _bump(self, group: ShareGroup) -> None:
+        """A new group epoch and at once its assignment."""
         group.partition_counts = self._partition_counts(group)
         group.group_epoch += 1
+        subscriptions = {m.member_id: m.subscribed_topics for m in group.members.values()}
+        group.target = simple_assignor(subscriptions, group.partition_counts, group.target)
 
     # ================================================================ leaving and expiry
 
@@ -261,3 +262,46 @@ class ShareGroups:
 
     def all_groups(self) -> Iterable[ShareGroup]:
         return [group for group in self.groups.values() if not group.dead]
+
+
+TopicPartition = tuple[str, int]
+
+
+def simple_assignor(subscriptions: Mapping[str, tuple[str, ...]], partition_counts: Mapping[str, int],
+                    current: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    """Kafka's SimpleAssignor (KIP-932): member id -> assignment, members in `subscriptions`' order.
+
+    1. Each member gets the partition its id hashes to (Java's String.hashCode, modulo the
+       partitions it subscribes to, topics by name, partitions in order).
+    2. The partitions no member got in step 1 and none holds in `current` go round robin to the
+       members subscribed to their topic.
+    3. Each member keeps what it holds in `current` of the topics it still subscribes to.
+    With the same subscription for all (Kafka's homogeneous case) step 2 runs over all partitions
+    at once; otherwise topic by topic over that topic's members, as Kafka does."""
+    targets = {member: [(topic, index) for topic in sorted(topics) for index in range(partition_counts.get(topic, 0))]
+               for member, topics in subscriptions.items()}
+    new: dict[TopicPartition, list[str]] = {}
+    for member, partitions in targets.items():  # 1: hashed
+        if partitions:
+            new.setdefault(partitions[abs(java_string_hash(member)) % len(partitions)], []).append(member)
+    held = {(topic, index) for assignment in current.values() for topic, indexes in assignment.items()
+            for index in indexes}
+    homogeneous = len({frozenset(topics) for topics in subscriptions.values()}) == 1
+    groups = [(list(subscriptions), next(iter(targets.values()), []))] if homogeneous else [
+        ([m for m, topics in subscriptions.items() if topic in topics],
+         [(topic, index) for index in range(partition_counts.get(topic, 0))])
+        for topic in sorted({t for topics in subscriptions.values() for t in topics})]
+    for members, partitions in groups:  # 2: round robin
+        unassigned = [p for p in partitions if p not in new and p not in held]
+        for position, partition in enumerate(unassigned):
+            new.setdefault(partition, []).append(members[position % len(members)])
+    result: dict[str, dict[str, set[int]]] = {member: {} for member in subscriptions}
+    for member, assignment in current.items():  # 3: sticky
+        for topic, indexes in assignment.items():
+            if member in subscriptions and topic in subscriptions[member]:
+                live = {i for i in indexes if i < partition_counts.get(topic, 0)}
+                result[member].setdefault(topic, set()).update(live)
+    for (topic, index), members in new.items():
+        for member in members:
+            result[member].setdefault(topic, set()).add(index)
+    return {member: {t: frozenset(p) for t, p in topics.items() if p} for member, topics in result.items()}
