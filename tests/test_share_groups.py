@@ -197,18 +197,26 @@ def test_lock_expiry_redelivers_to_another_consumer(broker: BrokerProcess) -> No
 
 
 def test_closed_consumer_releases_its_records_at_once(broker: BrokerProcess) -> None:
-    """close() ends the share session (epoch -1): the records the consumer did not acknowledge are
-    released then, as Kafka's releaseSession, not after their locks (30 s here)."""
+    """close() leaves the group, then sends its acknowledgements and ends the share session (epoch
+    -1): the acknowledgements still apply (leaving the group releases nothing, as in Kafka), and
+    the records it did not acknowledge are released then, as Kafka's releaseSession, not after
+    their locks (30 s here)."""
     topic = create_topic(broker.bootstrap, 1)
     group = new_group(broker.bootstrap)
-    produce(broker.bootstrap, topic, [b"x", b"y"], partitions=1, per_batch=2)
+    produce(broker.bootstrap, topic, [b"w", b"x", b"y", b"z"], partitions=1, per_batch=4)
     first = share_consumer(broker.bootstrap, group, topic, share_acknowledgement_mode="explicit")
-    taken = poll_until([first], lambda got: len(got[0]) == 2)[0]
+    outcomes: list[Any] = []
+    first.set_acknowledgement_commit_callback(lambda offsets, error: outcomes.append((offsets, error)))
+    taken: list[Any] = []
+    poll_until([first], lambda got: len(got[0]) == 4, on_message=lambda _c, m: taken.append(m))
+    for message in taken[:2]:
+        first.acknowledge(message, AcknowledgeType.ACCEPT)
     first.close()
+    assert outcomes and all(error is None for _, error in outcomes), outcomes
     second = share_consumer(broker.bootstrap, group, topic)
     try:
         again = poll_until([second], lambda got: len(got[0]) == 2, timeout=20)[0]
-        assert sorted(again) == sorted(taken)
+        assert sorted(value for _, _, value in again) == sorted(m.value() for m in taken[2:])
     finally:
         second.close()
 

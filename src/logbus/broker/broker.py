@@ -99,7 +99,6 @@ class Broker:
         self.replicas.add_leadership_listener(self.share_partitions.on_leadership)
         share_groups = self.group_coordinator.share_groups
         share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]
-        share_groups.on_member_left = self.share_partitions.release_member
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
             allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self.txn_markers.write,

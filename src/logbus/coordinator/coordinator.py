@@ -103,7 +103,7 @@ class GroupCoordinator(GroupTypes):
         self.consumer_groups = ConsumerGroups(clock, config.consumer, partition_count, self._is_classic,
                                               topic_names)
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
-        # share groups (KIP-932); the broker sets their settings and tells the share-partitions of leaving members
+        # share groups (KIP-932); the broker sets their settings
         self.share_groups = ShareGroups(
             clock, partition_count,
             held_by_other_type=lambda group_id: self._is_classic(group_id) or self.consumer_groups.active(group_id)

@@ -6,10 +6,11 @@ partitions, are what the members share: the partition leaders hand each record t
 a time), each member gets at least one partition when there are any, and every partition gets a
 member. There is no revocation: a heartbeat that finds a new group epoch (a member joined or
 left, a subscription or a partition count changed) moves the member to it with its new
-assignment at once. Members expire after the group's
-`share.session.timeout.ms` without a heartbeat; `on_member_left(group_id, member_id)` is told of
-every member that leaves or expires, so that the records it holds are released. Group states:
-Empty, Stable (Kafka's names; a share group never waits for a reconciliation).
+assignment at once. Members expire after the group's `share.session.timeout.ms` without a
+heartbeat. The records a member holds are not released here: the end of its share session on
+each partition leader releases them, as in Kafka (a client leaves the group before it sends its
+last acknowledgements: librdkafka's close does). Group states: Empty, Stable (Kafka's names; a
+share group never waits for a reconciliation).
 
 Time and timers come from a `Clock`; refusals are `KafkaApiError`s with Kafka's error codes.
 """
@@ -107,14 +108,12 @@ class ShareGroups:
     def __init__(self, clock: Clock, partition_count: Callable[[str], int | None],
                  settings: Callable[[str], ShareGroupSettings] = lambda _group_id: ShareGroupSettings(),
                  max_size: int = 200,
-                 held_by_other_type: Callable[[str], bool] = lambda _group_id: False,
-                 on_member_left: Callable[[str, str], None] = lambda _group_id, _member_id: None) -> None:
+                 held_by_other_type: Callable[[str], bool] = lambda _group_id: False) -> None:
         self.clock = clock
         self.partition_count = partition_count
         self.settings = settings
         self.max_size = max_size
         self.held_by_other_type = held_by_other_type  # a classic or consumer group holds this id
-        self.on_member_left = on_member_left
         self.groups: dict[str, ShareGroup] = {}
 
     # ================================================================ heartbeat
@@ -228,7 +227,6 @@ class ShareGroups:
         member.cancel_timer()
         del group.members[member.member_id]
         self._bump(group)
-        self.on_member_left(group.group_id, member.member_id)
 
     # ================================================================ admin
 
@@ -273,8 +271,8 @@ def simple_assignor(subscriptions: Mapping[str, tuple[str, ...]], partition_coun
 
     1. Each member gets the partition its id hashes to (Java's String.hashCode, modulo the
        partitions it subscribes to, topics by name, partitions in order).
-    2. The partitions no member got in step 1 and none holds in `current` go round robin to the
-       members subscribed to their topic.
+    2. The partitions no member got in step 1 and no member still in the group holds in `current`
+       go round robin to the members subscribed to their topic.
     3. Each member keeps what it holds in `current` of the topics it still subscribes to.
     With the same subscription for all (Kafka's homogeneous case) step 2 runs over all partitions
     at once; otherwise topic by topic over that topic's members, as Kafka does."""
@@ -284,8 +282,8 @@ def simple_assignor(subscriptions: Mapping[str, tuple[str, ...]], partition_coun
     for member, partitions in targets.items():  # 1: hashed
         if partitions:
             new.setdefault(partitions[abs(java_string_hash(member)) % len(partitions)], []).append(member)
-    held = {(topic, index) for assignment in current.values() for topic, indexes in assignment.items()
-            for index in indexes}
+    held = {(topic, index) for member, assignment in current.items() if member in subscriptions
+            for topic, indexes in assignment.items() for index in indexes}
     homogeneous = len({frozenset(topics) for topics in subscriptions.values()}) == 1
     groups = [(list(subscriptions), next(iter(targets.values()), []))] if homogeneous else [
         ([m for m, topics in subscriptions.items() if topic in topics],

@@ -12,8 +12,9 @@ and `share_acquire_mode` (1, record_limit: no more than `max_records`, not round
 batches).
 
 At most `max_records` records are acquired per request (across its partitions) and `max_bytes`
-read. When nothing can be acquired the request waits up to `max_wait` for new records (the high
-watermark moves) or released ones (a lock expired, a member left), then answers what it has.
+read (the first batch may pass it, as KIP-74 has it for Fetch; `max_bytes` 0 reads nothing).
+When nothing can be acquired the request waits up to `max_wait` for new records (the high
+watermark moves) or released ones (a lock expired, a share session ended), then answers what it has.
 The opening request answers every partition of the session, later ones only the partitions with
 records, an error or acknowledgements. Needs READ on the group (GROUP_AUTHORIZATION_FAILED for
 the request) and on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), as Kafka.
@@ -110,7 +111,8 @@ def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, reada
             continue
         leaders.append(partition)
         acquired = ctx.broker.share_partitions.read(session.group_id, session.member_id, partition, max(budget, 0),
-                                                    records_left, min_one_batch=budget == request.max_bytes,
+                                                    records_left,
+                                                    min_one_batch=0 < budget == request.max_bytes,
                                                     whole_batches=whole_batches)
         budget -= len(acquired.records)
         records_left -= sum(r.last_offset - r.first_offset + 1 for r in acquired.ranges)
