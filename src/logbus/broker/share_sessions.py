@@ -47,6 +47,7 @@ class ShareSessionCache:
         self.max_sessions = max_sessions
         self.on_evicted = on_evicted
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._by_connection: dict[Hashable, dict[tuple[str, str], ShareSession]] = {}
 
     def open(self, group_id: str, member_id: str, partitions: Iterable[SessionPartition],
              connection: Hashable = None) -> ShareSession:
@@ -55,8 +56,12 @@ class ShareSessionCache:
         if key not in self.sessions and len(self.sessions) >= self.max_sessions:
             raise KafkaApiError(ErrorCode.share_session_limit_reached,
                                 "The share session cache is full.")
+        previous = self.sessions.get(key)
+        if previous is not None:
+            self.close(previous)
         session = ShareSession(group_id, member_id, partitions=dict.fromkeys(partitions), connection=connection)
         self.sessions[key] = session
+        self._by_connection.setdefault(connection, {})[key] = session
         return session
 
     def current(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
@@ -80,11 +85,16 @@ class ShareSessionCache:
         session.advance()
 
     def close(self, session: ShareSession) -> None:
-        if self.sessions.get((session.group_id, session.member_id)) is session:
-            del self.sessions[(session.group_id, session.member_id)]
+        key = (session.group_id, session.member_id)
+        if self.sessions.get(key) is session:
+            del self.sessions[key]
+            opened_here = self._by_connection.get(session.connection, {})
+            opened_here.pop(key, None)
+            if not opened_here:
+                self._by_connection.pop(session.connection, None)
 
     def disconnected(self, connection: Hashable) -> None:
         """A connection closed: the sessions it opened are evicted."""
-        for session in [s for s in self.sessions.values() if s.connection == connection]:
+        for session in list(self._by_connection.get(connection, {}).values()):
             self.close(session)
             self.on_evicted(session)
