@@ -288,6 +288,11 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "group.consumer.max.size": ("test_consumer_groups.py::test_max_size_and_assignors_come_from_the_config",),
     "group.consumer.heartbeat.interval.ms": ("test_consumer_groups.py::test_heartbeat_errors",),
     "group.consumer.migration.policy": ("test_group_migration.py::test_the_migration_policy_and_empty_groups",),
+    "group.share.record.lock.duration.ms": ("test_share_groups.py::test_share_sessions_and_acknowledgement_errors",
+                                            "test_share_groups.py::test_lock_expiry_redelivers_to_another_consumer"),
+    "group.share.delivery.count.limit": ("test_share_groups.py::test_share_sessions_and_acknowledgement_errors",),
+    "group.share.partition.max.record.locks": (
+        "test_share_groups.py::test_record_locks_bound_what_a_partition_has_in_flight",),
 }
 
 # Keys whose effect is in the code but whose test is still to be written (named in the report).

@@ -385,6 +385,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         *_group_bounds("share", "session.timeout.ms", 45000, 45000, 60000),
         *_group_bounds("share", "heartbeat.interval.ms", 5000, 5000, 15000),
         *_group_bounds("share", "record.lock.duration.ms", 30000, 15000, 60000),
+        _key("group.share.delivery.count.limit", INT, 5, "Deliveries of a record to share group members before "
+             "it is given up (archived).", minimum=2, maximum=10),
+        _key("group.share.partition.max.record.locks", INT, 2000, "Most records of one share-partition in flight "
+             "(acquired or waiting for redelivery) at once.", minimum=100, maximum=10000),
+        _key("group.share.max.size", INT, 200, "Most members in one share group.", minimum=1, maximum=1000),
+        _key("group.share.max.share.sessions", INT, 2000, "Most share sessions this broker keeps (beyond: "
+             "SHARE_SESSION_LIMIT_REACHED).", minimum=1),
         *_group_bounds("streams", "session.timeout.ms", 45000, 45000, 60000),
         *_group_bounds("streams", "heartbeat.interval.ms", 5000, 5000, 15000),
         _key("group.streams.num.standby.replicas", INT, 0, "Default standby replicas of a streams group.",

@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..cluster.broker_client import BrokerClients
 from ..cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataStore, TopicMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..cluster.replica_selector import replica_selector
 from ..cluster.sasl_login import InterBrokerLogin
+from ..cluster.share_partition import SharePartitionConfig
+from ..cluster.share_partitions import ShareGroupReadSettings, SharePartitions
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
-from ..config import BrokerConfig
+from ..config import BrokerConfig, describe_group_configs
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
+from ..coordinator.share_group import ShareGroupSettings
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
@@ -34,6 +37,7 @@ from .context import RawResponse
 from .fetch_sessions import FetchSessionCache
 from .metrics import BrokerMetrics
 from .server import Connections, Listener
+from .share_sessions import ShareSessionCache
 from .topic_configs import broker_entity, group_entity
 
 if TYPE_CHECKING:
@@ -42,6 +46,9 @@ if TYPE_CHECKING:
     from ..cluster.controller import Controller
 
 log = logging.getLogger(__name__)
+
+
+GROUP_CONFIGS_CACHED = 10_000  # groups whose effective configs are kept (all dropped beyond)
 
 
 def _monotonic_ms() -> int:
@@ -82,10 +89,19 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config), OffsetsTopic(config, self.metadata, self.replicas, clock), clock,
             partition_count=self._partition_count, topic_names=self._public_topics,
-            group_configs=self._group_configs, topic_id=self._topic_id, topic_name=self._topic_name,
+            group_configs=self._group_overrides, topic_id=self._topic_id, topic_name=self._topic_name,
         )
         self.replicas.add_leadership_listener(self.group_coordinator.on_leadership)
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
+        # share groups (KIP-932): membership on the coordinator, records on each partition's leader
+        self._group_configs_cache: dict[str, tuple[object, dict[str, Any]]] = {}
+        self.share_partitions = SharePartitions(clock, self._share_read_settings)
+        self.share_sessions = ShareSessionCache(
+            config["group.share.max.share.sessions"],
+            on_evicted=lambda session: self.share_partitions.release_member(session.group_id, session.member_id))
+        self.replicas.add_leadership_listener(self.share_partitions.on_leadership)
+        share_groups = self.group_coordinator.share_groups
+        share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_broker_config(config), TxnStateTopic(config, self.metadata, self.replicas, clock), clock,
             allocate_producer_id=self.metadata.allocate_producer_id, write_markers=self.txn_markers.write,
@@ -113,12 +129,39 @@ class Broker:
         self._servers: list[Listener] = []
         self.metrics = BrokerMetrics.of(self)  # None without metrics.port
 
+    def _group_configs(self, group_id: str) -> dict[str, Any]:
+        """A group's configs: its own (IncrementalAlterConfigs on the group), else the broker's defaults.
+        Kept per group while the stored configs (replaced, never mutated, on any change) stay the
+        same: working them out takes milliseconds, and share fetches ask for them per partition."""
+        stored = self.metadata.entity_configs()
+        cached = self._group_configs_cache.get(group_id)
+        if cached is not None and cached[0] is stored:
+            return cached[1]
+        overrides = stored.get(group_entity(group_id), {})
+        configs = {value.name: value.value for value in describe_group_configs(self.config, overrides)}
+        if len(self._group_configs_cache) >= GROUP_CONFIGS_CACHED:
+            self._group_configs_cache.clear()
+        self._group_configs_cache[group_id] = (stored, configs)
+        return configs
+
+    def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
+        configs = self._group_configs(group_id)
+        return ShareGroupSettings(configs["share.session.timeout.ms"], configs["share.heartbeat.interval.ms"])
+
+    def _share_read_settings(self, group_id: str) -> ShareGroupReadSettings:
+        configs = self._group_configs(group_id)
+        partition_config = SharePartitionConfig(
+            configs["share.record.lock.duration.ms"], self.config["group.share.delivery.count.limit"],
+            self.config["group.share.partition.max.record.locks"])
+        return ShareGroupReadSettings(partition_config, configs["share.auto.offset.reset"],
+                                      configs["share.isolation.level"] == "read_committed")
+
     def _partition_count(self, topic: str) -> int | None:
         metadata = self.metadata.topic(topic)
         return None if metadata is None else len(metadata.partitions)
 
-    def _group_configs(self, group_id: str) -> dict[str, str]:
-        """A group's own configs (IncrementalAlterConfigs on its GROUP resource)."""
+    def _group_overrides(self, group_id: str) -> dict[str, str]:
+        """A group's own configs (IncrementalAlterConfigs on its GROUP resource), without defaults."""
         return self.metadata.entity_configs().get(group_entity(group_id), {})
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
@@ -245,6 +288,7 @@ class Broker:
         self._close_listeners()
         self.connections.close_all()
         self.group_coordinator.stop()
+        self.share_partitions.stop()
         self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()

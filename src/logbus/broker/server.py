@@ -498,6 +498,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         self._can_write.set()
         self.broker.connections.discard(self)
+        self.broker.share_sessions.disconnected(self.close)  # KIP-932: its share sessions end with it
         self._account(-self._queued_bytes)
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()

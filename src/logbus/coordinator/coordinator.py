@@ -41,6 +41,7 @@ from .membership import Membership
 from .migration import MigrationPolicy
 from .offsets import Offsets
 from .records import GroupKey
+from .share_group import ShareGroups
 from .store import TOPIC as OFFSETS_TOPIC
 from .store import OffsetsTopic
 
@@ -122,6 +123,11 @@ class GroupCoordinator(GroupTypes):
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn, adopt_consumer_group=self.consumer_writes.adopt)
         self.offsets.consumer_group_active = lambda group_id: self.consumer_groups.active(group_id) is not None
+        # share groups (KIP-932); the broker sets their settings
+        self.share_groups = ShareGroups(
+            clock, partition_count,
+            held_by_other_type=lambda group_id: self._is_classic(group_id) or self.consumer_groups.active(group_id)
+            is not None)
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         # what the API handlers call
         self.delete_offsets = self.offsets.delete_offsets
@@ -136,6 +142,7 @@ class GroupCoordinator(GroupTypes):
         self.loader.stop()
         self.membership.stop()
         self.consumer_groups.stop()
+        self.share_groups.stop()
 
     def on_leadership(self, partition: Partition, leads: bool) -> None:
         """The loader's, and the consumer groups of a `__consumer_offsets` partition this broker
@@ -143,6 +150,7 @@ class GroupCoordinator(GroupTypes):
         self.loader.on_leadership(partition, leads)
         if not leads and partition.topic == OFFSETS_TOPIC:
             self.consumer_writes.unload(lambda group_id: self.partition_for(group_id) == partition.index)
+            self.share_groups.unload(lambda group_id: self.partition_for(group_id) == partition.index)
 
     def on_txn_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
         """A transaction marker is replicated on `partition` (a ReplicaManager marker listener): on a

@@ -1,4 +1,5 @@
-"""Which type holds a group id, classic or consumer (KIP-848), and the APIs that serve both.
+"""Which type holds a group id, classic, consumer (KIP-848) or share (KIP-932), and the APIs that
+serve them all.
 
 A group id is either a classic group or a consumer group. A classic group with members is
 converted to a consumer group by the first ConsumerGroupHeartbeat when `migration.py` allows it,
@@ -9,7 +10,9 @@ again when its last consumer-protocol member goes (`migration.py`). An empty gro
 type gives its id up to the other. A consumer group's committed offsets live in
 an Empty `ClassicGroup` of its id (`offsets.py` writes, fetches and expires them as for classic
 groups; while the consumer group has members they do not expire). DescribeGroups answers a
-consumer group as an unknown group, as Kafka does (ConsumerGroupDescribe describes it).
+consumer group as an unknown group, as Kafka does (ConsumerGroupDescribe describes it). A share
+group keeps its id the same way from both (GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL) and
+takes it from an empty group of either type; DescribeGroups answers it as an unknown group too.
 
 `GroupCoordinator` inherits these methods; they reach its groups, `consumer_groups`,
 `membership`, `offsets` and `coordinator_error`.
@@ -29,6 +32,7 @@ from .consumer_group import ConsumerGroup, ConsumerGroups, ConsumerMember, Heart
 from .group import ClassicGroup, GroupState, JoinResult
 from .migration import MigrationPolicy, consumer_group_from, fill_classic_group, may_downgrade
 from .offsets import FetchedOffset, OffsetCommit
+from .share_group import ShareGroup, ShareGroups, ShareHeartbeat
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,6 +59,7 @@ class GroupTypes:
     groups: dict[str, ClassicGroup]
     consumer_groups: ConsumerGroups
     consumer_writes: ConsumerGroupWrites
+    share_groups: ShareGroups
     membership: Membership
     offsets: Offsets
     coordinator_error: Callable[[str], ErrorCode | None]
@@ -85,6 +90,7 @@ class GroupTypes:
         if error is not None:
             raise KafkaApiError(error)
         def upgrade_and_heartbeat() -> HeartbeatResult:
+            self._take_from_share_group(request.group_id, ErrorCode.group_id_not_found)
             if request.member_epoch == 0 and self._is_classic(request.group_id):
                 self._upgrade(self.groups[request.group_id])
             return self.consumer_groups.heartbeat(request)
@@ -121,9 +127,39 @@ class GroupTypes:
                  group.group_id, classic.generation, len(classic.members))
         return True
 
+    def _take_from_share_group(self, group_id: str, refusal: ErrorCode) -> None:
+        """A share group with members keeps its id (KafkaApiError `refusal`); an empty one gives it up."""
+        share = self.share_groups.get(group_id)
+        if share is not None and share.members:
+            raise KafkaApiError(refusal, f"Group {group_id} is a share group.")
+        if share is not None:
+            self.share_groups.delete(group_id)
+
+    def share_group(self, group_id: str) -> ShareGroup | None:
+        """The share group that holds `group_id`, if one does."""
+        return None if self._is_classic(group_id) else self.share_groups.get(group_id)
+
+    async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
+        """ShareGroupHeartbeat (KIP-932): the request's checks, may this broker serve the group; an
+        empty consumer group gives its id up to the share group."""
+        self.share_groups.validate(request)
+        error = self.coordinator_error(request.group_id)
+        if error is not None:
+            raise KafkaApiError(error)
+        consumer = self.consumer_groups.get(request.group_id)
+        if consumer is not None and consumer.is_empty and self.share_groups.get(request.group_id) is None:
+            await self.consumer_writes.delete(request.group_id)
+        return self.share_groups.heartbeat(request)
+
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members takes the member in as a classic member; an
-        empty one gives its id up to the classic group."""
+        empty one gives its id up to the classic group, as an empty share group does (one with
+        members keeps it)."""
+        if self.coordinator_error(request.group_id) is None:
+            try:
+                self._take_from_share_group(request.group_id, ErrorCode.inconsistent_group_protocol)
+            except KafkaApiError as exc:
+                return JoinResult(exc.code, request.member_id)
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.coordinator_error(request.group_id) is None:
             if not consumer.is_empty:
@@ -175,16 +211,18 @@ class GroupTypes:
     def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
         """DescribeGroups: a consumer group is not a classic group (answered as an unknown one)."""
         error, group = self.membership.describe(group_id)
-        if error is None and self._is_consumer(group_id):
+        if error is None and (self._is_consumer(group_id) or self.share_group(group_id) is not None):
             return None, None
         return error, group
 
     def list_groups(self) -> list[ListedGroup]:
         consumer = {g.group_id: ListedGroup(g.group_id, g.state.value, "consumer", "consumer")
                     for g in self.consumer_groups.all_groups() if not self._is_classic(g.group_id)}
+        share = {g.group_id: ListedGroup(g.group_id, g.state.value, "share", "share")
+                 for g in self.share_groups.all_groups() if not self._is_classic(g.group_id)}
         classic = [ListedGroup(g.group_id, g.state.value, g.protocol_type or "", "classic")
-                   for g in self.membership.list_groups() if g.group_id not in consumer]
-        return classic + list(consumer.values())
+                   for g in self.membership.list_groups() if g.group_id not in consumer and g.group_id not in share]
+        return classic + list(consumer.values()) + list(share.values())
 
     async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                              commits: list[OffsetCommit], expire_timestamp: int = -1) -> list[ErrorCode]:
@@ -222,7 +260,12 @@ class GroupTypes:
         return self.offsets.fetch_offsets(group_id, wanted, require_stable)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
-        """DeleteGroups: an empty consumer group goes with its offsets (a non-empty one: NON_EMPTY_GROUP)."""
+        """DeleteGroups: an empty consumer or share group goes with its offsets (a non-empty one: NON_EMPTY_GROUP)."""
+        if self.share_group(group_id) is not None and self.coordinator_error(group_id) is None:
+            if self.share_groups.active(group_id) is not None:
+                return ErrorCode.non_empty_group
+            self.share_groups.delete(group_id)
+            return ErrorCode.none
         if not self._is_consumer(group_id) or self.coordinator_error(group_id) is not None:
             return await self.offsets.delete_group(group_id)
         if self.consumer_groups.active(group_id) is not None:

@@ -1,0 +1,132 @@
+"""What ShareFetch and ShareAcknowledge (KIP-932) have in common: the share session a request
+continues, the acknowledgements it carries, and the partition answers' leader fields.
+
+A request's acknowledgements apply per partition, all or none (see cluster/share_partition.py):
+a partition whose topic id is unknown answers UNKNOWN_TOPIC_ID, one this broker does not lead
+NOT_LEADER_OR_FOLLOWER, one the principal may not Read TOPIC_AUTHORIZATION_FAILED, one the
+group never fetched here UNKNOWN_TOPIC_OR_PARTITION, one whose offsets are not the member's
+acquired records INVALID_RECORD_STATE. Closing a session (epoch -1) releases the records its
+member still holds on this broker, as Kafka's releaseSession.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster.partition import Partition
+from ..cluster.share_partition import AckBatch
+from ..errors import KafkaApiError
+from ..protocol.codec import make
+from ..security.acl import AclOperation, ResourceType
+from .authorization import authorized_names
+from .context import RequestContext
+from .share_sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionPartition, ShareSession
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An error code and message of one partition's answer (NONE: it went well)."""
+
+    code: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+OK = Outcome()
+
+
+def check_request(group_id: str | None, member_id: str | None) -> None:
+    if not group_id:
+        raise KafkaApiError(ErrorCode.invalid_request, "GroupId can't be empty.")
+    if not member_id:
+        raise KafkaApiError(ErrorCode.invalid_request, "MemberId can't be empty.")
+
+
+def session_of(ctx: RequestContext, group_id: str, member_id: str, epoch: int,
+               named: Iterable[SessionPartition], forgotten: Iterable[SessionPartition] = ()) -> ShareSession:
+    """The share session this request opens (epoch 0), continues, or closes (-1: closed by `finish`)."""
+    cache = ctx.broker.share_sessions
+    if epoch == INITIAL_EPOCH:
+        return cache.open(group_id, member_id, named, ctx.close)
+    session = cache.current(group_id, member_id, epoch)
+    if epoch != FINAL_EPOCH:
+        cache.update(session, named, forgotten)
+    return session
+
+
+def finish(ctx: RequestContext, session: ShareSession, epoch: int) -> None:
+    """After the final request of a session: it goes, and its member's acquired records are released."""
+    if epoch != FINAL_EPOCH:
+        return
+    ctx.broker.share_sessions.close(session)
+    ctx.broker.share_partitions.release_member(session.group_id, session.member_id)
+
+
+def topic_name(ctx: RequestContext, topic_id: uuid.UUID | None) -> str | None:
+    metadata = ctx.broker.metadata.topic_by_id(str(topic_id)) if topic_id is not None else None
+    return metadata.name if metadata is not None else None
+
+
+def resolve(ctx: RequestContext, topic_id: uuid.UUID | None, index: int, readable: set[str]
+            ) -> tuple[Partition | None, Outcome]:
+    """The partition this broker leads for a share request, or why not."""
+    name = topic_name(ctx, topic_id)
+    if name is None:
+        return None, Outcome(ErrorCode.unknown_topic_id)
+    if name not in readable:
+        return None, Outcome(ErrorCode.topic_authorization_failed)
+    try:
+        return ctx.broker.replicas.partition_to_read(name, index), OK
+    except KafkaApiError as exc:
+        return None, Outcome(exc.code, exc.message)
+
+
+def readable_topics(ctx: RequestContext, topic_ids: Iterable[uuid.UUID | None]) -> set[str]:
+    """The names of these topics the principal may Read."""
+    names = {name for topic_id in topic_ids if (name := topic_name(ctx, topic_id)) is not None}
+    if ctx.broker.authorizer is None:
+        return names
+    return authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
+
+
+def acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic_id: uuid.UUID | None, index: int,
+                batches: Iterable[Any], readable: set[str]) -> Outcome:
+    """Apply one partition's acknowledgement batches (kio AcknowledgementBatch entities)."""
+    partition, outcome = resolve(ctx, topic_id, index, readable)
+    if partition is None:
+        return outcome
+    share = ctx.broker.share_partitions.get(group_id, partition)
+    if share is None:  # as Kafka's SharePartitionManager.acknowledge
+        return Outcome(ErrorCode.unknown_topic_or_partition, "The share group has no records in flight here.")
+    try:
+        share.acknowledge(member_id, [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+                                      for b in batches])
+    except KafkaApiError as exc:
+        return Outcome(exc.code, exc.message)
+    return OK
+
+
+def current_leader(ctx: RequestContext, module: Any, topic_id: uuid.UUID | None, index: int) -> Any:
+    """The partition's leader and epoch as this broker knows them (-1, -1: unknown)."""
+    name = topic_name(ctx, topic_id)
+    state = ctx.broker.metadata.partition_state(name, index) if name is not None else None
+    if state is None:
+        return make(module.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1)
+    return make(module.LeaderIdAndEpoch, leader_id=state.leader, leader_epoch=state.leader_epoch)
+
+
+def node_endpoints(ctx: RequestContext, module: Any, leaders: Iterable[int]) -> tuple:
+    """Where the leaders named in NOT_LEADER_OR_FOLLOWER answers are, on this request's listener."""
+    endpoints = []
+    brokers = {b.broker_id: b for b in ctx.broker.metadata.brokers()}
+    for broker_id in sorted(set(leaders)):
+        info = brokers.get(broker_id)
+        endpoint = info.endpoint(ctx.listener_name) if info is not None else None
+        if endpoint is not None:
+            endpoints.append(make(module.NodeEndpoint, node_id=broker_id, host=endpoint.host, port=endpoint.port,
+                                  rack=info.rack))
+    return tuple(endpoints)
