@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..client import admin
-
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -67,6 +65,8 @@ def non_negative_int(text: str) -> int:
 
 def parse_key_values(items: list[str], option: str) -> dict[str, str]:
     """`["k=v", ...]` -> `{"k": "v"}`; a missing `=` is a usage error."""
+    from ..client import admin  # here: `main` imports this module for CliError alone (`logbus serve`)
+
     try:
         return admin.parse_key_values(items, option)
     except ValueError as exc:

@@ -6,33 +6,34 @@ import argparse
 import os
 import sys
 
-from . import (
-    acls,
-    certs,
-    cluster,
-    configs,
-    console,
-    consume,
-    dump_log,
-    elect_leaders,
-    groups,
-    log_dirs,
-    perf,
-    pipeline,
-    produce,
-    quotas,
-    reassign,
-    serve,
-    topics,
-    transactions,
-    users,
-)
+from . import serve
 from .common import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="logbus", description="A Kafka-compatible log broker")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    """Every command's parser; their modules are imported here, not by `logbus serve` (serve_parser)."""
+    from . import (
+        acls,
+        certs,
+        cluster,
+        configs,
+        console,
+        consume,
+        dump_log,
+        elect_leaders,
+        groups,
+        log_dirs,
+        perf,
+        pipeline,
+        produce,
+        quotas,
+        reassign,
+        topics,
+        transactions,
+        users,
+    )
+
+    parser, subparsers = _parser()
     serve.add_parser(subparsers)
     topics.add_parser(subparsers)
     produce.add_parser(subparsers)
@@ -56,8 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def serve_parser() -> argparse.ArgumentParser:
+    """The parser of `logbus serve` alone: a broker (tests start hundreds) does not import the
+    client commands and their clients, which take a tenth of its start-up."""
+    parser, subparsers = _parser()
+    serve.add_parser(subparsers)
+    return parser
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    parser = argparse.ArgumentParser(prog="logbus", description="A Kafka-compatible log broker")
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    args = (serve_parser() if arguments[:1] == ["serve"] else build_parser()).parse_args(arguments)
     try:
         return args.run(args)
     except CliError as exc:

@@ -20,8 +20,6 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-import scramp
-
 from ..errors import AuthenticationFailed
 from .scram import DEFAULT_ITERATIONS, MECHANISMS, SALT_BYTES, ScramCredential, ScramMechanism, password_matches
 
@@ -107,6 +105,8 @@ class ScramServer(SaslMechanismServer):
         self.name = mechanism.name
         self._mechanism = mechanism
         self._lookup = lookup
+        import scramp  # here, not at the top: few brokers serve SCRAM, and the import is a fifth of a start
+
         self._server = scramp.ScramMechanism(mechanism.name).make_server(self._auth_info)
         self._user: str | None = None
         self._known = False
@@ -125,6 +125,8 @@ class ScramServer(SaslMechanismServer):
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def evaluate(self, token: bytes) -> bytes:
+        import scramp
+
         try:
             message = token.decode("utf-8")
             if self._step == 0:

@@ -15,7 +15,6 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-import scramp
 from kio.schema.errors import ErrorCode
 
 from ..config import ConfigError
@@ -53,6 +52,8 @@ class SaslLogin:
         if self.mechanism == PLAIN:
             yield from _token(f"\0{self.username}\0{self.password}".encode())
             return
+        import scramp  # here, not at the top: every broker imports this module, few log in with SCRAM
+
         client = scramp.ScramClient([self.mechanism], _sasl_name(self.username), self.password)
         try:
             client.set_server_first((yield from _token(client.get_client_first().encode())).decode())
