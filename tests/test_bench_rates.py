@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `bench` is not installed
-pytest.importorskip("matplotlib", reason="bench/suite/report.py draws its charts with matplotlib (the bench extra)")
 
-from bench.suite import rates, report  # noqa: E402
+from bench.suite import rates  # noqa: E402
 from bench.suite.runner import Runner, Settings  # noqa: E402
 
 LOOPBACK = {"workload": "machine", "case": rates.LOOPBACK_CASE, "system": "iperf3", "client": "-", "clients": 1,
@@ -118,6 +117,10 @@ def test_the_runner_flags_an_impossible_step_against_limits_measured_earlier(tmp
 
 @pytest.mark.parametrize("mode", ["quick", "full"])
 def test_results_md_never_prints_a_flagged_figure_and_says_what_kind_of_run(tmp_path: Path, mode: str) -> None:
+    # Imported here, not at collection: matplotlib takes a second of CPU in every test process.
+    pytest.importorskip("matplotlib", reason="bench/suite/report.py draws its charts with matplotlib (the bench extra)")
+    from bench.suite import report
+
     out, raw = tmp_path / "out", tmp_path / "raw"
     raw.mkdir()
     results = [LOOPBACK, consume_row("tansu", -517_914.0), consume_row("tansu", 600_000.0),
