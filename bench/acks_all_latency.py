@@ -18,13 +18,10 @@ record does not), min/median/max over the repetitions. Every wait is bounded.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,6 +30,7 @@ from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.one_broker import cpu_seconds, write_results  # noqa: E402
+from bench.options import bench_parser, code_on_path, code_trees, run_date  # noqa: E402
 from logbus.testing import Cluster, running_cluster  # noqa: E402
 
 QUIET = {"log_level": 0}
@@ -97,20 +95,6 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-@contextmanager
-def code_on_path(src: str) -> Iterator[None]:
-    """Brokers started inside import logbus from `src`."""
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.path.abspath(src)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
-
-
 def brokers_cpu(cluster: Cluster) -> float:
     """CPU seconds (user and system) the brokers used so far, all together."""
     return sum(cpu_seconds(b.process.pid) for b in cluster.brokers.values() if b.process is not None)
@@ -140,16 +124,12 @@ def summary(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, list
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser = bench_parser(__doc__, "acks_all_latency.json", code=True)
     parser.add_argument("--partitions", default="1,1000")
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--code", action="append", default=[], help="name=path of a src tree (repeatable)")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                      "acks_all_latency.json"))
     args = parser.parse_args()
-    trees = dict(item.split("=", 1) for item in args.code) or {"this": "src"}
+    trees = code_trees(args)
     counts = [int(n) for n in args.partitions.split(",")]
     config = {"min.insync.replicas": "2", "log.flush.offset.checkpoint.interval.ms": "60000",
               "replica.lag.time.max.ms": "30000"}  # Kafka's default: no ISR churn on a loaded machine
@@ -159,7 +139,7 @@ def main() -> int:
             with code_on_path(src), running_cluster(3, config) as cluster:
                 runs[name].append(one_rep(cluster, counts, args.rate, args.seconds, rep))
             print(f"rep {rep} {name}: {runs[name][-1]}", flush=True)
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": args.reps,
+    results: dict[str, Any] = {"date": run_date(), "reps": args.reps,
                                "rate": args.rate, "seconds": args.seconds, "load_average": os.getloadavg()[0],
                                "code": trees, "summary": {name: summary(r) for name, r in runs.items()},
                                "runs": runs}

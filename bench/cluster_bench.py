@@ -31,7 +31,6 @@ seconds (user, system) of every broker and of the client.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import resource
@@ -46,6 +45,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.one_broker import write_results  # noqa: E402
+from bench.options import bench_parser, run_date  # noqa: E402
 from bench.suite import kafka_load  # noqa: E402
 from bench.suite.install import CACHE_DIR  # noqa: E402
 from bench.suite.runner import WorkerProcess, run_worker  # noqa: E402
@@ -232,19 +232,16 @@ def two_brokers(cluster: Cluster, reps: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser = bench_parser(__doc__, "cluster_bench.json")
     parser.add_argument("--parts", default="latency,failover,produce,two_brokers",
                         help="which measurements (comma-separated)")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                      "cluster_bench.json"))
     args = parser.parse_args()
     if not os.path.exists(TOOL):
         print(f"{TOOL} is missing: run `python -m bench.suite --install-only` first", file=sys.stderr)
         return 2
     config = {"zookeeper.session.timeout.ms": "6000", "min.insync.replicas": "2",
               "log.flush.offset.checkpoint.interval.ms": "60000"}
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": args.reps,
+    results: dict[str, Any] = {"date": run_date(), "reps": args.reps,
                                "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0]}
     parts = {"produce": produce_ratio, "latency": latency, "failover": failover, "two_brokers": two_brokers}
     with running_cluster(3, config) as cluster:

@@ -21,18 +21,16 @@ Reported min/median/max over the repetitions.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
-import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.acks_all_latency import code_on_path  # noqa: E402
 from bench.cluster_bench import TOOL, create, measured_produce  # noqa: E402
 from bench.one_broker import write_results  # noqa: E402
+from bench.options import bench_parser, code_on_path, code_trees, run_date  # noqa: E402
 from logbus.testing import running_cluster  # noqa: E402
 
 
@@ -62,18 +60,14 @@ def one_rep(records: int, size: int, rep: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser = bench_parser(__doc__, "replication_cost.json", code=True)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=1000)
-    parser.add_argument("--code", action="append", default=[], help="name=path of a src tree (repeatable)")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                      "replication_cost.json"))
     args = parser.parse_args()
     if not os.path.exists(TOOL):
         print(f"{TOOL} is missing: run `python -m bench.suite --install-only` first", file=sys.stderr)
         return 2
-    trees = dict(item.split("=", 1) for item in args.code) or {"this": "src"}
+    trees = code_trees(args)
     reps: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for rep in range(args.reps):
         for name, src in trees.items():
@@ -86,7 +80,7 @@ def main() -> int:
                for name, runs in reps.items()}
     for name, figures in summary.items():
         print(f"{name:8} " + "  ".join(f"{figure} {values}" for figure, values in figures.items()))
-    write_results(args.out, {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": args.reps,
+    write_results(args.out, {"date": run_date(), "reps": args.reps,
                              "records": args.records, "size": args.size, "load_average": os.getloadavg()[0],
                              "code": trees, "summary": summary, "runs": reps})
     return 0
