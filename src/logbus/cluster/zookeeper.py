@@ -1226,7 +1226,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         multi-ops of at most MULTI_OP_BYTES (Kafka's controller batches its ZooKeeper writes the same
         way, within jute.maxbuffer), each with one STATE_CHANGES znode listing its states for the
         brokers. A write that lost a race (its znode moved on) is left out and those of its batch
-        still current are sent once more. True for each one written."""
+        still current are sent once more. True for each one written; those written are in the
+        view on return (write, then apply): a pass that the first writes' own announcements
+        started, deciding from the view before their watch brought them, wrote every ISR change
+        again, each failing on its znode version (3.6 s for 667 partitions in a SIGTERM)."""
         def write_all() -> list[bool]:
             written = [False] * len(writes)
             for batch in _multi_op_batches(writes, epoch):
@@ -1234,7 +1237,14 @@ class ZooKeeperMetadataStore(MetadataStore):
                     written[position] = True
             return written
 
-        return await self._write_in_thread(write_all)
+        written = await self._write_in_thread(write_all)
+        by_topic: dict[str, dict[int, PartitionState]] = {}
+        for (topic, index, state, version), ok in zip(writes, written, strict=True):
+            if ok:
+                by_topic.setdefault(topic, {})[index] = replace(state, partition_epoch=version + 1)
+        for topic, states in by_topic.items():
+            self._apply_written_states(topic, states)
+        return written
 
     # ------------------------------------------------------------------ elections and reassignments
 
