@@ -80,6 +80,8 @@ class ZnodeReader:
         return self._pipelined(paths)
 
     def _multi_read(self, paths: list[str]) -> list[Read]:
+        """kazoo has no multiRead: the request goes through its `_call` with the chroot prefixed,
+        as its own `get_async` sends a GetData."""
         answer = self.client.handler.async_result()
         self.client._call(MultiRead([_prefix_root(self.client.chroot, path) for path in paths]), answer)
         return answer.get()
