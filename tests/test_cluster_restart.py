@@ -4,6 +4,7 @@ its leaders writing the ISR expansions in batches rather than one ZooKeeper roun
 from __future__ import annotations
 
 import re
+import signal
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, wait_until
@@ -14,6 +15,8 @@ from logbus.testing import Cluster, running_cluster
 TOPICS, PARTITIONS_EACH = 6, 100
 BACK_IN_ISR_S = 60  # measured ~2 s at 600 partitions on an idle machine; generous for a loaded one
 BATCH_LINE = re.compile(r"wrote the ISR changes of (\d+) partitions together")
+ASKED_AGAIN = re.compile(r"controlled shutdown: still leading partitions after [\d.]+ s; "
+                         r"asking again \((\d+) of (\d+)\)")
 
 
 def partitions_without(cluster: Cluster, broker_id: int, asking: int) -> int:
@@ -50,3 +53,33 @@ def test_a_killed_broker_restarted_is_back_in_every_isr_from_batched_isr_changes
                        message=f"the restarted broker back in every ISR, as broker {asking} sees it")
         batches = [int(n) for b in (1, 3) for n in BATCH_LINE.findall(cluster.brokers[b].read_log()[logged[b]:])]
         assert batches and max(batches) >= 50, f"the leaders wrote the expansions one by one: {batches}"
+
+
+def test_a_controlled_shutdown_nobody_carries_out_asks_again_max_retries_times_then_stops(
+        zookeeper: ZooKeeperServer) -> None:
+    """Kafka's controlled.shutdown.max.retries and controlled.shutdown.retry.backoff.ms bound how
+    long a stopping broker waits for its leaderships to move (it waited the session timeout, too
+    short to move thousands on a loaded host and unrelated to it): with the controller paused,
+    nothing moves, and the broker asks again once, then stops while still leading."""
+    config = {"controlled.shutdown.max.retries": "2", "controlled.shutdown.retry.backoff.ms": "300",
+              "zookeeper.session.timeout.ms": "60000"}  # the paused controller keeps its session
+    with running_cluster(2, config, zookeeper=zookeeper) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+        controller = admin.list_topics(timeout=10).controller_id
+        stopping = next(b for b in cluster.brokers if b != controller)
+        admin.create_topics([NewTopic("held", 1, replica_assignment=[[stopping, controller]])])["held"].result(60)
+
+        def in_sync() -> bool:
+            topic = admin.list_topics("held", timeout=10).topics["held"]
+            return bool(topic.partitions) and sorted(topic.partitions[0].isrs) == sorted([stopping, controller])
+
+        wait_until(in_sync, timeout=BACK_IN_ISR_S, interval=0.3, message="both replicas in sync")
+        paused = cluster.brokers[controller].process
+        paused.send_signal(signal.SIGSTOP)
+        try:
+            assert cluster.brokers[stopping].stop() == 0
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        log = cluster.brokers[stopping].read_log()
+        assert ASKED_AGAIN.findall(log) == [("1", "1")]
+        assert "controlled shutdown: still leading some partitions after" in log

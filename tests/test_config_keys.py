@@ -239,6 +239,10 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
         "test_fetch_from_follower.py::test_a_librdkafka_consumer_reads_from_its_rack_and_goes_on_when_that_follower_dies",
     ),
     "controlled.shutdown.enable": ("test_cluster.py::test_a_rolling_restart_under_acks_all_load_fails_no_send",),
+    "controlled.shutdown.max.retries": (
+        "test_cluster_restart.py::test_a_controlled_shutdown_nobody_carries_out_asks_again_max_retries_times_then_stops",),
+    "controlled.shutdown.retry.backoff.ms": (
+        "test_cluster_restart.py::test_a_controlled_shutdown_nobody_carries_out_asks_again_max_retries_times_then_stops",),
     "auto.leader.rebalance.enable": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),
     "leader.imbalance.check.interval.seconds": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),
     "leader.imbalance.per.broker.percentage": ("test_cluster.py::test_leadership_returns_to_the_preferred_replica",),

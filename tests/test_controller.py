@@ -3,7 +3,9 @@ and how its writes are cut into ZooKeeper multi-ops (issue 25)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 
 from kazoo.client import KazooClient
 
@@ -12,6 +14,7 @@ from logbus.cluster.metadata import PartitionState, TopicMetadata
 from logbus.cluster.zookeeper import (
     MULTI_OP_BYTES,
     STATE_CHANGES,
+    ZooKeeperMetadataStore,
     _commit_state_batch,
     _multi_op_batches,
     decode_state_changes,
@@ -160,3 +163,28 @@ def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partitio
         finally:
             client.stop()
             client.close()
+
+
+def test_a_controllers_written_states_are_in_its_view_when_the_write_returns(zookeeper) -> None:  # noqa: ANN001
+    """Write, then apply: a pass started by the first writes' own announcements must not decide
+    again from states the controller has just replaced (it wrote every ISR change of a SIGTERM a
+    second time, each failing on its znode version)."""
+    connect = f"{zookeeper.connect_string}/controller-view-{uuid.uuid4().hex}"
+
+    async def scenario() -> list[tuple[str, int, PartitionState, PartitionState]]:
+        store = ZooKeeperMetadataStore(connect, 1, 10000)
+        await store.start()
+        try:
+            topic = await store.create_topic("t", 6, 3, {}, assignments=[s.replicas for s in _three_way(6)])
+            epoch, epoch_version = await asyncio.to_thread(claim_controller, store.client, 1)
+            live, serving = {1, 2, 3}, {1, 3}  # broker 2 is shutting down
+            changes = partition_changes({"t": topic}, None, live, serving, {}, _never_unclean)
+            assert len(changes) == 6
+            written = await store.write_states_as_controller(
+                [(name, index, new, old.partition_epoch) for name, index, old, new in changes], epoch, epoch_version)
+            assert all(written)
+            return partition_changes(store.topics(), None, live, serving, {}, _never_unclean)
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == [], "nothing left to decide"

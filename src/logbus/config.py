@@ -340,6 +340,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "(the burst is rate * num * size).", minimum=1),
         _key("controller.quota.window.size.seconds", INT, 1, "Length of each controller quota window.", minimum=1),
         _key("controlled.shutdown.enable", BOOL, True, "On SIGTERM move leaderships away before stopping."),
+        _key("controlled.shutdown.max.retries", INT, 3, "Times a stopping broker asks the controller to move its "
+             "leaderships, waiting controlled.shutdown.retry.backoff.ms each time, before it stops anyway.",
+             minimum=1),
+        _key("controlled.shutdown.retry.backoff.ms", LONG, 5000, "How long each of those waits lasts.", minimum=1),
         _key("auto.leader.rebalance.enable", BOOL, True, "Move leadership back to preferred replicas."),
         _key("leader.imbalance.check.interval.seconds", LONG, 300, "How often the controller checks leader "
              "balance.", minimum=1),
