@@ -21,11 +21,14 @@ min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures
 5. SIGKILL of the controller (Metadata's controller_id): time until another broker is
    controller, time until every partition is led by a live broker; then its restart as in 4
    (a killed broker recovers its logs);
-6. every broker's RSS and open file descriptors before and after the create, and per replica.
+6. every broker's RSS and open file descriptors before and after the create, and per replica;
+   before step 1, the time until every broker's Metadata lists all of them (registration), and
+   before and after the create, `--idle-s` of each idle broker's CPU and RSS.
 
 `--rolling-restart` instead SIGTERMs each broker in turn (restart, wait until every ISR is full,
-next) under the acks=all producer, then consumes every partition back and counts acknowledged
-records that are missing.
+next) under the acks=all producer (its failed sends counted per step), then consumes every
+partition back and counts acknowledged records that are missing, then SIGKILLs the controller
+as in 5.
 
 Every figure is reported as min/median/max over the repetitions; a target (the issue's, set for
 10,000 partitions) counts as met when the worst repetition meets it. Every wait has a deadline
