@@ -21,11 +21,14 @@ min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures
 5. SIGKILL of the controller (Metadata's controller_id): time until another broker is
    controller, time until every partition is led by a live broker; then its restart as in 4
    (a killed broker recovers its logs);
-6. every broker's RSS and open file descriptors before and after the create, and per replica.
+6. every broker's RSS and open file descriptors before and after the create, and per replica;
+   before step 1, the time until every broker's Metadata lists all of them (registration), and
+   before and after the create, `--idle-s` of each idle broker's CPU and RSS.
 
 `--rolling-restart` instead SIGTERMs each broker in turn (restart, wait until every ISR is full,
-next) under the acks=all producer, then consumes every partition back and counts acknowledged
-records that are missing.
+next) under the acks=all producer (its failed sends counted per step), then consumes every
+partition back and counts acknowledged records that are missing, then SIGKILLs the controller
+as in 5.
 
 Every figure is reported as min/median/max over the repetitions; a target (the issue's, set for
 10,000 partitions) counts as met when the worst repetition meets it. Every wait has a deadline
@@ -59,10 +62,10 @@ from kio.schema.metadata.v12 import response as metadata_response  # noqa: E402
 from kio.serial import entity_reader  # noqa: E402
 
 import logbus.testing  # noqa: E402
-from bench.broker_bench import rss_mib  # noqa: E402
+from bench.broker_bench import cpu_seconds, rss_mib  # noqa: E402
 from bench.one_broker import write_results  # noqa: E402
 from bench.raw_client import Client  # noqa: E402
-from logbus.testing import BrokerProcess, Cluster, running_cluster  # noqa: E402
+from logbus.testing import BrokerProcess, Cluster, running_cluster, running_zookeeper  # noqa: E402
 
 QUIET = {"log_level": 0}
 METADATA_KEY, METADATA_VERSION = 3, 12
@@ -72,6 +75,7 @@ READ_METADATA = entity_reader(metadata_response.MetadataResponse)
 SESSION_TIMEOUT_MS = 6000
 MAX_SOCKET_TIMEOUT_MS = 300_000  # librdkafka's bound on socket.timeout.ms
 POLL_S = 0.1
+WARM_WAVE = 100  # partitions warmed at once (a few per broker)
 AFTER_EXIT_S = 2.0  # the producer writes on this long after the stopped broker is gone
 
 
@@ -190,7 +194,7 @@ def create_topics(cluster: Cluster, sizes: dict[str, int], replication: int, dea
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": wait_ms, **QUIET})
     began = time.monotonic()
     futures = admin.create_topics([NewTopic(name, count, replication) for name, count in sizes.items()],
-                                  request_timeout=deadline.left())
+                                  request_timeout=min(deadline.left(), 3600))  # librdkafka: at most 1 h
     for future in futures.values():
         future.result(deadline.left())
     return wait_everywhere(cluster, not_ready(sum(sizes.values())), deadline, began, "partitions not ready")
@@ -231,6 +235,23 @@ def per_replica(before: dict[int, dict[str, float]], after: dict[int, dict[str, 
     return {"rss_kib_per_replica": round(rss / replicas, 2), "fds_per_replica": round(fds / replicas, 3)}
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    return {"min": round(min(values), 2), "median": round(statistics.median(values), 2), "max": round(max(values), 2)}
+
+
+def idle_cost(cluster: Cluster, seconds: float) -> dict[str, Any]:
+    """What the brokers cost while nothing is asked of them: each one's CPU (percent of one core,
+    user + system) over `seconds`, their sum, and each one's RSS; the load average beside."""
+    pids = {broker_id: b.process.pid for broker_id, b in cluster.brokers.items() if b.running and b.process}
+    before = {broker_id: cpu_seconds(pid) for broker_id, pid in pids.items()}
+    began = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - began
+    percent = [100 * (cpu_seconds(pid) - before[broker_id]) / elapsed for broker_id, pid in pids.items()]
+    return {"seconds": round(elapsed, 1), "cpu_percent": spread(percent), "cpu_percent_all": round(sum(percent), 1),
+            "rss_mib": spread([rss_mib(pid) for pid in pids.values()]), "load_average": os.getloadavg()[0]}
+
+
 @dataclass(frozen=True)
 class Failure:
     error: str
@@ -260,10 +281,14 @@ class Load:
                                   "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, **QUIET})
 
     def warm(self, deadline: Deadline) -> None:
-        """One record into every partition, acknowledged, before anything is timed."""
-        for topic, partition in self.partitions:
-            self._send(topic, partition)
-        self._flush(deadline)
+        """One record into every partition, acknowledged, before anything is timed; `WARM_WAVE`
+        partitions at a time: librdkafka's idempotent producer has one ProduceRequest of one
+        partition in flight per broker, so a broker leading hundreds of partitions answers them
+        one acks=all round trip after the other, past `message.timeout.ms` on a loaded machine."""
+        for first in range(0, len(self.partitions), WARM_WAVE):
+            for topic, partition in self.partitions[first:first + WARM_WAVE]:
+                self._send(topic, partition)
+            self._flush(deadline)
         if self.failed:
             raise RuntimeError(f"warm-up sends failed: {[f.error for f in self.failed[:3]]}")
         self.answered.clear()
@@ -438,19 +463,32 @@ def created_cluster(args: argparse.Namespace, deadline: Deadline, out: dict[str,
     replication = min(3, args.brokers)
     config = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms),
               "min.insync.replicas": str(min(2, replication)), **dict(item.split("=", 1) for item in args.set)}
-    with running_cluster(args.brokers, config) as cluster:
-        try:
-            before = resources(cluster)
-            sizes = topic_sizes(args.partitions, args.topics or max(1, args.partitions // 100))
-            out.update(topics=len(sizes), partitions=sum(sizes.values()))
-            out["create_s"] = round(create_topics(cluster, sizes, replication, deadline), 3)
-            after = resources(cluster)
-            out.update(resources_before=before, resources_after=after,
-                       **per_replica(before, after, view_of(live(cluster)[0])))
-            yield cluster
-        except (TimeoutError, RuntimeError, KafkaException):
-            out["logs"] = keep_logs(cluster)
-            raise
+    with running_zookeeper() as zookeeper:
+        began = time.monotonic()
+        with running_cluster(args.brokers, config, zookeeper) as cluster:
+            out["registration_s"] = round(time.monotonic() - began, 3)  # until every broker lists all of them
+            yield from _with_topics(cluster, args, replication, deadline, out)
+
+
+def _with_topics(cluster: Cluster, args: argparse.Namespace, replication: int, deadline: Deadline,
+                 out: dict[str, Any]) -> Iterator[Cluster]:
+    """The topics created in `cluster`; the idle cost (`--idle-s`) measured before and after."""
+    try:
+        if args.idle_s:
+            out["idle_empty"] = idle_cost(cluster, args.idle_s)
+        before = resources(cluster)
+        sizes = topic_sizes(args.partitions, args.topics or max(1, args.partitions // 100))
+        out.update(topics=len(sizes), partitions=sum(sizes.values()))
+        out["create_s"] = round(create_topics(cluster, sizes, replication, deadline), 3)
+        after = resources(cluster)
+        out.update(resources_before=before, resources_after=after,
+                   **per_replica(before, after, view_of(live(cluster)[0])))
+        if args.idle_s:
+            out["idle"] = idle_cost(cluster, args.idle_s)
+        yield cluster
+    except (TimeoutError, RuntimeError, KafkaException):
+        out["logs"] = keep_logs(cluster)
+        raise
 
 
 def keep_logs(cluster: Cluster) -> str:
@@ -487,22 +525,45 @@ def rolling_rep(args: argparse.Namespace) -> dict[str, Any]:
                         args.message_timeout_ms)
             load.warm(deadline)
             load.start()
+            began = time.monotonic()
             try:
                 for broker in list(cluster.brokers.values()):
                     step = Deadline(args.deadline, f"rolling restart of broker {broker.broker_id}")
-                    result["rolling"].append(done := {})
+                    result["rolling"].append(done := {"began": time.monotonic()})
                     graceful_stop(cluster, broker, step, done)
                     restart(cluster, broker, Deadline(args.deadline, f"restart of broker {broker.broker_id}"),
                             done.setdefault("restart", {}))
             finally:
+                result["rolling_s"] = round(time.monotonic() - began, 3)
                 result["producer"] = load.stop(deadline)
+                failed_per_step(load, result["rolling"])
             result["producer"]["lost"] = lost_records(cluster.bootstrap, load.acked, deadline)
+            controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
     except (TimeoutError, RuntimeError, KafkaException) as exc:  # RuntimeError: a broker that did not start
         result["failed"] = str(exc)
     return result
 
 
+def failed_per_step(load: Load, steps: list[dict[str, Any]]) -> None:
+    """Each rolling step's failed sends (those sent from its SIGTERM until the next one's), in
+    place of the step's start time."""
+    starts = [step.pop("began") for step in steps]
+    for step, start, end in zip(steps, starts, [*starts[1:], float("inf")], strict=True):
+        step["failed_sends"] = sum(1 for failure in load.failed if start <= failure.sent_at < end)
+
+
+CLUSTER_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
+    "registration_s": lambda r: r["registration_s"],
+    "idle_empty_cpu_percent_median": lambda r: r["idle_empty"]["cpu_percent"]["median"],
+    "idle_empty_cpu_percent_all": lambda r: r["idle_empty"]["cpu_percent_all"],
+    "idle_cpu_percent_median": lambda r: r["idle"]["cpu_percent"]["median"],
+    "idle_cpu_percent_max": lambda r: r["idle"]["cpu_percent"]["max"],
+    "idle_cpu_percent_all": lambda r: r["idle"]["cpu_percent_all"],
+    "idle_rss_mib_median": lambda r: r["idle"]["rss_mib"]["median"],
+    "idle_rss_mib_max": lambda r: r["idle"]["rss_mib"]["max"],
+}
 FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
+    **CLUSTER_FIGURES,
     "create_s": lambda r: r["create_s"],
     "metadata_median_ms": lambda r: r["metadata_ms"]["median"],
     "metadata_max_ms": lambda r: r["metadata_ms"]["max"],
@@ -525,6 +586,7 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "kill_restart_isr_s": lambda r: r["controller_kill"]["restart"]["in_every_isr_s"],
 }
 ROLLING_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
+    **CLUSTER_FIGURES,
     "create_s": lambda r: r["create_s"],
     "exit_s_worst": lambda r: max(s["exit_s"] for s in r["rolling"]),
     "led_at_exit_total": lambda r: sum(s["led_at_exit"] for s in r["rolling"]),
@@ -532,6 +594,9 @@ ROLLING_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "failed_sends": lambda r: r["producer"]["failed"],
     "lost_records": lambda r: r["producer"]["lost"],
     "slowest_answer_s": lambda r: r["producer"]["slowest_answer_s"],
+    "rolling_total_s": lambda r: r["rolling_s"],
+    "kill_new_controller_s": lambda r: r["controller_kill"]["new_controller_s"],
+    "kill_all_led_s": lambda r: r["controller_kill"]["all_led_s"],
 }
 
 
@@ -605,6 +670,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, default=0, help="seconds any one step may take "
                         "(default: 120 + 0.03 per partition)")
     parser.add_argument("--rolling-restart", action="store_true")
+    parser.add_argument("--idle-s", type=float, default=15.0, help="seconds the idle brokers' CPU is measured "
+                        "over, before and after the create (0: not measured)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting (e.g. replica.lag.time.max.ms=30000; the test clusters' is 3000)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -618,12 +685,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def broker_start_deadline(seconds: float) -> Iterator[None]:
     """logbus.testing gives a starting broker 15 s to listen; one recovering 100,000 partitions
     may need more, and this bench reports how long it took instead of failing."""
-    saved = logbus.testing.READY_TIMEOUT_S
-    logbus.testing.READY_TIMEOUT_S = max(saved, seconds)
+    saved = logbus.testing.READY_TIMEOUT_S, logbus.testing.CLUSTER_READY_TIMEOUT_S
+    logbus.testing.READY_TIMEOUT_S = max(saved[0], seconds)
+    logbus.testing.CLUSTER_READY_TIMEOUT_S = max(saved[1], seconds)  # dozens of brokers registering at once
     try:
         yield
     finally:
-        logbus.testing.READY_TIMEOUT_S = saved
+        logbus.testing.READY_TIMEOUT_S, logbus.testing.CLUSTER_READY_TIMEOUT_S = saved
 
 
 def commit() -> str:

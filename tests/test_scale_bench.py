@@ -14,11 +14,16 @@ from bench import scale_bench  # noqa: E402
 
 def test_one_repetition_measures_every_step() -> None:
     args = scale_bench.parse(["--partitions", "30", "--topics", "3", "--session-timeout-ms", "2000",
-                              "--rate", "200", "--samples", "3", "--steady-s", "1", "--deadline", "60"])
+                              "--rate", "200", "--samples", "3", "--steady-s", "1", "--deadline", "60",
+                              "--idle-s", "0.5"])
     rep = scale_bench.measure_rep(args)
     assert "failed" not in rep, rep
     assert (rep["topics"], rep["partitions"]) == (3, 30)
-    assert rep["create_s"] > 0 and 0 < rep["metadata_ms"]["min"] <= rep["metadata_ms"]["max"]
+    assert rep["registration_s"] > 0 and rep["create_s"] > 0
+    assert 0 < rep["metadata_ms"]["min"] <= rep["metadata_ms"]["max"]
+    for idle in (rep["idle_empty"], rep["idle"]):  # the brokers' CPU while nothing is asked: before, after the create
+        assert 0 <= idle["cpu_percent"]["min"] <= idle["cpu_percent"]["max"] <= idle["cpu_percent_all"]
+        assert idle["rss_mib"]["min"] > 0
     assert all(rep["resources_after"][b]["fds"] > rep["resources_before"][b]["fds"] for b in (1, 2, 3))
     sigterm, kill = rep["sigterm"], rep["controller_kill"]
     assert sigterm["broker"] != kill["broker"] and sigterm["led_before"] > 0  # the SIGTERM spares the controller

@@ -337,12 +337,13 @@ class Cluster:
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
 
-    def wait_ready(self, topics: Iterable[str] = (), timeout: float = CLUSTER_READY_TIMEOUT_S) -> None:
+    def wait_ready(self, topics: Iterable[str] = (), timeout: float | None = None) -> None:
         """Wait until every running broker's Metadata lists exactly the running brokers and, for
         each of `topics`, every partition with the same running leader. A broker prints that it
         listens before it has seen the others in ZooKeeper; tests start from a cluster that agrees.
         Brokers without a PLAINTEXT listener cannot be asked without credentials and are skipped."""
         wanted = tuple(topics)
+        timeout = CLUSTER_READY_TIMEOUT_S if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while (problem := self._not_ready(wanted)) is not None:
             if time.monotonic() >= deadline:
