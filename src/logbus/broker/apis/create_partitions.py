@@ -83,6 +83,7 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
         return
     record_mutation(ctx, wanted.count - current)
     await metadata.add_partitions(topic.name, wanted.count, assignments)
+    await ctx.broker.replicas.wait_opened(topic.name)
 
 
 def _assignments(ctx: RequestContext, topic: TopicMetadata, wanted: Any) -> list[list[int]] | None:

@@ -110,6 +110,7 @@ async def _create(ctx: RequestContext, topic: Any, checked: tuple[int, int, dict
     assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
     created = await ctx.broker.metadata.create_topic(topic.name, partitions, replication, configs,
                                                      assignments=assignments or None, wait_s=wait_s)
+    await ctx.broker.replicas.wait_opened(topic.name)  # its replicas here are served once it answers
     return partitions, replication, configs, created.uuid
 
 
