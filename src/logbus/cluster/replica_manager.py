@@ -23,6 +23,7 @@ moves their leadership to the rest of the ISR. They stay offline until the broke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 ISR_RETRY_BACKOFF_S = 1.0  # a failed ISR change is asked for again after this, not at the next fetch
 HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
+OPEN_WAIT_S = 30.0  # a creation waits at least this long for its replicas here (as for the metadata view)
 OPEN_BATCH = 1000  # new replicas' logs created together: the first are served while the rest are created
 REPORT_ATTEMPTS = 300  # one a second: offline replicas reach a metadata store back within 5 minutes
 
@@ -344,12 +346,16 @@ class ReplicaManager:
         log_.config = self.log_config_for(topic)
         self._add_partition(topic, index, log_, topic.partitions[index])
 
-    async def wait_opened(self, name: str) -> None:
-        """Return once no replica of topic `name` waits for its log to be created here (a
-        CreateTopics answers once the replicas it created here are served, as before)."""
-        while self._opener is not None and (any(key[0] == name for key in self._opening)
-                                            or any(key[0] == name for key in self._to_open)):
-            await asyncio.wait([self._opener])
+    async def wait_opened(self, name: str, timeout: float = 0.0) -> None:
+        """Return once no replica of topic `name` waits for its log to be created here, or after
+        `timeout` seconds (at least OPEN_WAIT_S): a CreateTopics answers once the replicas it
+        created here are served, but not later than its timeout_ms allows (a 10,000-partition
+        create outlasted the client's wait)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, OPEN_WAIT_S)):
+                while self._opener is not None and (any(key[0] == name for key in self._opening)
+                                                    or any(key[0] == name for key in self._to_open)):
+                    await asyncio.wait([self._opener])
 
     def _set_role(self, partition: Partition) -> None:
         """A follower fetches from its leader; a leader (or an offline partition) fetches from nobody."""
