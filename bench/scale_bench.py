@@ -1,7 +1,7 @@
 """Control-plane costs of a logbus ZooKeeper cluster at a given partition count (issue 25).
 
     .venv/bin/python bench/scale_bench.py --partitions 10000 --brokers 3 --reps 3 [--topics N]
-        [--rolling-restart] [--out bench/results/scale_bench.json]
+        [--rolling-restart | --only-create] [--out bench/results/scale_bench.json]
 
 One real ZooKeeper and `--brokers` brokers on loopback (zookeeper.session.timeout.ms 6000, RF 3,
 min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures, in order:
@@ -504,6 +504,8 @@ def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     try:
         with created_cluster(args, Deadline(args.deadline, "create"), result) as cluster:
+            if args.only_create:
+                return result
             first = live(cluster)[0]
             result["metadata_ms"] = metadata_latency(first, args.samples)
             sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
@@ -672,6 +674,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rolling-restart", action="store_true")
     parser.add_argument("--idle-s", type=float, default=15.0, help="seconds the idle brokers' CPU is measured "
                         "over, before and after the create (0: not measured)")
+    parser.add_argument("--only-create", action="store_true", help="measure step 1 (and 6) only")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting (e.g. replica.lag.time.max.ms=30000; the test clusters' is 3000)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",

@@ -133,6 +133,23 @@ def test_a_follower_names_only_moved_partitions_and_starts_over_after_a_session_
     assert session.answered(ErrorCode.none, 0) and session.epoch == 0, "the leader declined: full fetches go on"
 
 
+
+def test_a_follower_names_again_a_partition_answered_with_an_error() -> None:
+    """A follower whose log was created before its leader's is answered NOT_LEADER_OR_FOLLOWER;
+    its next fetch names the partition again (its position did not move), else the leader, which
+    reads a follower's quiet partitions only at its sweep, would not see it for seconds."""
+    session = FetcherSession()
+    def positions() -> dict[tuple[str, int], tuple[int, ...]]:  # the fetcher builds them anew for each fetch
+        return {("t", 0): (0, 0, -1, 0), ("t", 1): (0, 0, -1, 0)}
+
+    session.plan(positions())
+    assert session.answered(ErrorCode.none, 77)
+    session.resend(("t", 1))
+    assert session.plan(positions()) == ({("t", 1)}, [])
+    assert session.answered(ErrorCode.none, 77)
+    assert session.plan(positions()) == (set(), []), "named once: quiet again after"
+
+
 # ---------------------------------------------------------------------- a real broker
 
 

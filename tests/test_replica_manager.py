@@ -46,6 +46,7 @@ async def replica_manager(directory: Path) -> AsyncIterator[ReplicaManager]:
 
 async def create(replicas: ReplicaManager, name: str, assignment: list[int], **configs: str) -> None:
     await replicas.metadata.create_topic(name, 1, len(assignment), configs, assignments=[assignment])
+    await replicas.wait_opened(name)
 
 
 def batches(value: bytes) -> Batches:
@@ -222,5 +223,54 @@ def test_a_partition_whose_log_is_still_loading_answers_not_leader_or_follower(t
         finally:
             await replicas.stop()
             await logs.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_new_replicas_are_served_once_their_logs_are_created_off_the_event_loop(tmp_path: Path) -> None:
+    """Topics created together (issue 25): the metadata shows them at once, their replicas here
+    are served only once the I/O threads created their logs, each led as the metadata says."""
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            names = [f"t{i}" for i in range(3)]
+            await asyncio.gather(*(replicas.metadata.create_topic(name, 4, 1, {}, assignments=[[LEADER]] * 4)
+                                   for name in names))
+            assert all(replicas.metadata.topic(name) is not None for name in names)
+            for name in names:
+                await asyncio.wait_for(replicas.wait_opened(name), 30)
+            for name in names:
+                for index in range(4):
+                    partition = replicas.partition_to_read(name, index)
+                    assert partition.is_leader and partition.log.log_end_offset == 0
+                    assert (tmp_path / f"{name}-{index}").is_dir()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("when", ["queued", "being_created"])
+def test_a_topic_deleted_while_its_logs_are_created_is_never_served_and_its_files_go(tmp_path: Path,
+                                                                                     when: str) -> None:
+    """A DeleteTopics arriving before the new logs exist: none of its replicas is served, the
+    files created meanwhile are deleted, and a topic created again under the name gets new logs."""
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await replicas.metadata.create_topic("t", 3, 1, {}, assignments=[[LEADER]] * 3)
+            if when == "being_created":
+                for _ in range(1000):  # until the batch is handed to the I/O threads
+                    if replicas._opening:
+                        break
+                    await asyncio.sleep(0)
+                assert replicas._opening, "the batch never started"
+            await replicas.metadata.delete_topic("t")
+            await asyncio.wait_for(replicas.wait_dropped("t"), 30)
+            assert all(replicas.get("t", i) is None for i in range(3))
+            assert not any(tmp_path.glob("t-*")), "the logs created meanwhile are deleted"
+
+            await create(replicas, "t", [LEADER])
+            await asyncio.wait_for(replicas.wait_opened("t"), 30)
+            appended = await replicas.append_records("t", 0, batches(b"a"), 1)
+            assert appended.info.base_offset == 0
 
     asyncio.run(scenario())

@@ -129,6 +129,7 @@ def test_write_marker_answers_after_the_append_and_then_tells_the_listeners(tmp_
     async def scenario() -> None:
         async with broker_in_process(tmp_path) as broker:
             await broker.metadata.create_topic("t", 1, 1, {"flush.messages": "1"})
+            await broker.replicas.wait_opened("t")
             partition = broker.replicas.get("t", 0)
             seen: list[tuple[int, int, bool]] = []
             broker.replicas.add_marker_listener(
@@ -158,6 +159,7 @@ def test_write_marker_is_refused_below_min_insync_replicas(tmp_path: Path) -> No
     async def scenario() -> None:
         async with broker_in_process(tmp_path) as broker:
             await broker.metadata.create_topic("strict", 1, 1, {"min.insync.replicas": "2"})
+            await broker.replicas.wait_opened("strict")
             code = await write_marker(broker.replicas, "strict", 0, 7, 0, True, 0, 5.0)
             assert code == ErrorCode.not_enough_replicas
             assert broker.replicas.get("strict", 0).log.log_end_offset == 0
@@ -387,6 +389,8 @@ def test_the_writer_retries_until_a_final_code_and_stop_cancels_it(tmp_path: Pat
         async with broker_in_process(tmp_path) as broker:
             await broker.metadata.create_topic("t", 2, 1, {})
             await broker.metadata.create_topic("strict", 2, 1, {"min.insync.replicas": "2"})
+            await broker.replicas.wait_opened("t")
+            await broker.replicas.wait_opened("strict")
             writer = broker.txn_markers
             wanted = [("t", 0), ("t", 1), ("gone", 0), ("t", 5)]
             assert await writer.write(7, 0, 3, True, wanted) == {

@@ -95,6 +95,8 @@ async def ensure_topic(broker: Broker, name: str, allow_create: bool = True) -> 
     check_replication_factor(broker, replication)
     check_partition_budget(broker, partitions)
     try:
-        return await broker.metadata.create_topic(name, partitions, replication, {})
+        created = await broker.metadata.create_topic(name, partitions, replication, {})
     except TopicExistsError:  # created meanwhile
         return broker.metadata.topic(name)
+    await broker.replicas.wait_opened(name)
+    return created

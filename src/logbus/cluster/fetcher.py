@@ -234,6 +234,7 @@ class ReplicaFetcher:
             # or it moved on (this broker's own state change re-adds the partition)
             pause = NEW_STATE_RETRY_S if error == ErrorCode.unknown_leader_epoch else self.config.backoff_ms / 1000
             self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + pause
+            self._session.resend((partition.topic, partition.index))
         elif error != ErrorCode.none:  # retried after a pause, as Kafka's partitionsWithError
             log.warning("%s: %s from broker %d: %s", self.name, partition, self.leader_id, error.name)
             self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + \
@@ -315,6 +316,13 @@ class FetcherSession:
             forgotten = [key for key in self.sent if key not in positions]
         self.sent = positions
         return named, forgotten
+
+    def resend(self, key: tuple[str, int]) -> None:
+        """Name the partition in the next fetch although its position did not move: it was
+        answered with an error, and a leader that has taken it up since looks at a follower's
+        quiet session partitions only every few seconds (fetch.py's SWEEP_S). A partition created
+        on its follower before its leader had it waited that long, past replica.lag.time.max.ms."""
+        self.sent.pop(key, None)
 
     def answered(self, error: ErrorCode, session_id: int) -> bool:
         """Move on with an answer's top-level error and session id: the new session of a full

@@ -23,6 +23,7 @@ moves their leadership to the rest of the ISR. They stay offline until the broke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 ISR_RETRY_BACKOFF_S = 1.0  # a failed ISR change is asked for again after this, not at the next fetch
 HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
+OPEN_WAIT_S = 30.0  # a creation waits at least this long for its replicas here (as for the metadata view)
+OPEN_BATCH = 1000  # new replicas' logs created together: the first are served while the rest are created
 REPORT_ATTEMPTS = 300  # one a second: offline replicas reach a metadata store back within 5 minutes
 
 LeadershipListener = Callable[[Partition, bool], None]
@@ -94,6 +97,9 @@ class ReplicaManager:
         self.isr_changes: IsrChangeBatcher[Partition] = IsrChangeBatcher(metadata.alter_partitions, self._isr_written)
         self.offline: dict[tuple[str, int], Partition] = {}  # replicas in failed log dirs
         self._preloaded: dict[tuple[str, int], PartitionLog] = {}  # loaded at start, not yet a partition
+        self._to_open: dict[tuple[str, int], None] = {}  # new replicas whose logs wait to be created, in order
+        self._opening: set[tuple[str, int]] = set()  # the replicas whose logs are being created now
+        self._opener: asyncio.Task | None = None  # _open_queued, while replicas wait or are being opened
         self._loading: asyncio.Task | None = None  # _load_and_follow, from start on
         self.loaded = asyncio.Event()  # every log hosted at start is loaded: the partitions are served
         self._reporting = asyncio.Lock()  # offline replicas reach the metadata store in order
@@ -161,13 +167,15 @@ class ReplicaManager:
         self._preloaded.clear()
         self.loaded.set()
         log.info("loaded %d logs in %.1f s", len(hosted), time.monotonic() - began)
-        await self._delete_logs(gone, None)
+        await self._delete_logs(gone, [])
 
     async def stop(self) -> None:
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             await asyncio.wait([self._loading])
-
+        if self._opener is not None:
+            self._opener.cancel()
+            await asyncio.wait([self._opener])
         if self._isr_check is not None:
             self._isr_check.cancel()
         await self.isr_changes.stop()
@@ -251,9 +259,10 @@ class ReplicaManager:
             if self.broker_id not in state.replicas:
                 self._stop_hosting(topic.name, index)
                 continue
-            if (topic.name, index) in self.offline:
-                continue
-            existing = self.partitions.get((topic.name, index))
+            key = (topic.name, index)
+            if key in self.offline or key in self._opening:
+                continue  # an opening replica is taken up with the state current when its log is there
+            existing = self.partitions.get(key)
             if existing is not None and existing.state == state and existing.log.config == config:
                 continue  # another partition of the topic changed
             if existing is not None:
@@ -264,26 +273,89 @@ class ReplicaManager:
                     self._announce_leadership(existing, existing.is_leader)
                 self._set_role(existing)
                 continue
-            try:
-                log_ = self._open_log(topic.name, index, config)
-            except OSError:  # e.g. a full disk: the topic's other partitions still open
-                log.exception("cannot open the log of %s-%d; it opens on the next change or restart", topic.name, index)
-                continue
-            hw = self.logs.high_watermarks.get((topic.name, index), log_.log_end_offset)
-            partition = Partition(topic.name, index, topic.topic_id, self.broker_id, log_, state, hw, self._alter_isr)
-            self.partitions[(topic.name, index)] = partition
-            if partition.is_leader:
-                self._announce_leadership(partition, True)
-            self._set_role(partition)
+            preloaded = self._preloaded.pop(key, None)
+            if preloaded is not None and self.logs.logs.get(key) is preloaded:  # its dir did not fail since
+                preloaded.config = config
+                self._add_partition(topic, index, preloaded, state)
+            else:
+                self._queue_open(key)
 
-    def _open_log(self, topic: str, index: int, config: LogConfig) -> PartitionLog:
-        """The partition's log: the one loaded at start (still open: its dir did not fail since),
-        else opened now."""
-        preloaded = self._preloaded.pop((topic, index), None)
-        if preloaded is not None and self.logs.logs.get((topic, index)) is preloaded:
-            preloaded.config = config
-            return preloaded
-        return self.logs.load_log(topic, index, config)
+    def _add_partition(self, topic: TopicMetadata, index: int, log_: PartitionLog, state: PartitionState) -> None:
+        """Serve the replica whose log is open: lead it or follow its leader."""
+        key = (topic.name, index)
+        hw = self.logs.high_watermarks.get(key, log_.log_end_offset)
+        partition = Partition(topic.name, index, topic.topic_id, self.broker_id, log_, state, hw, self._alter_isr)
+        self.partitions[key] = partition
+        if partition.is_leader:
+            self._announce_leadership(partition, True)
+        self._set_role(partition)
+
+    def _queue_open(self, key: tuple[str, int]) -> None:
+        self._to_open[key] = None
+        if self._opener is None:
+            self._opener = self._run_in_background(self._open_queued())
+
+    async def _open_queued(self) -> None:
+        """Create (or open) the logs of new replicas in batches, in the I/O threads, and serve
+        each once its log is there (Kafka's makeLeaders/makeFollowers for a LeaderAndIsr
+        request). On the event loop, each new log's directory and files took milliseconds, so a
+        10,000-partition CreateTopics held every request and metadata change behind them for
+        tens of seconds; the replicas of topics created together now open together. A replica
+        is not served before its log exists; a log that cannot be created (its dir is offline)
+        is logged and opens on the next change or restart, as before."""
+        try:
+            while self._to_open:
+                keys = list(self._to_open)[:OPEN_BATCH]
+                for key in keys:
+                    del self._to_open[key]
+                self._opening = set(keys)
+                try:
+                    opened = await self.logs.load_logs(self._still_wanted(keys))
+                finally:
+                    self._opening = set()
+                for log_ in opened:
+                    self._take_up(log_)
+                if len(keys) > 1:
+                    log.info("opened the logs of %d new replicas together", len(opened))
+        finally:
+            self._opener = None
+
+    def _still_wanted(self, keys: list[tuple[str, int]]) -> list[tuple[str, int, LogConfig]]:
+        """Of the queued replicas, those still hosted here and not served yet, with their log config."""
+        wanted = []
+        for name, index in keys:
+            topic = self.metadata.topic(name)
+            if topic is None or name in self._drops or index >= len(topic.partitions) \
+                    or self.broker_id not in topic.partitions[index].replicas \
+                    or (name, index) in self.partitions or (name, index) in self.offline:
+                continue
+            wanted.append((name, index, self.log_config_for(topic)))
+        return wanted
+
+    def _take_up(self, log_: PartitionLog) -> None:
+        """Serve a replica whose log was just opened, with the metadata as it is now. When its
+        topic went meanwhile, the topic's drop deletes the log (it waits for this batch); when
+        the replica moved away, its log goes here."""
+        name, index = key = (log_.topic, log_.partition)
+        if name in self._drops:
+            return
+        topic = self.metadata.topic(name)
+        if topic is None or index >= len(topic.partitions) or self.broker_id not in topic.partitions[index].replicas:
+            self._run_in_background(self._delete_logs([key], []))
+            return
+        log_.config = self.log_config_for(topic)
+        self._add_partition(topic, index, log_, topic.partitions[index])
+
+    async def wait_opened(self, name: str, timeout: float = 0.0) -> None:
+        """Return once no replica of topic `name` waits for its log to be created here, or after
+        `timeout` seconds (at least OPEN_WAIT_S): a CreateTopics answers once the replicas it
+        created here are served, but not later than its timeout_ms allows (a 10,000-partition
+        create outlasted the client's wait)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, OPEN_WAIT_S)):
+                while self._opener is not None and (any(key[0] == name for key in self._opening)
+                                                    or any(key[0] == name for key in self._to_open)):
+                    await asyncio.wait([self._opener])
 
     def _set_role(self, partition: Partition) -> None:
         """A follower fetches from its leader; a leader (or an offline partition) fetches from nobody."""
@@ -295,31 +367,35 @@ class ReplicaManager:
     def _stop_hosting(self, name: str, index: int) -> None:
         """A replica moved away from this broker (reassignment): stop it and delete its log."""
         self.offline.pop((name, index), None)
+        self._to_open.pop((name, index), None)
         partition = self.partitions.pop((name, index), None)
         if partition is None:
             return
         self.fetchers.unfollow(partition)
         if partition.is_leader:
             self._announce_leadership(partition, False)
-        self._run_in_background(self._delete_logs([(name, index)], None))
+        self._run_in_background(self._delete_logs([(name, index)], []))
 
     def _drop_topic(self, name: str) -> None:
-        """Forget the topic's partitions now; delete their files after any earlier drop of it."""
+        """Forget the topic's partitions now; delete their files after any earlier drop of it and
+        after the batch of new logs being created, which may hold some of them."""
         self.offline = {key: p for key, p in self.offline.items() if key[0] != name}
+        self._to_open = {key: None for key in self._to_open if key[0] != name}
         keys = [key for key in self.partitions if key[0] == name]
         for key in keys:
             partition = self.partitions.pop(key)
             self.fetchers.unfollow(partition)
             if partition.is_leader:
                 self._announce_leadership(partition, False)
-        previous = self._drops.get(name)
-        task = self._run_in_background(self._delete_logs(keys, previous))
+        keys += [key for key in self._opening if key[0] == name]
+        before = [task for task in (self._drops.get(name), self._opener) if task is not None]
+        task = self._run_in_background(self._delete_logs(keys, before))
         self._drops[name] = task
         task.add_done_callback(lambda done: self._drops.pop(name) if self._drops.get(name) is done else None)
 
-    async def _delete_logs(self, keys: list[tuple[str, int]], previous: asyncio.Task | None) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
+    async def _delete_logs(self, keys: list[tuple[str, int]], after: list[asyncio.Task]) -> None:
+        if after:
+            await asyncio.wait(after)
         for key in keys:
             try:
                 await self.logs.delete_log(*key)

@@ -105,6 +105,7 @@ class InternalTopic:
             configs["min.insync.replicas"] = str(min(self.spec.min_insync_replicas, replication))
         try:
             await self.metadata.create_topic(self.name, self.spec.num_partitions, replication, configs, internal=True)
+            await self.replicas.wait_opened(self.name)  # its replicas here are served once a coordinator is named
         except TopicExistsError:
             pass
         except MetadataWriteError as exc:

@@ -95,7 +95,8 @@ class LogManager:
         self.data_dir = self.log_dirs[0]
         self.producer_expiration_ms = producer_expiration_ms
         self.logs: dict[tuple[str, int], PartitionLog] = {}
-        self.placement: dict[tuple[str, int], str] = {}  # partition -> the log dir holding it
+        self.placement: dict[tuple[str, int], str] = {}  # partition -> the log dir holding it (see _place)
+        self._dir_counts: dict[str, int] = dict.fromkeys(self.log_dirs, 0)  # partitions placed in each log dir
         self.preferred_dirs: dict[tuple[str, int], str] = {}  # AlterReplicaLogDirs before the partition exists
         self._io_threads = io_threads
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="logbus-io")
@@ -177,7 +178,7 @@ class LogManager:
                     f"{partition_dir_name(*key)} is in two log dirs, {self.placement[key]} and {log_dir}: "
                     f"remove one copy before starting"
                 )
-            self.placement[key] = log_dir
+            self._place(key, log_dir)
         self._checkpoints_read[log_dir] = tuple(
             checkpoints.read_offsets(os.path.join(log_dir, name))
             for name in (RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE)
@@ -231,16 +232,27 @@ class LogManager:
         return found
 
     def partitions_per_dir(self) -> dict[str, int]:
-        counts = dict.fromkeys(self.log_dirs, 0)
-        for log_dir in self.placement.values():
-            counts[log_dir] += 1
-        return counts
+        return dict(self._dir_counts)
+
+    def _place(self, key: tuple[str, int], log_dir: str) -> None:
+        """Record where a partition is; the per-dir counts follow (counting all placements for
+        each new partition cost O(partitions²) when thousands were created together)."""
+        previous = self.placement.get(key)
+        if previous != log_dir:
+            if previous is not None:
+                self._dir_counts[previous] -= 1
+            self.placement[key] = log_dir
+            self._dir_counts[log_dir] += 1
+
+    def _unplace(self, key: tuple[str, int]) -> None:
+        previous = self.placement.pop(key, None)
+        if previous is not None:
+            self._dir_counts[previous] -= 1
 
     def least_loaded_dir(self) -> str:
         """Where a new partition goes: the online log dir holding the fewest partitions, as in
         Kafka (the first dir when every one is offline: opening a log there then fails)."""
-        counts = self.partitions_per_dir()
-        return min(self.live_dirs or self.log_dirs, key=counts.__getitem__)
+        return min(self.live_dirs or self.log_dirs, key=self._dir_counts.__getitem__)
 
     @property
     def live_dirs(self) -> list[str]:
@@ -282,7 +294,8 @@ class LogManager:
         async def load(topic: str, partition: int, config: LogConfig) -> PartitionLog | None:
             async with slots:
                 log_dir = self.log_dir_for(topic, partition)  # here: the placement changes on this loop
-                self.placement.setdefault((topic, partition), log_dir)  # the next new partition counts it
+                if (topic, partition) not in self.placement:
+                    self._place((topic, partition), log_dir)  # the next new partition counts it
                 try:
                     read = await loop.run_in_executor(self._pool, self._read_log, topic, partition, config, log_dir)
                 except OSError:
@@ -325,7 +338,7 @@ class LogManager:
     def _register(self, log_dir: str, log_: PartitionLog) -> PartitionLog:
         """A loaded log joins the manager (event loop): its placement, checkpoints, descriptor budget."""
         key = (log_.topic, log_.partition)
-        self.placement[key] = log_dir
+        self._place(key, log_dir)
         self.preferred_dirs.pop(key, None)
         self.unloaded.discard(key)
         self.logs[key] = log_
@@ -338,14 +351,14 @@ class LogManager:
             for key in self._partitions_in(log_dir):
                 if key not in known:
                     shutil.rmtree(os.path.join(log_dir, partition_dir_name(*key)), ignore_errors=True)
-                    self.placement.pop(key, None)
+                    self._unplace(key)
                     self.unloaded.discard(key)
 
     async def delete_log(self, topic: str, partition: int) -> None:
         log_ = self.logs.pop((topic, partition), None)
         self.unloaded.discard((topic, partition))
         self.high_watermarks.pop((topic, partition), None)
-        self.placement.pop((topic, partition), None)
+        self._unplace((topic, partition))
         if self.cleaner is not None:
             self.cleaner.forget((topic, partition))
         if log_ is not None:

@@ -47,7 +47,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 raise refused
             if counts[wanted.name] > 1:
                 raise KafkaApiError(ErrorCode.invalid_request, f"Topic {wanted.name} named twice")
-            await _grow(ctx, wanted, request.validate_only)
+            await _grow(ctx, wanted, request.validate_only, request.timeout.total_seconds())
         except KafkaApiError as exc:
             error, message = exc.code, exc.message
         results.append(make(
@@ -62,7 +62,7 @@ def _added(ctx: RequestContext, wanted: Any) -> int:
     return max(wanted.count - len(topic.partitions), 0) if topic is not None else 0
 
 
-async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
+async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool, wait_s: float) -> None:
     metadata = ctx.broker.metadata
     require(ctx, AclOperation.ALTER, ResourceType.TOPIC, wanted.name)
     topic = metadata.topic(wanted.name)
@@ -83,6 +83,7 @@ async def _grow(ctx: RequestContext, wanted: Any, validate_only: bool) -> None:
         return
     record_mutation(ctx, wanted.count - current)
     await metadata.add_partitions(topic.name, wanted.count, assignments)
+    await ctx.broker.replicas.wait_opened(topic.name, wait_s)  # the new replicas here, within timeout_ms
 
 
 def _assignments(ctx: RequestContext, topic: TopicMetadata, wanted: Any) -> list[list[int]] | None:

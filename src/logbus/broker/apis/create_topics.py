@@ -10,7 +10,9 @@ THROTTLING_QUOTA_EXCEEDED for a topic while the client's bucket is empty (KIP-59
 
 The request's topics are checked in order (the partition budget and quota counting the earlier
 ones), then written together; each answer waits until the topic is in this broker's metadata,
-for `timeout_ms` (at least the metadata store's usual bound).
+for `timeout_ms` (at least the metadata store's usual bound), and until the topic's
+replicas on this broker are served (their logs are created in the I/O threads), for
+`timeout_ms` (at least 30 s).
 
 Bounds, as Kafka's controller has them: a request asking for more than 10,000 partitions in all
 (explicit assignments count one each) gets POLICY_VIOLATION for every topic and creates nothing;
@@ -110,6 +112,7 @@ async def _create(ctx: RequestContext, topic: Any, checked: tuple[int, int, dict
     assignments = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
     created = await ctx.broker.metadata.create_topic(topic.name, partitions, replication, configs,
                                                      assignments=assignments or None, wait_s=wait_s)
+    await ctx.broker.replicas.wait_opened(topic.name, wait_s)  # its replicas here are served, within timeout_ms
     return partitions, replication, configs, created.uuid
 
 
