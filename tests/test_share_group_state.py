@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from test_share_partition_unit import ManualClock
+from manual_clock import ManualClock
 
 from logbus.coordinator.records import java_string_hash
 from logbus.coordinator.share_group import (

@@ -3,14 +3,11 @@ expiry, the delivery-count limit, release, reject, the SPSO's advance, the recor
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
+from manual_clock import ManualClock
 
 from logbus.cluster.share_partition import (
     AckBatch,
@@ -21,47 +18,6 @@ from logbus.cluster.share_partition import (
     SharePartitionConfig,
 )
 from logbus.errors import KafkaApiError
-
-
-@dataclass
-class Timer:
-    due: int
-    callback: Callable[..., Any]
-    args: tuple
-    cancelled: bool = field(default=False)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualClock:
-    """Time moves only in `advance`; due timers fire in order."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-        self.timers: list[tuple[int, int, Timer]] = []
-        self.sequence = itertools.count()
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def call_later(self, delay_ms: float, callback: Callable[..., Any], *args: Any) -> Timer:
-        timer = Timer(self.now + int(delay_ms), callback, args)
-        heapq.heappush(self.timers, (timer.due, next(self.sequence), timer))
-        return timer
-
-    def advance(self, ms: int) -> None:
-        target = self.now + ms
-        while self.timers and self.timers[0][0] <= target:
-            due, _, timer = heapq.heappop(self.timers)
-            if not timer.cancelled:
-                self.now = due
-                timer.callback(*timer.args)
-        self.now = target
-
-    def live(self) -> int:
-        return sum(not timer.cancelled for _, _, timer in self.timers)
-
 
 LOCK_MS = 1000
 
