@@ -11,7 +11,8 @@ COORDINATOR_LOAD_IN_PROGRESS as for every group API.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +31,8 @@ MAX_VERSION = 1
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # MemberType: which protocol the member speaks
 NOT_PROVIDED = -2147483648
 
+G = TypeVar("G")
+
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
@@ -39,6 +42,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 def _describe(ctx: RequestContext, module: Any, group_id: str, with_operations: bool) -> Any:
+    return describe_group(ctx, module, group_id, with_operations, group_coordinator(ctx.broker).consumer_group,
+                          _topics_of, lambda group: _fields(ctx, module, group))
+
+
+def describe_group(ctx: RequestContext, module: Any, group_id: str, with_operations: bool,
+                   find: Callable[[str], G | None], topics_of: Callable[[G], set[str]],
+                   fields: Callable[[G], dict[str, Any]]) -> Any:
+    """One group's DescribedGroup, for ConsumerGroupDescribe and ShareGroupDescribe alike: the
+    checks both make (DESCRIBE on the group, the coordinator, the group of that type, DESCRIBE on
+    every topic `topics_of` it), then the `fields` (state, epochs, assignor, members) of its type."""
     def failed(code: ErrorCode, message: str | None = None) -> Any:
         return make(module.DescribedGroup, error_code=code, error_message=message, group_id=group_id,
                     group_state="Dead", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
@@ -46,23 +59,25 @@ def _describe(ctx: RequestContext, module: Any, group_id: str, with_operations: 
 
     if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return failed(ErrorCode.group_authorization_failed)
-    coordinator = group_coordinator(ctx.broker)
-    error = coordinator.coordinator_error(group_id)
+    error = group_coordinator(ctx.broker).coordinator_error(group_id)
     if error is not None:
         return failed(error)
-    group = coordinator.consumer_group(group_id)
+    group = find(group_id)
     if group is None:
         return failed(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
-    topics = _topics_of(group)
+    topics = topics_of(group)
     if authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics) != topics:
         return failed(ErrorCode.topic_authorization_failed,
                       "The group has subscribed topics that are not authorized.")
+    return make(module.DescribedGroup, error_code=ErrorCode.none, group_id=group_id, **fields(group),
+                authorized_operations=authorized_operations(ctx, ResourceType.GROUP, group_id, with_operations))
+
+
+def _fields(ctx: RequestContext, module: Any, group: ConsumerGroup) -> dict[str, Any]:
     members = tuple(_member(ctx, module, member, group.target.get(member.member_id, {}))
                     for member in group.members.values())
-    return make(module.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
-                group_state=group.state.value, group_epoch=group.group_epoch,
-                assignment_epoch=group.assignment_epoch, assignor_name=group.assignor, members=members,
-                authorized_operations=authorized_operations(ctx, ResourceType.GROUP, group_id, with_operations))
+    return {"group_state": group.state.value, "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch, "assignor_name": group.assignor, "members": members}
 
 
 def _topics_of(group: ConsumerGroup) -> set[str]:

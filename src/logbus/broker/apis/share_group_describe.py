@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from ...coordinator import group_coordinator
-from ...coordinator.share_group import ASSIGNOR, ShareMember
+from ...coordinator.share_group import ASSIGNOR, ShareGroup, ShareMember
 from ...protocol.codec import make, response_class, response_module
-from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names, authorized_operations
 from ..context import RequestContext
-from .consumer_group_describe import NOT_PROVIDED, _assignment
+from .consumer_group_describe import _assignment, describe_group
 
 API_KEY = 77
 MIN_VERSION = 1
@@ -35,28 +31,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 def _describe(ctx: RequestContext, module: Any, group_id: str, with_operations: bool) -> Any:
-    def failed(code: ErrorCode, message: str | None = None) -> Any:
-        return make(module.DescribedGroup, error_code=code, error_message=message, group_id=group_id,
-                    group_state="Dead", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
-                    authorized_operations=NOT_PROVIDED)
+    return describe_group(ctx, module, group_id, with_operations, group_coordinator(ctx.broker).share_group,
+                          lambda group: group.subscribed_topics(), lambda group: _fields(ctx, module, group))
 
-    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-        return failed(ErrorCode.group_authorization_failed)
-    coordinator = group_coordinator(ctx.broker)
-    error = coordinator.coordinator_error(group_id)
-    if error is not None:
-        return failed(error)
-    group = coordinator.share_group(group_id)
-    if group is None:
-        return failed(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
-    topics = group.subscribed_topics()
-    if authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics) != topics:
-        return failed(ErrorCode.topic_authorization_failed, "The group has subscribed topics that are not authorized.")
+
+def _fields(ctx: RequestContext, module: Any, group: ShareGroup) -> dict[str, Any]:
     members = tuple(_member(ctx, module, member) for member in group.members.values())
-    return make(module.DescribedGroup, error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,
-                group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch, assignor_name=ASSIGNOR,
-                members=members,
-                authorized_operations=authorized_operations(ctx, ResourceType.GROUP, group_id, with_operations))
+    return {"group_state": group.state.value, "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch, "assignor_name": ASSIGNOR, "members": members}
 
 
 def _member(ctx: RequestContext, module: Any, member: ShareMember) -> Any:
