@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +123,31 @@ def test_group_pages_show_state_and_lag_of_end_minus_committed(console: ConsoleP
     wait_until(lambda: cells(ok(console, "/groups"), "groups") and
                {r[0]: r[2] for r in cells(ok(console, "/groups"), "groups")}[EMPTY_GROUP] == "6",
                timeout=10, message="the sampled lag on the groups page")
+
+
+def test_a_consumer_protocol_group_shows_its_members_and_lag(console: ConsoleProcess, seeded: BrokerProcess) -> None:
+    """A KIP-848 group (group.protocol=consumer) is listed and described like a classic one: its
+    state, the server-side assignor, its member's assignment, its lag; and it is in the metrics."""
+    group = "next-generation"
+    consumer = Consumer({"bootstrap.servers": seeded.bootstrap, "group.id": group, "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False, **QUIET})
+    try:
+        consumer.subscribe([TOPIC])
+        wait_until(lambda: (message := consumer.poll(0.5)) is not None and message.error() is None, timeout=30,
+                   message="a record for the consumer-protocol group")
+        consumer.commit(offsets=[TopicPartition(TOPIC, 1, 7)], asynchronous=False)
+        wait_until(lambda: {r[0]: r[1] for r in cells(ok(console, "/groups"), "groups")}.get(group) == "STABLE",
+                   timeout=20, message="the group listed as STABLE")
+        page = ok(console, f"/groups/{group}")
+        assert cells(page, "group")[0][:2] == ["STABLE", "uniform"]
+        (member,) = cells(page, "members")
+        assert member[3] == f"{TOPIC}-0, {TOPIC}-1, {TOPIC}-2"
+        offsets = {row[1]: row for row in cells(page, "offsets")}
+        assert offsets["1"][:5] == [TOPIC, "1", "7", "10", "3"]
+        metrics = urllib.request.urlopen(seeded.metrics_url, timeout=10).read().decode()
+        assert f'kafka_consumergroup_lag{{consumergroup="{group}",partition="1",topic="{TOPIC}"}} 3.0' in metrics
+    finally:
+        consumer.close()
 
 
 def test_unknown_topic_and_group_are_404(console: ConsoleProcess) -> None:
