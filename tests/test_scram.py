@@ -78,11 +78,14 @@ def test_changes_apply_on_a_copy_and_empty_users_disappear() -> None:
     assert current == {"alice": {"SCRAM-SHA-256": one}}
 
 
+PASSWORD = "not in base64!"  # spaces and "!": the salts and keys (base64) cannot contain it by chance
+
+
 def test_embedded_store_keeps_credentials_across_a_restart(tmp_path) -> None:
     async def scenario() -> tuple[dict, dict]:
         store = EmbeddedMetadataStore(str(tmp_path), 0)
         await store.start()
-        await store.alter_scram_credentials({"alice": {"SCRAM-SHA-256": new_credential(SHA256, "pw")}})
+        await store.alter_scram_credentials({"alice": {"SCRAM-SHA-256": new_credential(SHA256, PASSWORD)}})
         again = EmbeddedMetadataStore(str(tmp_path), 0)
         await again.start()
         return store.scram_credentials(), again.scram_credentials()
@@ -91,7 +94,7 @@ def test_embedded_store_keeps_credentials_across_a_restart(tmp_path) -> None:
     assert written == read_back and list(read_back) == ["alice"]
     saved = json.loads((tmp_path / "logbus-metadata.json").read_text())
     assert saved["users"]["alice"]["SCRAM-SHA-256"].startswith("salt=")
-    assert "pw" not in json.dumps(saved["users"])
+    assert PASSWORD not in json.dumps(saved["users"])
 
 
 def test_embedded_store_changes_nothing_when_the_write_fails(tmp_path) -> None:
@@ -103,7 +106,7 @@ def test_embedded_store_changes_nothing_when_the_write_fails(tmp_path) -> None:
         await store.start()
         store._write = full_disk
         with pytest.raises(Exception, match="No space"):
-            await store.alter_scram_credentials({"alice": {"SCRAM-SHA-256": new_credential(SHA256, "pw")}})
+            await store.alter_scram_credentials({"alice": {"SCRAM-SHA-256": new_credential(SHA256, PASSWORD)}})
         return store.scram_credentials()
 
     assert asyncio.run(scenario()) == {}
