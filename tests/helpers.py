@@ -19,10 +19,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
 from kio.serial import entity_reader
 
 from logbus.protocol import codec
+from logbus.testing import BrokerProcess, running_broker
 
 T = TypeVar("T")
 
@@ -146,6 +149,42 @@ class RawConnection:
             assert chunk, "broker closed the connection"
             data += chunk
         return bytes(data)
+
+
+def unique(prefix: str) -> str:
+    """A name no other test of a shared broker uses (topics, groups, members)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, partitions: int) -> str:
+    """A new topic by a unique name, of `partitions` partitions with one replica each."""
+    name = unique("topic")
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    return name
+
+
+def join_when_loaded(connection: RawConnection, heartbeat_api: int, group: str, member: str, topic: str,
+                     **fields: Any) -> Any:
+    """A member's joining heartbeat (ConsumerGroupHeartbeat or ShareGroupHeartbeat: `heartbeat_api`,
+    with `fields` besides), answered once the broker serves the group (a fresh broker creates and
+    loads __consumer_offsets first)."""
+    def joined() -> Any:
+        connection.call(10, 3, key=group, key_type=0)  # FindCoordinator creates __consumer_offsets
+        reply = connection.call(heartbeat_api, 1, group_id=group, member_id=member, member_epoch=0,
+                                subscribed_topic_names=(topic,), **fields)
+        return reply if reply.error_code == ErrorCode.none else None
+    return wait_until(joined, 30, message=f"group {group} served")
+
+
+@contextlib.contextmanager
+def group_broker(config: dict[str, str], heartbeat_api: int, **fields: Any) -> Iterator[BrokerProcess]:
+    """A broker with `config` for a module of group tests, yielded once it serves groups (a
+    warm-up member joined with `heartbeat_api` and `fields`, see join_when_loaded)."""
+    with running_broker(config=config) as process:
+        with RawConnection(process.bootstrap) as connection:
+            join_when_loaded(connection, heartbeat_api, unique("warm-up"), unique("m"), "no-such-topic", **fields)
+        yield process
 
 
 def raw_request(bootstrap: str, api_key: int, version: int, source: str | None = None, **fields: Any) -> Any:

@@ -32,9 +32,16 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from helpers import QUIET, RawConnection, raw_request, transactional_producer, wait_until
+from kio.schema.alter_replica_log_dirs.v2 import request as log_dirs_v2
+from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.describe_topic_partitions.v0 import request as dtp_v0
+from kio.schema.elect_leaders.v2 import request as elect_v2
 from kio.schema.errors import ErrorCode
+from kio.schema.leave_group.v5 import request as leave_v5
 from kio.schema.metadata.v10 import request as metadata_v10
+from kio.schema.offset_commit.v9 import request as offset_commit_v9
+from kio.schema.offset_delete.v0 import request as offset_delete_v0
+from kio.schema.write_txn_markers.v1 import request as markers_v1
 
 from logbus.testing import BrokerProcess, running_broker, running_cluster, running_zookeeper
 
@@ -520,3 +527,63 @@ def test_consumer_group_heartbeat_needs_read_on_the_group_and_describe_on_its_to
                                                      ErrorCode.group_authorization_failed]
         left = connection.call(68, 1, group_id="g", member_id="m1", member_epoch=-1, topic_partitions=None)
         assert left.error_code == ErrorCode.none  # group g is empty again for the classic consumers
+
+
+def test_each_api_answers_a_refusal_with_its_authorization_code(matrix: BrokerProcess) -> None:
+    """Whole-request and per-item refusals, as Kafka answers them: the group's, the
+    transactional id's, the cluster's and the topics' *_AUTHORIZATION_FAILED in the fields each
+    response carries them (User:ANONYMOUS may only Read group `g`, Describe `tx-open` and the
+    cluster, and use topics `a.*`)."""
+    group, txn, cluster = (ErrorCode.group_authorization_failed, ErrorCode.transactional_id_authorization_failed,
+                           ErrorCode.cluster_authorization_failed)
+    with RawConnection(matrix.bootstrap) as connection:
+        def call(api_key: int, version: int, **fields: Any) -> Any:
+            return connection.call(api_key, version, **fields)
+
+        joined = call(11, 9, group_id="h", session_timeout=timedelta(seconds=10), member_id="m-1",
+                      protocol_type="consumer", protocols=())
+        assert (joined.error_code, joined.member_id, joined.members) == (group, "m-1", ())
+        assert call(12, 4, group_id="h", generation_id=1, member_id="m-1").error_code == group
+        assert call(14, 5, group_id="h", generation_id=1, member_id="m-1", assignments=()).error_code == group
+        left = call(13, 5, group_id="h", members=(leave_v5.MemberIdentity(member_id="m-1", group_instance_id=None,
+                                                                           reason=None),))
+        assert (left.error_code, left.members) == (group, ())
+        deleted = call(47, 0, group_id="g", topics=(offset_delete_v0.OffsetDeleteRequestTopic(
+            name="a.x", partitions=(offset_delete_v0.OffsetDeleteRequestPartition(partition_index=0),)),))
+        assert (deleted.error_code, deleted.topics) == (group, ())  # Delete on the group: not granted
+        committed = call(8, 9, group_id="h", member_id="", topics=(offset_commit_v9.OffsetCommitRequestTopic(
+            name="a.x", partitions=(offset_commit_v9.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=""),)),))
+        assert [p.error_code for t in committed.topics for p in t.partitions] == [group]
+        assert [r.error_code for r in call(42, 2, groups_names=("g",)).results] == [group]
+        assert [g.error_code for g in call(15, 5, groups=("h",), include_authorized_operations=False).groups] == [
+            group]
+        assert [c.error_code for c in call(10, 4, key_type=0, coordinator_keys=("h",)).coordinators] == [group]
+        assert [c.error_code for c in call(10, 4, key_type=1, coordinator_keys=("tx-x",)).coordinators] == [txn]
+
+        assert call(26, 4, transactional_id="tx-open", producer_id=1, producer_epoch=0,
+                    committed=True).error_code == txn  # Describe on the id, not Write
+        assert call(25, 4, transactional_id="tx-open", producer_id=1, producer_epoch=0,
+                    group_id="g").error_code == txn
+        assert call(22, 5, transactional_id="tx-open", transaction_timeout=timedelta(seconds=10)).error_code == txn
+
+        elected = call(43, 2, election_type=0, topic_partitions=(elect_v2.TopicPartitions(topic="a.x",
+                                                                                          partitions=(0,)),))
+        assert (elected.error_code, [p.error_code for r in elected.replica_election_results
+                                     for p in r.partition_result]) == (cluster, [cluster])
+        assert call(45, 0, topics=()).error_code == cluster
+        markers = call(27, 1, markers=(markers_v1.WritableTxnMarker(
+            producer_id=1, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+            topics=(markers_v1.WritableTxnMarkerTopic(name="a.x", partition_indexes=(0,)),)),))
+        assert [p.error_code for m in markers.markers for t in m.topics for p in t.partitions] == [cluster]
+        moved = call(34, 2, dirs=(log_dirs_v2.AlterReplicaLogDir(path="/nowhere", topics=(
+            log_dirs_v2.AlterReplicaLogDirTopic(name="a.x", partitions=(0,)),)),))
+        assert [p.error_code for r in moved.results for p in r.partitions] == [cluster]
+        assert [r.error_code for r in call(31, 3, filters=(delete_acls_v3.DeleteAclsFilter(**ANY_FILTER),))
+                .filter_results] == [cluster]
+
+        assert call(76, 1, group_id="h", member_id="m-1", member_epoch=0,
+                    subscribed_topic_names=("a.x",)).error_code == group
+        unauthorized = call(76, 1, group_id="g", member_id="m-1", member_epoch=0, subscribed_topic_names=("b.x",))
+        assert (unauthorized.error_code, unauthorized.error_message) == (
+            ErrorCode.topic_authorization_failed, "Unauthorized topics in the subscription.")

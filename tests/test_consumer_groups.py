@@ -15,7 +15,18 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
-from helpers import QUIET, RawConnection, produce_all, raw_request, transactional_producer, wait_until
+from helpers import (
+    QUIET,
+    RawConnection,
+    create_topic,
+    group_broker,
+    join_when_loaded,
+    produce_all,
+    raw_request,
+    transactional_producer,
+    unique,
+    wait_until,
+)
 from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
@@ -33,23 +44,13 @@ CONFIG = {"group.consumer.min.heartbeat.interval.ms": "100", "group.consumer.hea
           "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
 
 
+JOINING = {"rebalance_timeout": datetime.timedelta(seconds=30), "topic_partitions": ()}  # a member at epoch 0
+
+
 @pytest.fixture(scope="module")
 def broker() -> Iterator[BrokerProcess]:
-    with running_broker(config=CONFIG) as process:
-        with RawConnection(process.bootstrap) as connection:
-            join_when_loaded(connection, unique("warm-up"), "m1", "no-such-topic")
+    with group_broker(CONFIG, HEARTBEAT, **JOINING) as process:
         yield process
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, partitions: int) -> str:
-    name = unique("topic")
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
-    return name
 
 
 def consumer(bootstrap: str, group: str, **config: Any) -> Consumer:
@@ -67,18 +68,9 @@ def heartbeat(connection: RawConnection, group: str, member: str, epoch: int, **
     request: dict[str, Any] = {"group_id": group, "member_id": member, "member_epoch": epoch,
                                "topic_partitions": None}
     if epoch == 0:
-        request.update(rebalance_timeout=datetime.timedelta(seconds=30), topic_partitions=())
+        request.update(JOINING)
     request.update(fields)
     return connection.call(HEARTBEAT, 1, **request)
-
-
-def join_when_loaded(connection: RawConnection, group: str, member: str, topic: str) -> Any:
-    """Join once the broker serves the group (a fresh broker creates and loads __consumer_offsets)."""
-    def joined() -> Any:
-        connection.call(10, 3, key=group, key_type=0)  # FindCoordinator creates __consumer_offsets
-        reply = heartbeat(connection, group, member, 0, subscribed_topic_names=(topic,))
-        return reply if reply.error_code == ErrorCode.none else None
-    return wait_until(joined, 30, message="the group served")
 
 
 # ---------------------------------------------------------------- librdkafka, group.protocol=consumer
@@ -227,7 +219,7 @@ def test_max_size_and_assignors_come_from_the_config() -> None:
     config = {**CONFIG, "group.consumer.max.size": "1", "group.consumer.assignors": "range,uniform"}
     with running_broker(config=config) as process, RawConnection(process.bootstrap) as connection:
         topic = create_topic(process.bootstrap, 1)
-        join_when_loaded(connection, "g", "a", topic)
+        join_when_loaded(connection, HEARTBEAT, "g", "a", topic, **JOINING)
         full = heartbeat(connection, "g", "b", 0, subscribed_topic_names=(topic,))
         assert full.error_code == ErrorCode.group_max_size_reached
         described = connection.call(DESCRIBE, 1, group_ids=("g",), include_authorized_operations=False)
@@ -277,7 +269,7 @@ def test_a_group_id_is_classic_or_consumer(broker: BrokerProcess) -> None:
     topic = create_topic(broker.bootstrap, 1)
     group = unique("group")
     with RawConnection(broker.bootstrap) as connection:
-        join_when_loaded(connection, group, "m1", topic)
+        join_when_loaded(connection, HEARTBEAT, group, "m1", topic, **JOINING)
         # a classic member of the consumer protocol type is taken in (asked for a member id first)
         assert _join(connection, group).error_code == ErrorCode.member_id_required
         assert _join(connection, group, "connect").error_code == ErrorCode.inconsistent_group_protocol

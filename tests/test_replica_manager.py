@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from test_storage import record_batch
 
 from logbus.cluster.appends import ACKS_ALL, Batches, TxnMarker
-from logbus.cluster.delayed_fetch import wait_for_fetchable
+from logbus.cluster.delayed_fetch import wait_for_data, wait_for_fetchable
 from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore
 from logbus.cluster.replica_manager import ReplicaManager
 from logbus.config import BrokerConfig
@@ -194,6 +194,25 @@ def test_a_waiting_fetch_wakes_a_follower_on_appended_bytes_and_a_consumer_on_th
             partition.update_follower(FOLLOWER, 1)
             await asyncio.wait_for(consumer, 5.0)
             await asyncio.wait_for(fetch(follower=False, stopping=True), 5.0)  # the broker stops: answered now
+
+    asyncio.run(scenario())
+
+
+def test_a_data_wait_is_woken_by_another_waker_and_forgets_every_one(tmp_path: Path) -> None:
+    """ShareFetch's wait: the partitions' data or another source (records released) wakes it, and
+    afterwards neither holds the waiter."""
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER])
+            partition = replicas.get("t", 0)
+            held: set[asyncio.Future[None]] = set()
+            waiting = asyncio.ensure_future(wait_for_data([partition], 30, [(held.add, held.discard)]))
+            await asyncio.sleep(0)  # the wait registers its waiter with every waker before it first yields
+            assert len(held) == 1 and not waiting.done()
+            next(iter(held)).set_result(None)  # the other source has news
+            await asyncio.wait_for(waiting, 10)
+            assert not held and not partition._data_waiters
 
     asyncio.run(scenario())
 

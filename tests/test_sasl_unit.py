@@ -7,9 +7,9 @@ import time
 
 import pytest
 import scramp
-from kio.schema.errors import ErrorCode
 
 from logbus.config import ConfigError
+from logbus.errors import IllegalSaslStateError, UnsupportedSaslMechanismError
 from logbus.security.principal import ANONYMOUS, KafkaPrincipal
 from logbus.security.sasl import AuthenticationFailed, PlainServer, ScramServer, mechanism_server
 from logbus.security.sasl_client import parse_jaas
@@ -144,24 +144,25 @@ def test_only_versions_and_handshake_come_first() -> None:
     assert not state.admits(METADATA) and not state.admits(SASL_AUTHENTICATE)
     assert state.admits(API_VERSIONS) and not state.admits(API_VERSIONS)  # once
     assert state.admits(SASL_HANDSHAKE)
-    assert state.handshake("PLAIN", 1) == ErrorCode.none
+    state.handshake("PLAIN", 1)
     assert not state.admits(SASL_HANDSHAKE) and not state.admits(METADATA) and state.admits(SASL_AUTHENTICATE)
-    result = state.authenticate(b"\0alice\0alice-pw")
-    assert result.error_code == ErrorCode.none and state.principal == KafkaPrincipal("User", "alice")
+    state.authenticate(b"\0alice\0alice-pw")
+    assert state.principal == KafkaPrincipal("User", "alice")
     assert state.admits(METADATA) and state.admits(PRODUCE)
 
 
 def test_disabled_mechanism_is_refused_and_fails_the_session() -> None:
     state = session()
-    assert state.handshake("SCRAM-SHA-512", 1) == ErrorCode.unsupported_sasl_mechanism
+    with pytest.raises(UnsupportedSaslMechanismError):
+        state.handshake("SCRAM-SHA-512", 1)
     assert state.failed and not state.admits(SASL_AUTHENTICATE)
 
 
 def test_wrong_password_fails_the_session() -> None:
     state = session()
     state.handshake("PLAIN", 1)
-    result = state.authenticate(b"\0alice\0nope")
-    assert result.error_code == ErrorCode.sasl_authentication_failed
+    with pytest.raises(AuthenticationFailed):
+        state.authenticate(b"\0alice\0nope")
     assert state.failed and state.principal == ANONYMOUS
 
 
@@ -177,13 +178,18 @@ def test_session_expires_and_reauthentication_renews_it() -> None:
     clock = Clock()
     state = session(max_reauth_ms=1000, clock=clock)
     state.handshake("PLAIN", 1)
-    assert state.authenticate(b"\0alice\0alice-pw").session_lifetime_ms == 1000
+    state.authenticate(b"\0alice\0alice-pw")
+    assert state.session_lifetime_ms == 1000
     clock.now += 1.0
     assert not state.admits(METADATA) and state.admits(SASL_HANDSHAKE)
-    assert state.handshake("PLAIN", 1) == ErrorCode.none and state.authenticated
+    state.handshake("PLAIN", 1)
+    assert state.authenticated
     assert not state.admits(METADATA)  # mid re-authentication: only its tokens
-    assert state.authenticate(b"\0alice\0alice-pw").error_code == ErrorCode.none
+    state.authenticate(b"\0alice\0alice-pw")
     assert state.admits(METADATA)
+    with pytest.raises(IllegalSaslStateError, match="after successful authentication"):
+        state.authenticate(b"\0alice\0alice-pw")
+    assert state.authenticated  # the connection stays
 
 
 def test_reauthentication_cannot_change_the_user_or_mechanism() -> None:
@@ -193,17 +199,18 @@ def test_reauthentication_cannot_change_the_user_or_mechanism() -> None:
     state.handshake("PLAIN", 1)
     USERS[("carol", "SCRAM-SHA-256")] = new_credential(MECHANISMS["SCRAM-SHA-256"], "carol-pw")
     try:
-        result = state.authenticate(b"\0carol\0carol-pw")
+        with pytest.raises(AuthenticationFailed, match="Cannot change principals"):
+            state.authenticate(b"\0carol\0carol-pw")
     finally:
         del USERS[("carol", "SCRAM-SHA-256")]
-    assert result.error_code == ErrorCode.sasl_authentication_failed and "Cannot change principals" in \
-        result.error_message
     assert state.failed
 
     other = session(max_reauth_ms=1000)
     other.handshake("PLAIN", 1)
     other.authenticate(b"\0alice\0alice-pw")
-    assert other.handshake("SCRAM-SHA-256", 1) == ErrorCode.illegal_sasl_state and other.failed
+    with pytest.raises(IllegalSaslStateError):
+        other.handshake("SCRAM-SHA-256", 1)
+    assert other.failed
 
 
 # ---------------------------------------------------------------- the inter-broker login's JAAS line

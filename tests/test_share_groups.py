@@ -19,17 +19,23 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
-    NewTopic,
     ResourceType,
 )
-from helpers import QUIET, RawConnection, transactional_producer, wait_until
+from helpers import (
+    QUIET,
+    RawConnection,
+    create_topic,
+    group_broker,
+    transactional_producer,
+    unique,
+)
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
 from kio.schema.share_acknowledge.v1.request import AcknowledgementBatch as AckBatchV1
 from kio.schema.share_acknowledge.v1.request import AcknowledgePartition, AcknowledgeTopic
 from kio.schema.share_fetch.v1.request import AcknowledgementBatch, FetchPartition, FetchTopic
 
-from logbus.testing import BrokerProcess, running_broker
+from logbus.testing import BrokerProcess
 
 HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
 LOCK_MS = 1500  # the lock of the groups that test its expiry (a group config)
@@ -41,21 +47,8 @@ CONFIG = {"group.share.min.record.lock.duration.ms": "1000", "group.share.min.he
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[BrokerProcess]:
-    with running_broker(config=CONFIG) as process:
-        with RawConnection(process.bootstrap) as connection:
-            join_when_loaded(connection, unique("warm-up"), unique("m"), "no-such-topic")
+    with group_broker(CONFIG, HEARTBEAT) as process:
         yield process
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, partitions: int) -> str:
-    name = unique("topic")
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
-    return name
 
 
 def new_group(bootstrap: str, **configs: str) -> str:
@@ -103,16 +96,6 @@ def poll_until(consumers: list[ShareConsumer], done: Callable[[list[Delivered]],
                 if on_message is not None:
                     on_message(consumer, message)
     return received
-
-
-def join_when_loaded(connection: RawConnection, group: str, member: str, topic: str) -> Any:
-    """Join once the broker serves the group (a fresh broker creates and loads __consumer_offsets)."""
-    def joined() -> Any:
-        connection.call(10, 3, key=group, key_type=0)  # FindCoordinator creates __consumer_offsets
-        reply = connection.call(HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0,
-                                subscribed_topic_names=(topic,))
-        return reply if reply.error_code == ErrorCode.none else None
-    return wait_until(joined, 30, message="the share group served")
 
 
 def topic_id(connection: RawConnection, topic: str) -> uuid.UUID:

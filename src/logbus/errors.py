@@ -140,3 +140,41 @@ class CorruptRecordError(_NamedRefusal, ValueError):
     """Record batches that do not decode (CORRUPT_MESSAGE)."""
 
     code = ErrorCode.corrupt_message
+
+
+class UnsupportedSaslMechanismError(_NamedRefusal):
+    """SaslHandshake named a mechanism the listener has not enabled."""
+
+    code = ErrorCode.unsupported_sasl_mechanism
+
+
+class IllegalSaslStateError(_NamedRefusal):
+    """A SASL request out of turn: on a listener without SASL, after authentication, or a
+    re-authentication Kafka refuses (KIP-368)."""
+
+    code = ErrorCode.illegal_sasl_state
+
+
+class TopicAuthorizationError(_NamedRefusal):
+    code = ErrorCode.topic_authorization_failed
+
+
+class GroupAuthorizationError(_NamedRefusal):
+    code = ErrorCode.group_authorization_failed
+
+
+class ClusterAuthorizationError(_NamedRefusal):
+    code = ErrorCode.cluster_authorization_failed
+
+
+class TransactionalIdAuthorizationError(_NamedRefusal):
+    code = ErrorCode.transactional_id_authorization_failed
+
+
+class SecurityDisabledError(_NamedRefusal):
+    """An ACL request to a broker without an authorizer."""
+
+    code = ErrorCode.security_disabled
+
+    def __init__(self) -> None:
+        super().__init__("No Authorizer is configured on the broker")

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from kio.schema.errors import ErrorCode
-
 from ..config import BrokerConfig
-from ..errors import KafkaApiError
+from ..errors import (
+    ClusterAuthorizationError,
+    GroupAuthorizationError,
+    KafkaApiError,
+    SecurityDisabledError,
+    TopicAuthorizationError,
+    TransactionalIdAuthorizationError,
+)
 from ..security.acl import (
     CLUSTER_NAME,
     NOT_REQUESTED,
@@ -30,11 +35,11 @@ from ..security.acl import (
 from .context import RequestContext
 
 Op = AclOperation
-DENIED_CODES = {
-    ResourceType.TOPIC: ErrorCode.topic_authorization_failed,
-    ResourceType.GROUP: ErrorCode.group_authorization_failed,
-    ResourceType.CLUSTER: ErrorCode.cluster_authorization_failed,
-    ResourceType.TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
+DENIED: dict[ResourceType, Callable[[str], KafkaApiError]] = {
+    ResourceType.TOPIC: TopicAuthorizationError,
+    ResourceType.GROUP: GroupAuthorizationError,
+    ResourceType.CLUSTER: ClusterAuthorizationError,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationError,
 }
 
 
@@ -56,13 +61,30 @@ def authorize_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
 
 
 def require(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
-    """Raise KafkaApiError with the resource type's *_AUTHORIZATION_FAILED code unless allowed."""
-    if not authorize(ctx, operation, resource_type, name):
-        raise KafkaApiError(DENIED_CODES[resource_type], _refusal(operation, resource_type, name))
+    """Raise the resource type's refusal (*_AUTHORIZATION_FAILED) unless allowed."""
+    refused = denial(ctx, operation, resource_type, name)
+    if refused is not None:
+        raise refused
+
+
+def denial(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+           name: str) -> KafkaApiError | None:
+    """The refusal (*_AUTHORIZATION_FAILED) of `operation` on the resource, None when allowed: for
+    a handler that answers one part of a request with it and goes on with the others."""
+    if authorize(ctx, operation, resource_type, name):
+        return None
+    return DENIED[resource_type](_refusal(operation, resource_type, name))
 
 
 def require_cluster(ctx: RequestContext, operation: AclOperation) -> None:
     require(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def require_acl_admin(ctx: RequestContext, operation: AclOperation) -> None:
+    """The ACL APIs: SECURITY_DISABLED without an authorizer, then `operation` on the cluster."""
+    if ctx.broker.authorizer is None:
+        raise SecurityDisabledError
+    require_cluster(ctx, operation)
 
 
 def authorized_names(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
@@ -96,4 +118,6 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
 
 
 def _refusal(operation: AclOperation, resource_type: ResourceType, name: str) -> str:
+    if resource_type is ResourceType.CLUSTER:
+        return f"Not authorized to {operation.name} the cluster"
     return f"Not authorized to {operation.name} {resource_type.name} {name}"

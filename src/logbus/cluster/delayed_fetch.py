@@ -1,6 +1,8 @@
 """Kafka's DelayedFetch: a fetch that found fewer than `min_bytes` waits here for the partitions
 it reads to have more, woken by the partitions themselves (`Partition.wake_on_data`) rather than
-by polling. Sans request: `apis/fetch.py` reads, and calls `wait_for_fetchable` between reads.
+by polling. Sans request: `apis/fetch.py` reads, and calls `wait_for_fetchable` between reads. A
+ShareFetch waits in the same `wait_for_data`, woken also by the records its share partitions
+release (apis/share_fetch.py).
 
 A follower's fetch session instead keeps a `ChangeWatch` on its partitions: each partition
 whose HW, LEO or state moves marks itself in it (and wakes the fetch waiting on it), so that a
@@ -12,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 from .partition import Partition
+
+WaiterCall = Callable[[asyncio.Future[None]], None]
+Waker = tuple[WaiterCall, WaiterCall]  # how a source takes a waiter to complete on its news, how it forgets it
 
 
 async def wait_for_fetchable(
@@ -41,7 +46,7 @@ async def wait_for_fetchable(
     start = [partition.appended_bytes for partition, _ in partitions]
     marks = [bound(partition) for partition, _ in partitions]
     while (remaining := deadline - loop.time()) > 0 and not stopping():
-        await _wait_for_data([partition for partition, _ in partitions], remaining)
+        await wait_for_data([partition for partition, _ in partitions], remaining)
         arrived = sum(
             min(partition.appended_bytes - before, max_bytes)
             for (partition, max_bytes), before in zip(partitions, start, strict=True)
@@ -60,18 +65,20 @@ def _last_stable_offset(partition: Partition) -> int:
     return partition.last_stable_offset
 
 
-async def _wait_for_data(partitions: list[Partition], timeout: float) -> None:
-    """Until the HW or LEO of any of `partitions` moves, or `timeout`."""
+async def wait_for_data(partitions: list[Partition], timeout: float, wakers: Sequence[Waker] = ()) -> None:
+    """Until the HW or LEO of any of `partitions` moves, one of the other `wakers` wakes the
+    wait (a share fetch's: records released by its share partitions), or `timeout`."""
+    everyone = [*((partition.wake_on_data, partition.forget_waiter) for partition in partitions), *wakers]
     waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    for partition in partitions:
-        partition.wake_on_data(waiter)
+    for register, _ in everyone:
+        register(waiter)
     try:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await waiter
     finally:
-        for partition in partitions:
-            partition.forget_waiter(waiter)
+        for _, forget in everyone:
+            forget(waiter)
 
 
 class ChangeWatch:

@@ -18,12 +18,10 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from kio.schema.errors import ErrorCode
-
+from ..errors import AuthenticationFailed, IllegalSaslStateError, UnsupportedSaslMechanismError
 from .principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
-from .sasl import AuthenticationFailed, CredentialLookup, SaslMechanismServer, mechanism_server
+from .sasl import CredentialLookup, SaslMechanismServer, mechanism_server
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -48,14 +46,6 @@ ALLOWED: dict[Stage, frozenset[int]] = {
     Stage.LEGACY_TOKENS: frozenset(),
     Stage.FAILED: frozenset(),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class AuthenticateResult:
-    error_code: ErrorCode
-    error_message: str | None
-    auth_bytes: bytes
-    session_lifetime_ms: int  # 0: no expiry
 
 
 class SaslSession:
@@ -94,37 +84,39 @@ class SaslSession:
     def expired(self) -> bool:
         return self._expires_at is not None and self._clock() >= self._expires_at
 
-    def handshake(self, mechanism: str, version: int) -> ErrorCode:
-        """SaslHandshake: choose the mechanism (or, authenticated, begin re-authentication)."""
+    def handshake(self, mechanism: str, version: int) -> None:
+        """SaslHandshake: choose the mechanism (or, authenticated, begin re-authentication).
+        UnsupportedSaslMechanismError or IllegalSaslStateError (the session has failed) to refuse it."""
         if self.stage is Stage.AUTHENTICATED:
-            return self._begin_reauthentication(mechanism, version)
+            self._begin_reauthentication(mechanism, version)
+            return
         if mechanism not in self.enabled_mechanisms:
             self.stage = Stage.FAILED
-            return ErrorCode.unsupported_sasl_mechanism
+            raise UnsupportedSaslMechanismError(f"Unsupported SASL mechanism {mechanism}")
         self._mechanism = mechanism_server(mechanism, self._lookup)
         self.stage = Stage.AUTHENTICATE if version >= 1 else Stage.LEGACY_TOKENS
-        return ErrorCode.none
 
-    def _begin_reauthentication(self, mechanism: str, version: int) -> ErrorCode:
+    def _begin_reauthentication(self, mechanism: str, version: int) -> None:
         """KIP-368 needs SaslAuthenticate (handshake v1+) and the mechanism of the first authentication."""
         if version < 1 or self._mechanism is None or mechanism != self._mechanism.name:
             self.stage = Stage.FAILED
-            return ErrorCode.illegal_sasl_state
+            raise IllegalSaslStateError(f"Cannot re-authenticate with SaslHandshake v{version} and {mechanism}")
         self._mechanism = mechanism_server(mechanism, self._lookup)
         self.stage = Stage.REAUTHENTICATE
-        return ErrorCode.none
 
-    def authenticate(self, token: bytes) -> AuthenticateResult:
-        """SaslAuthenticate: the next token of the exchange. Once authenticated (and not
-        re-authenticating) it is ILLEGAL_SASL_STATE and the connection stays, as in Kafka."""
+    def authenticate(self, token: bytes) -> bytes:
+        """SaslAuthenticate: the answer to the next token of the exchange; AuthenticationFailed
+        (the session has failed) to refuse it. Once authenticated (and not re-authenticating)
+        it is IllegalSaslStateError and the connection stays, as in Kafka."""
         if self.stage is Stage.AUTHENTICATED:
-            return AuthenticateResult(ErrorCode.illegal_sasl_state, AFTER_AUTHENTICATION, b"", 0)
-        try:
-            answer = self.exchange(token)
-        except AuthenticationFailed as refused:
-            return AuthenticateResult(refused.code, refused.message, b"", 0)
-        lifetime = self._max_reauth_ms if self.stage is Stage.AUTHENTICATED else 0
-        return AuthenticateResult(ErrorCode.none, None, answer, max(lifetime, 0))
+            raise IllegalSaslStateError(AFTER_AUTHENTICATION)
+        return self.exchange(token)
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """What SaslAuthenticate v1+ tells the client: `connections.max.reauth.ms` once
+        authenticated, 0 for no expiry (and while the exchange goes on)."""
+        return max(self._max_reauth_ms, 0) if self.stage is Stage.AUTHENTICATED else 0
 
     def exchange(self, token: bytes) -> bytes:
         """One token of the exchange; AuthenticationFailed (the session has failed) to refuse it."""

@@ -15,7 +15,7 @@ from ...coordinator.store import TOPIC as OFFSETS_TOPIC
 from ...errors import KafkaApiError, producer_fenced_as
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 25
@@ -28,10 +28,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
     if not request.group_id:
         return make(cls, error_code=ErrorCode.invalid_group_id)
-    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
-        return make(cls, error_code=ErrorCode.transactional_id_authorization_failed)
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return make(cls, error_code=ErrorCode.group_authorization_failed)
+    require(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+    require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     groups = ctx.broker.group_coordinator
     try:
         await groups.store.create()

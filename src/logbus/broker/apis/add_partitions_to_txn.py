@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from ...errors import KafkaApiError, producer_fenced_as
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorize_cluster, authorized_names
+from ..authorization import authorized_names, denial, require_cluster
 from ..context import RequestContext
 
 API_KEY = 24
@@ -39,8 +39,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         answers = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                              request.v3_and_below_producer_epoch, request.v3_and_below_topics, verify_only=False)
         return make(cls, results_by_topic_v3_and_below=_topic_results(module, answers))
-    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+: brokers verifying, as Kafka
-        return make(cls, error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
+    try:
+        require_cluster(ctx, AclOperation.CLUSTER_ACTION)  # v4+: brokers verifying, as Kafka
+    except KafkaApiError as refused:
+        return make(cls, error_code=refused.code, results_by_transaction=())
     results = []
     for txn in request.transactions:
         answers = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
@@ -53,8 +55,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
                topics: Any, verify_only: bool) -> Answers:
     wanted = [(topic.name, index) for topic in topics for index in topic.partitions]
-    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    refused = denial(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if refused is not None:
+        return dict.fromkeys(wanted, refused.code)
     writable = authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _ in wanted))
     if len(writable) < len({topic for topic, _ in wanted}):
         return {tp: ErrorCode.topic_authorization_failed if tp[0] not in writable else

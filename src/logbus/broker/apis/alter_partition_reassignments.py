@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import RequestContext
 
 API_KEY = 45
@@ -29,10 +29,7 @@ MAX_VERSION = 1
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    if not authorize_cluster(ctx, AclOperation.ALTER):
-        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="Not authorized to ALTER the cluster", responses=(),
-                    allow_replication_factor_change=getattr(request, "allow_replication_factor_change", True))
+    require_cluster(ctx, AclOperation.ALTER)
     changes = {
         (topic.name, partition.partition_index): None if partition.replicas is None else list(partition.replicas)
         for topic in request.topics for partition in topic.partitions

@@ -19,9 +19,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import RequestContext
 
 API_KEY = 34
@@ -36,13 +37,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         for topic in directory.topics:
             for index in topic.partitions:
                 destinations[(topic.name, index)] = directory.path
-    allowed = authorize_cluster(ctx, AclOperation.ALTER)
+    try:
+        require_cluster(ctx, AclOperation.ALTER)
+    except KafkaApiError as refused:
+        codes = dict.fromkeys(destinations, refused.code)
+    else:
+        codes = {(topic, index): _move(ctx, topic, index, path) for (topic, index), path in destinations.items()}
     by_topic: dict[str, list[Any]] = {}
-    for (topic, index), path in destinations.items():
+    for (topic, index), code in codes.items():
         by_topic.setdefault(topic, []).append(make(
-            module.AlterReplicaLogDirPartitionResult, partition_index=index,
-            error_code=_move(ctx, topic, index, path) if allowed else ErrorCode.cluster_authorization_failed,
-        ))
+            module.AlterReplicaLogDirPartitionResult, partition_index=index, error_code=code))
     results = tuple(make(module.AlterReplicaLogDirTopicResult, topic_name=name, partitions=tuple(partitions))
                     for name, partitions in by_topic.items())
     return make(response_class(API_KEY, ctx.api_version), results=results)

@@ -21,7 +21,7 @@ from ...coordinator.assignors import Assignment
 from ...coordinator.consumer_group import ConsumerGroup, ConsumerMember
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names, authorized_operations
+from ..authorization import authorized_names, authorized_operations, denial
 from ..context import RequestContext
 
 API_KEY = 69
@@ -57,8 +57,9 @@ def describe_group(ctx: RequestContext, module: Any, group_id: str, with_operati
                     group_state="Dead", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
                     authorized_operations=NOT_PROVIDED)
 
-    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-        return failed(ErrorCode.group_authorization_failed)
+    refused = denial(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+    if refused is not None:
+        return failed(refused.code)
     error = group_coordinator(ctx.broker).coordinator_error(group_id)
     if error is not None:
         return failed(error)

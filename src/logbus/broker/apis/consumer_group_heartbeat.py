@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -26,11 +27,11 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...coordinator.assignors import Assignment
-from ...coordinator.consumer_group import Heartbeat
-from ...errors import KafkaApiError
+from ...coordinator.consumer_group import Heartbeat, HeartbeatResult
+from ...errors import KafkaApiError, TopicAuthorizationError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
+from ..authorization import authorized_names, require
 from ..context import RequestContext
 
 API_KEY = 68
@@ -39,21 +40,12 @@ MAX_VERSION = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _error(ctx, ErrorCode.group_authorization_failed, None)
-    topics = request.subscribed_topic_names or ()
-    if len(authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)) < len(set(topics)):
-        return _error(ctx, ErrorCode.topic_authorization_failed, "Unauthorized topics in the subscription.")
     try:
+        authorize_heartbeat(ctx, request.group_id, request.subscribed_topic_names)
         result = await group_coordinator(ctx.broker).consumer_heartbeat(_heartbeat(ctx, request))
     except KafkaApiError as exc:
-        return _error(ctx, exc.code, exc.message)
-    module = response_module(API_KEY, ctx.api_version)
-    assignment = None if result.assignment is None else make(
-        module.Assignment, topic_partitions=_by_id(ctx, module.TopicPartitions, result.assignment))
-    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
-                member_id=result.member_id, member_epoch=result.member_epoch,
-                heartbeat_interval=timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
+        return refused_heartbeat(ctx, API_KEY, exc)
+    return heartbeat_answer(ctx, API_KEY, result)
 
 
 def _heartbeat(ctx: RequestContext, request: Any) -> Heartbeat:
@@ -91,6 +83,29 @@ def _by_id(ctx: RequestContext, topic_class: type, assignment: Assignment) -> tu
     return tuple(topics)
 
 
-def _error(ctx: RequestContext, code: ErrorCode, message: str | None) -> Any:
-    return make(response_class(API_KEY, ctx.api_version), error_code=code,
-                error_message=message, member_epoch=0, heartbeat_interval=timedelta(0))
+def authorize_heartbeat(ctx: RequestContext, group_id: str, topics: Iterable[str] | None) -> None:
+    """What ConsumerGroupHeartbeat and ShareGroupHeartbeat both need, as Kafka: READ on the group
+    (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every topic subscribed by name
+    (TOPIC_AUTHORIZATION_FAILED); the refusal raised."""
+    require(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
+    wanted = set(topics or ())
+    if authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, wanted) != wanted:
+        raise TopicAuthorizationError("Unauthorized topics in the subscription.")
+
+
+def heartbeat_answer(ctx: RequestContext, api_key: int, result: HeartbeatResult) -> Any:
+    """The answer to a served ConsumerGroupHeartbeat or ShareGroupHeartbeat (`api_key`): the
+    member's id and epoch, the heartbeat interval and its assignment (topics by id), if any."""
+    module = response_module(api_key, ctx.api_version)
+    assignment = None if result.assignment is None else make(
+        module.Assignment, topic_partitions=_by_id(ctx, module.TopicPartitions, result.assignment))
+    return make(response_class(api_key, ctx.api_version), error_code=ErrorCode.none,
+                member_id=result.member_id, member_epoch=result.member_epoch,
+                heartbeat_interval=timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
+
+
+def refused_heartbeat(ctx: RequestContext, api_key: int, refusal: KafkaApiError) -> Any:
+    """The answer to a refused ConsumerGroupHeartbeat or ShareGroupHeartbeat (`api_key`): the
+    two responses have the same fields."""
+    return make(response_class(api_key, ctx.api_version), error_code=refusal.code,
+                error_message=refusal.message, member_epoch=0, heartbeat_interval=timedelta(0))

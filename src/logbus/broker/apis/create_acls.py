@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from ...cluster.metadata import MetadataWriteError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclBinding, AclOperation, InvalidAclError, binding_from_wire, validate_binding
-from ..authorization import authorize_cluster
+from ..authorization import require_acl_admin
 from ..context import RequestContext
 
 API_KEY = 30
@@ -34,10 +34,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _create(ctx: RequestContext, creations: tuple[Any, ...]) -> list[tuple[ErrorCode, str | None]]:
-    if ctx.broker.authorizer is None:
-        return [(ErrorCode.security_disabled, "No Authorizer is configured on the broker")] * len(creations)
-    if not authorize_cluster(ctx, AclOperation.ALTER):
-        return [(ErrorCode.cluster_authorization_failed, "Not authorized to ALTER the cluster")] * len(creations)
+    require_acl_admin(ctx, AclOperation.ALTER)
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
     for creation in creations:

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...cluster.metadata import MetadataWriteError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclBinding, AclOperation, InvalidAclError, bindings, filter_from_wire
-from ..authorization import authorize_cluster
+from ..authorization import require_acl_admin
 from ..context import RequestContext
 
 API_KEY = 31
@@ -37,10 +37,7 @@ _Result = tuple[ErrorCode, str | None, list[AclBinding]]
 
 
 async def _delete(ctx: RequestContext, filters: tuple[Any, ...]) -> list[_Result]:
-    if ctx.broker.authorizer is None:
-        return [(ErrorCode.security_disabled, "No Authorizer is configured on the broker", [])] * len(filters)
-    if not authorize_cluster(ctx, AclOperation.ALTER):
-        return [(ErrorCode.cluster_authorization_failed, "Not authorized to ALTER the cluster", [])] * len(filters)
+    require_acl_admin(ctx, AclOperation.ALTER)
     existing = bindings(ctx.broker.metadata.acls())
     results: list[_Result] = []
     for raw in filters:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import denial
 from ..context import RequestContext
 
 API_KEY = 42
@@ -25,11 +23,9 @@ MAX_VERSION = 2
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     coordinator = group_coordinator(ctx.broker)
-    results = [
-        make(module.DeletableGroupResult, group_id=group_id,
-             error_code=await coordinator.delete_group(group_id)
-             if authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, group_id)
-             else ErrorCode.group_authorization_failed)
-        for group_id in request.groups_names
-    ]
+    results = []
+    for group_id in request.groups_names:
+        refused = denial(ctx, AclOperation.DELETE, ResourceType.GROUP, group_id)
+        code = refused.code if refused is not None else await coordinator.delete_group(group_id)
+        results.append(make(module.DeletableGroupResult, group_id=group_id, error_code=code))
     return make(response_class(API_KEY, ctx.api_version), results=tuple(results))

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclBinding, AclOperation, InvalidAclError, filter_from_wire
-from ..authorization import authorize_cluster
+from ..authorization import require_acl_admin
 from ..context import RequestContext
 
 API_KEY = 29
@@ -25,10 +25,7 @@ MAX_VERSION = 3
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
-    if ctx.broker.authorizer is None:
-        return _error(cls, ErrorCode.security_disabled, "No Authorizer is configured on the broker")
-    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
-        return _error(cls, ErrorCode.cluster_authorization_failed, "Not authorized to DESCRIBE the cluster")
+    require_acl_admin(ctx, AclOperation.DESCRIBE)
     acl_filter = filter_from_wire(request.resource_type_filter, request.resource_name_filter,
                                   request.pattern_type_filter, request.principal_filter, request.host_filter,
                                   request.operation, request.permission_type)

@@ -19,7 +19,7 @@ from ...coordinator import group_coordinator
 from ...coordinator.group import ClassicGroup, GroupState
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_operations
+from ..authorization import authorized_operations, denial
 from ..context import RequestContext
 
 API_KEY = 15
@@ -35,9 +35,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     described = []
     requested = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
-        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            described.append(_describe(module, ctx.api_version, group_id, ErrorCode.group_authorization_failed, None,
-                                       NOT_PROVIDED))
+        refused = denial(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+        if refused is not None:
+            described.append(_describe(module, ctx.api_version, group_id, refused.code, None, NOT_PROVIDED))
             continue
         error, group = coordinator.describe(group_id)
         operations = authorized_operations(ctx, ResourceType.GROUP, group_id, requested)

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import RequestContext
 
 API_KEY = 35
@@ -28,9 +28,7 @@ MAX_VERSION = 4
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
-        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.cluster_authorization_failed,
-                    results=())
+    require_cluster(ctx, AclOperation.DESCRIBE)
     by_dir = _partitions_by_dir(ctx, module, _wanted(request))
     offline = ctx.broker.logs.offline_dirs
     results = tuple(_describe_dir(module, log_dir, by_dir[log_dir], log_dir in offline)

@@ -21,7 +21,7 @@ from ...coordinator.txn_metadata import TxnMetadata
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
+from ..authorization import authorized_names, require
 from ..context import RequestContext
 
 API_KEY = 65
@@ -37,8 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 def _state(ctx: RequestContext, module: Any, transactional_id: str) -> Any:
     try:
-        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            raise KafkaApiError(ErrorCode.transactional_id_authorization_failed)
+        require(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         txn = ctx.broker.txn_coordinator.describe(transactional_id)
     except KafkaApiError as exc:
         return make(module.TransactionState, error_code=exc.code, transactional_id=transactional_id,

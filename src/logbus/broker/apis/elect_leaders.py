@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import RequestContext
 
 API_KEY = 43
@@ -37,10 +37,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     else:
         wanted = [(topic.topic, index) for topic in request.topic_partitions for index in topic.partitions]
     unclean = getattr(request, "election_type", 0) == UNCLEAN
-    if not authorize_cluster(ctx, AclOperation.ALTER):
-        return _answer(ctx, module, dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed),
-                       ErrorCode.cluster_authorization_failed)
     try:
+        require_cluster(ctx, AclOperation.ALTER)
         results = await metadata.elect_leaders(wanted, unclean) if wanted else {}
     except KafkaApiError as exc:
         return _answer(ctx, module, dict.fromkeys(wanted, exc.code), exc.code)

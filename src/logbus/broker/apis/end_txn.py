@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from ...errors import KafkaApiError, producer_fenced_as
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 26
@@ -29,8 +29,7 @@ PRODUCER_FENCED_FROM = 2
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
-    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
-        return make(cls, error_code=ErrorCode.transactional_id_authorization_failed)
+    require(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
     try:
         await ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                  request.producer_epoch, request.committed)

@@ -20,7 +20,7 @@ from ...coordinator import group_coordinator
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 10
@@ -43,20 +43,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    if key_type == GROUP_KEY_TYPE:
-        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
-            return _error(ErrorCode.group_authorization_failed, f"Not authorized to describe group {key}")
-        coordinator: Any = group_coordinator(ctx.broker)
-    elif key_type == TRANSACTION_KEY_TYPE:
-        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-            return _error(ErrorCode.transactional_id_authorization_failed,
-                          f"Not authorized to describe transactional id {key}")
-        coordinator = ctx.broker.txn_coordinator
-    else:
-        return _error(ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}")
     try:
+        coordinator = _coordinator(ctx, key, key_type)
         await coordinator.store.create()
-    except KafkaApiError as exc:  # e.g. a full disk: the client retries later
+    except KafkaApiError as exc:  # a refusal, or e.g. a full disk: the client retries later
         return _error(exc.code, str(exc))
     leader = coordinator.store.leader_of(coordinator.partition_for(key))
     node = next((b for b in ctx.broker.metadata.brokers() if b.broker_id == leader), None)
@@ -65,6 +55,17 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         return _error(ErrorCode.coordinator_not_available, "The coordinator is not available")
     return {"error_code": ErrorCode.none, "error_message": None, "node_id": leader,
             "host": endpoint.host, "port": endpoint.port}
+
+
+def _coordinator(ctx: RequestContext, key: str, key_type: int) -> Any:
+    """The coordinator of `key`'s type, once the principal may Describe the key."""
+    if key_type == GROUP_KEY_TYPE:
+        require(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key)
+        return group_coordinator(ctx.broker)
+    if key_type == TRANSACTION_KEY_TYPE:
+        require(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key)
+        return ctx.broker.txn_coordinator
+    raise KafkaApiError(ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}")
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

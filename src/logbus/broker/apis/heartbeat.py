@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 12
@@ -22,8 +20,7 @@ MAX_VERSION = 4
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.group_authorization_failed)
+    require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     error = group_coordinator(ctx.broker).heartbeat(
         request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None)
     )

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from ...errors import KafkaApiError, MetadataWriteError, producer_fenced_as
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorize_by_resource_type, authorize_cluster
+from ..authorization import authorize_by_resource_type, require, require_cluster
 from ..context import RequestContext
 
 API_KEY = 22
@@ -34,9 +34,7 @@ PRODUCER_FENCED_FROM = 4
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
-    refusal = _refusal(ctx, request.transactional_id)
-    if refusal is not None:
-        return make(cls, error_code=refusal, producer_id=-1, producer_epoch=-1)
+    _authorize(ctx, request.transactional_id)
     try:
         if request.transactional_id is None:
             producer_id, epoch = await ctx.broker.metadata.allocate_producer_id(), 0
@@ -53,14 +51,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return make(cls, error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=epoch)
 
 
-def _refusal(ctx: RequestContext, transactional_id: str | None) -> ErrorCode | None:
+def _authorize(ctx: RequestContext, transactional_id: str | None) -> None:
     """As Kafka: Write on the transactional id; an idempotent producer needs IdempotentWrite on
     the cluster or Write on some topic (KIP-679)."""
     if transactional_id is not None:
-        if authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            return None
-        return ErrorCode.transactional_id_authorization_failed
-    if authorize_cluster(ctx, AclOperation.IDEMPOTENT_WRITE) or \
-            authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
-        return None
-    return ErrorCode.cluster_authorization_failed
+        require(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    elif not authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        require_cluster(ctx, AclOperation.IDEMPOTENT_WRITE)

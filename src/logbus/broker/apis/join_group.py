@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from ...coordinator import group_coordinator
 from ...coordinator.membership import JoinRequest
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 11
@@ -39,9 +38,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         protocol_type=request.protocol_type, protocols=[(p.name, p.metadata) for p in request.protocols],
         require_known_member_id=version >= 4,
     )
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return make(response_class(API_KEY, version), error_code=ErrorCode.group_authorization_failed,
-                    generation_id=-1, protocol_type=None, protocol_name=None if version >= 7 else "", leader="",
+    try:
+        require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
+    except KafkaApiError as refused:
+        return make(response_class(API_KEY, version), error_code=refused.code, generation_id=-1,
+                    protocol_type=None, protocol_name=None if version >= 7 else "", leader="",
                     skip_assignment=False, member_id=join.member_id, members=())
     result = await group_coordinator(ctx.broker).join(join)
     module = response_module(API_KEY, version)

@@ -13,9 +13,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 13
@@ -25,8 +26,10 @@ MAX_VERSION = 5
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return make(cls, error_code=ErrorCode.group_authorization_failed, members=())
+    try:
+        require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
+    except KafkaApiError as refused:
+        return make(cls, error_code=refused.code, members=())
     if ctx.api_version < 3:
         error, errors = await group_coordinator(ctx.broker).leave(request.group_id, [(request.member_id, None)])
         return make(cls, error_code=errors[0] if error is ErrorCode.none else error)

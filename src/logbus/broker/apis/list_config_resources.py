@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import RequestContext
 from ..topic_configs import ResourceType
 
@@ -41,8 +41,7 @@ KNOWN_TYPES = {
 async def handle(ctx: RequestContext, request: Any) -> Any:
     known = KNOWN_TYPES[ctx.api_version]
     wanted = set(getattr(request, "resource_types", ())) or known
-    if not authorize_cluster(ctx, AclOperation.DESCRIBE_CONFIGS):
-        return _answer(ctx, ErrorCode.cluster_authorization_failed, [])
+    require_cluster(ctx, AclOperation.DESCRIBE_CONFIGS)
     if not wanted <= known:
         return _answer(ctx, ErrorCode.unsupported_version, [])
     return _answer(ctx, ErrorCode.none, _listed(ctx, wanted))

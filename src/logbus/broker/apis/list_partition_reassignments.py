@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import RequestContext
 
 API_KEY = 46
@@ -22,9 +22,7 @@ MAX_VERSION = 0
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
-        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="Not authorized to DESCRIBE the cluster", topics=())
+    require_cluster(ctx, AclOperation.DESCRIBE)
     wanted = None if request.topics is None else [
         (topic.name, index) for topic in request.topics for index in topic.partition_indexes
     ]

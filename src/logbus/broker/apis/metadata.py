@@ -30,10 +30,10 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 from kio.serial.writers import write_unsigned_varint
 
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, TopicAuthorizationError
 from ...protocol.codec import encode, is_flexible, make, response_class, response_module
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from ..authorization import authorize, authorize_cluster, authorized_names, authorized_operations
+from ..authorization import authorize, authorize_cluster, authorized_names, authorized_operations, denial, require
 from ..context import RawResponse, RequestContext
 from ..topics import ensure_topic
 
@@ -74,28 +74,31 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         if name is None:
             resolved = broker.metadata.topic_by_id(str(topic.topic_id))
-            if resolved is not None and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, resolved.name):
-                wanted.append((None, ErrorCode.topic_authorization_failed))
+            refused = None if resolved is None else denial(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                           resolved.name)
+            if refused is not None:
+                wanted.append((None, refused.code))
                 continue
             wanted.append((resolved.name if resolved else None, ErrorCode.none if resolved else
                            ErrorCode.unknown_topic_id))
             continue
-        wanted.append((name, await _describe_or_create(ctx, name, allow_create)))
+        try:
+            await _describe_or_create(ctx, name, allow_create)
+        except KafkaApiError as exc:
+            wanted.append((name, exc.code))
+        else:
+            wanted.append((name, ErrorCode.none))
     return _build(ctx, wanted, operations)
 
 
-async def _describe_or_create(ctx: RequestContext, name: str, allow_create: bool) -> ErrorCode:
-    """The error to answer for a named topic, after creating it if it is unknown and may be."""
-    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
-        return ErrorCode.topic_authorization_failed
+async def _describe_or_create(ctx: RequestContext, name: str, allow_create: bool) -> None:
+    """Describe a named topic, after creating it if it is unknown and may be; the refusal to
+    answer for it raised."""
+    require(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
     auto_create = allow_create and ctx.broker.config["auto.create.topics.enable"]
     if auto_create and ctx.broker.metadata.topic(name) is None and not _may_create(ctx, name):
-        return ErrorCode.topic_authorization_failed
-    try:
-        await ensure_topic(ctx.broker, name, allow_create)
-    except KafkaApiError as exc:
-        return exc.code
-    return ErrorCode.none
+        raise TopicAuthorizationError(f"Not authorized to CREATE TOPIC {name}")
+    await ensure_topic(ctx.broker, name, allow_create)
 
 
 def _may_create(ctx: RequestContext, name: str) -> bool:

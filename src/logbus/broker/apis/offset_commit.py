@@ -21,7 +21,7 @@ from ...coordinator import group_coordinator
 from ...coordinator.offsets import OffsetCommit
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
+from ..authorization import authorized_names, require
 from ..context import RequestContext
 
 API_KEY = 8
@@ -32,9 +32,8 @@ NO_RETENTION = -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     commits, errors = known_commits(ctx, request.topics)
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        commits, errors = [], all_partitions(request.topics, ErrorCode.group_authorization_failed)
     retention = getattr(request, "retention_time", None)  # a timedelta in kio; -1 ms: the broker's
     retention_ms = NO_RETENTION if retention is None else round(retention.total_seconds() * 1000)
     coordinator = group_coordinator(ctx.broker)
@@ -70,11 +69,6 @@ def known_commits(ctx: RequestContext, topics: Any) -> tuple[list[OffsetCommit],
             commits.append(OffsetCommit(topic.name, p.partition_index, p.committed_offset,
                                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
     return commits, errors
-
-
-def all_partitions(topics: Any, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
-    """`error` for every partition of the request (a refused group)."""
-    return {(t.name, p.partition_index): error for t in topics for p in t.partitions}
 
 
 def response_topics(topic_class: type, partition_class: type, topics: Any,

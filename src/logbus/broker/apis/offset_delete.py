@@ -12,9 +12,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
+from ..authorization import authorized_names, require
 from ..context import RequestContext
 
 API_KEY = 47
@@ -24,9 +25,10 @@ MAX_VERSION = 0
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
-        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.group_authorization_failed,
-                    topics=())
+    try:
+        require(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id)
+    except KafkaApiError as refused:
+        return make(response_class(API_KEY, ctx.api_version), error_code=refused.code, topics=())
     readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable]
     error, errors = await group_coordinator(ctx.broker).delete_offsets(request.group_id, partitions)

@@ -20,7 +20,7 @@ from ...coordinator import group_coordinator
 from ...coordinator.offsets import FetchedOffset
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
+from ..authorization import authorized_names, denial
 from ..context import RequestContext
 
 API_KEY = 9
@@ -54,8 +54,9 @@ def _fetch(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]
            ) -> tuple[ErrorCode, list[FetchedOffset]]:
     """As Kafka: Describe on the group (GROUP_AUTHORIZATION_FAILED), on each named topic
     (TOPIC_AUTHORIZATION_FAILED); asking for all offsets leaves out the topics it may not Describe."""
-    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-        return ErrorCode.group_authorization_failed, []
+    refused = denial(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+    if refused is not None:
+        return refused.code, []
     error, offsets = group_coordinator(ctx.broker).fetch_offsets(group_id, wanted, require_stable, member_id,
                                                                  member_epoch)
     if ctx.broker.authorizer is None:

@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from ...cluster.appends import AppendResult, Batches
 from ...cluster.partition import Partition
 from ...config import LogConfig
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, TransactionalIdAuthorizationError
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import (
     CODECS,
@@ -52,7 +52,7 @@ from ...protocol.records import (
 )
 from ...security.acl import AclOperation, ResourceType
 from ...storage.log import AppendInfo, now_ms
-from ..authorization import authorize
+from ..authorization import denial
 from ..context import DeferredResponse, RequestContext
 from ..topics import INTERNAL_TOPICS, validate_topic_name
 
@@ -78,7 +78,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         responses = []
         for data in topic_data.partition_data:
             if refusal is not None:
-                responses.append(_partition_response(module, data.index, refusal, -1, -1, -1, None))
+                responses.append(_partition_response(module, data.index, refusal.code, -1, -1, -1, None))
             else:
                 responses.append(await _produce_partition(ctx, module, topic, data, request))
         topics.append((topic_data, responses))
@@ -131,14 +131,13 @@ async def _wait_for_replicas(ctx: RequestContext, topics: list[tuple[Any, list[A
         responses[i] = response
 
 
-def _refusal(ctx: RequestContext, topic: str | None, transactional_id: str | None) -> ErrorCode | None:
-    """The authorization error for a topic's partitions, if any (an authorizer is on)."""
-    if transactional_id is not None and not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                                                      transactional_id):
-        return ErrorCode.transactional_id_authorization_failed
-    if topic is not None and not authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic):
-        return ErrorCode.topic_authorization_failed
-    return None
+def _refusal(ctx: RequestContext, topic: str | None, transactional_id: str | None) -> KafkaApiError | None:
+    """The authorization refusal for a topic's partitions, if any (an authorizer is on)."""
+    if transactional_id is not None:
+        refused = denial(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        if refused is not None:
+            return refused
+    return None if topic is None else denial(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)
 
 
 def _resolve(ctx: RequestContext, topic_data: Any) -> str | None:
@@ -222,9 +221,7 @@ def _validate(config: LogConfig, records: bytes | None, request: Any, version: i
         )
     check_client_batch(header)
     if header.is_transactional and request.transactional_id is None:
-        raise KafkaApiError(
-            ErrorCode.transactional_id_authorization_failed, "transactional batch without a transactional id"
-        )
+        raise TransactionalIdAuthorizationError("transactional batch without a transactional id")
     return records, header
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import AuthenticationFailed, IllegalSaslStateError, KafkaApiError
 from ...protocol.codec import make, response_class
 from ...security.sasl_session import AFTER_AUTHENTICATION
 from ..context import RequestContext
@@ -33,11 +34,14 @@ MAX_VERSION = 2
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
     if ctx.sasl is None:
-        return make(cls, error_code=ErrorCode.illegal_sasl_state, auth_bytes=b"", session_lifetime=timedelta(0),
-                    error_message=AFTER_AUTHENTICATION)
-    result = await asyncio.to_thread(ctx.sasl.authenticate, request.auth_bytes)
-    if result.error_code == ErrorCode.sasl_authentication_failed:
-        log.info("failed authentication from %s: %s", ctx.client_host, result.error_message)  # as Kafka logs it
-        await asyncio.sleep(ctx.broker.config["connection.failed.authentication.delay.ms"] / 1000)
-    return make(cls, error_code=result.error_code, error_message=result.error_message, auth_bytes=result.auth_bytes,
-                session_lifetime=timedelta(milliseconds=result.session_lifetime_ms))
+        raise IllegalSaslStateError(AFTER_AUTHENTICATION)
+    try:
+        answer = await asyncio.to_thread(ctx.sasl.authenticate, request.auth_bytes)
+    except KafkaApiError as refused:
+        if isinstance(refused, AuthenticationFailed):
+            log.info("failed authentication from %s: %s", ctx.client_host, refused.message)  # as Kafka logs it
+            await asyncio.sleep(ctx.broker.config["connection.failed.authentication.delay.ms"] / 1000)
+        return make(cls, error_code=refused.code, error_message=refused.message, auth_bytes=b"",
+                    session_lifetime=timedelta(0))
+    return make(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=answer,
+                session_lifetime=timedelta(milliseconds=ctx.sasl.session_lifetime_ms))

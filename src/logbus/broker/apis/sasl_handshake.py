@@ -15,6 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import IllegalSaslStateError, KafkaApiError
 from ...protocol.codec import make, response_class
 from ..context import RequestContext
 
@@ -26,6 +27,9 @@ MAX_VERSION = 1
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
     if ctx.sasl is None:
-        return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
-    error = ctx.sasl.handshake(request.mechanism, ctx.api_version)
-    return make(cls, error_code=error, mechanisms=ctx.sasl.enabled_mechanisms)
+        raise IllegalSaslStateError("SaslHandshake on a listener without SASL")
+    try:
+        ctx.sasl.handshake(request.mechanism, ctx.api_version)
+    except KafkaApiError as refused:
+        return make(cls, error_code=refused.code, mechanisms=ctx.sasl.enabled_mechanisms)
+    return make(cls, error_code=ErrorCode.none, mechanisms=ctx.sasl.enabled_mechanisms)

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 from ..share_requests import (
     acknowledge,
@@ -38,9 +38,8 @@ MAX_VERSION = 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id or ""):
-        return _failed(ctx, ErrorCode.group_authorization_failed, None)
     try:
+        require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id or "")
         check_request(request.group_id, request.member_id)
         if request.share_session_epoch == INITIAL_EPOCH:
             raise KafkaApiError(ErrorCode.invalid_share_session_epoch,

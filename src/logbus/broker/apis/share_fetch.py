@@ -23,12 +23,12 @@ the request) and on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster.delayed_fetch import wait_for_data
 from ...cluster.partition import Partition
 from ...cluster.share_partitions import Acquired
 from ...errors import KafkaApiError
@@ -93,7 +93,8 @@ async def _fetch(ctx: RequestContext, request: Any, session: ShareSession, reada
                       if acquired is not None)
         if not nothing or not leaders or loop.time() >= deadline or ctx.broker.stopping:
             return fetched
-        await _wait(ctx, leaders, deadline - loop.time())
+        shares = ctx.broker.share_partitions  # released records are news too
+        await wait_for_data(leaders, deadline - loop.time(), [(shares.wake_on_release, shares.forget_waiter)])
 
 
 def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, readable: set[str]
@@ -118,23 +119,6 @@ def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, reada
         records_left -= sum(r.last_offset - r.first_offset + 1 for r in acquired.ranges)
         fetched[key] = (OK, acquired)
     return fetched, leaders
-
-
-async def _wait(ctx: RequestContext, partitions: list[Partition], timeout: float) -> None:
-    """Until a partition's HW moves or records are released, or `timeout`."""
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    shares = ctx.broker.share_partitions
-    shares.wake_on_release(waiter)
-    for partition in partitions:
-        partition.wake_on_data(waiter)
-    try:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await waiter
-    finally:
-        shares.forget_waiter(waiter)
-        for partition in partitions:
-            partition.forget_waiter(waiter)
 
 
 def _response(ctx: RequestContext, request: Any, session: ShareSession, acked: dict[SessionPartition, Outcome],

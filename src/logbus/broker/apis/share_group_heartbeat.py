@@ -13,19 +13,13 @@ COORDINATOR_LOAD_IN_PROGRESS.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
-
-from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...coordinator.share_group import ShareHeartbeat
 from ...errors import KafkaApiError
-from ...protocol.codec import make, response_class, response_module
-from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
 from ..context import RequestContext
-from .consumer_group_heartbeat import _by_id
+from .consumer_group_heartbeat import authorize_heartbeat, heartbeat_answer, refused_heartbeat
 
 API_KEY = 76
 MIN_VERSION = 1
@@ -33,28 +27,14 @@ MAX_VERSION = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _error(ctx, ErrorCode.group_authorization_failed, None)
-    topics = request.subscribed_topic_names or ()
-    if len(authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)) < len(set(topics)):
-        return _error(ctx, ErrorCode.topic_authorization_failed, "Unauthorized topics in the subscription.")
     heartbeat = ShareHeartbeat(
         request.group_id, request.member_id, request.member_epoch, request.rack_id,
         None if request.subscribed_topic_names is None else tuple(request.subscribed_topic_names),
         ctx.client_id or "", ctx.client_host,
     )
     try:
+        authorize_heartbeat(ctx, request.group_id, request.subscribed_topic_names)
         result = await group_coordinator(ctx.broker).share_heartbeat(heartbeat)
     except KafkaApiError as exc:
-        return _error(ctx, exc.code, exc.message)
-    module = response_module(API_KEY, ctx.api_version)
-    assignment = None if result.assignment is None else make(
-        module.Assignment, topic_partitions=_by_id(ctx, module.TopicPartitions, result.assignment))
-    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
-                member_id=result.member_id, member_epoch=result.member_epoch,
-                heartbeat_interval=timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
-
-
-def _error(ctx: RequestContext, code: ErrorCode, message: str | None) -> Any:
-    return make(response_class(API_KEY, ctx.api_version), error_code=code,
-                error_message=message, member_epoch=0, heartbeat_interval=timedelta(0))
+        return refused_heartbeat(ctx, API_KEY, exc)
+    return heartbeat_answer(ctx, API_KEY, result)

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
 
 API_KEY = 14
@@ -24,9 +24,7 @@ MAX_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.group_authorization_failed,
-                    assignment=b"", protocol_type=None, protocol_name=None)
+    require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     assignments = {a.member_id: a.assignment for a in request.assignments}
     error, assignment, group = await group_coordinator(ctx.broker).sync(
         request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),

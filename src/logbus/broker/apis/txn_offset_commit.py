@@ -25,9 +25,9 @@ from ...coordinator import group_coordinator
 from ...coordinator.offsets import OffsetCommit
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize
+from ..authorization import require
 from ..context import RequestContext
-from .offset_commit import all_partitions, known_commits, response_topics
+from .offset_commit import known_commits, response_topics
 
 API_KEY = 28
 MIN_VERSION = 0
@@ -35,11 +35,9 @@ MAX_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    require(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+    require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     commits, errors = known_commits(ctx, request.topics)
-    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
-        commits, errors = [], all_partitions(request.topics, ErrorCode.transactional_id_authorization_failed)
-    elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        commits, errors = [], all_partitions(request.topics, ErrorCode.group_authorization_failed)
     results = await _commit(ctx, request, commits) if commits else []
     for commit, error in zip(commits, results, strict=True):
         errors[(commit.topic, commit.partition)] = error

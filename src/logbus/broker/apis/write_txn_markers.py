@@ -26,7 +26,7 @@ from ...cluster.replica_manager import ReplicaManager
 from ...cluster.txn_markers import MARKER_TIMEOUT_S, write_marker
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
-from ..authorization import authorize_cluster
+from ..authorization import require_cluster
 from ..context import DeferredResponse, RequestContext
 
 API_KEY = 27
@@ -37,13 +37,7 @@ PartitionKey = tuple[str, int]
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # brokers only, as Kafka
-        module = response_module(API_KEY, ctx.api_version)
-        return make(response_class(API_KEY, ctx.api_version), markers=tuple(
-            _marker_result(module, marker, dict.fromkeys(
-                ((t.name, i) for t in marker.topics for i in t.partition_indexes),
-                ErrorCode.cluster_authorization_failed))
-            for marker in request.markers))
+    require_cluster(ctx, AclOperation.CLUSTER_ACTION)  # brokers only, as Kafka
     return DeferredResponse(_write_all(ctx, request))
 
 
