@@ -5,12 +5,9 @@ The broker reads a view held in memory, kept current by watches. kazoo runs watc
 its own thread, one after another; they read what changed there and hand the result to the event
 loop (`post`), where the view changes and the store's listeners are called.
 
-A topic enters the view once its assignment and every partition's state exist: the broker
-that creates a topic writes both in one ZooKeeper transaction (Kafka's admin path wrote the
-assignment and left the states to the controller; one transaction means no half-created topic
-is ever seen). Every partition-state write is conditional on the znode's version, which is the
-state's `partition_epoch`; a write that loses a race raises StalePartitionStateError and the
-writer decides again from the fresh state that a state change brings.
+A topic enters the view once its assignment and every partition's state exist (the store
+writes both in one transaction; see `zookeeper`). A partition's `partition_epoch` is its state
+znode's version.
 
 State changes: brokers do not watch the partition-state znodes (one watch event per partition
 and broker when a controller moves thousands). Every write of states creates, in its transaction,
