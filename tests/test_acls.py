@@ -445,6 +445,7 @@ def test_logbus_acls_adds_lists_and_removes_as_kafka_acls() -> None:
 def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:
     """In process, on a real ZooKeeper: the store applies its own notifications and deletes the
     expired ones (Kafka's 15 minutes, set to 0 here) when the next one arrives."""
+    from logbus.cluster import zk_data, zk_watchers
     from logbus.cluster import zookeeper as zk_store
     from logbus.security import acl
 
@@ -458,12 +459,12 @@ def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch:
         await store.start()
         try:
             await store.alter_acls([binding("first")], [])
-            [first] = store.client.get_children(zk_store.LITERAL_ACL_CHANGES)
-            monkeypatch.setattr(zk_store, "ACL_CHANGE_EXPIRATION_MS", 0)
+            [first] = store.client.get_children(zk_data.LITERAL_ACL_CHANGES)
+            monkeypatch.setattr(zk_watchers, "ACL_CHANGE_EXPIRATION_MS", 0)
             await store.alter_acls([binding("second")], [])
             assert set(store.acls()) == {binding("first").pattern, binding("second").pattern}
             deadline = asyncio.get_running_loop().time() + 10
-            while first in store.client.get_children(zk_store.LITERAL_ACL_CHANGES):
+            while first in store.client.get_children(zk_data.LITERAL_ACL_CHANGES):
                 assert asyncio.get_running_loop().time() < deadline, "the expired notification stayed"
                 await asyncio.sleep(0.05)
             await store.alter_acls([], [binding("first")])  # still applied after the purge

@@ -11,17 +11,9 @@ from kazoo.client import KazooClient
 
 from logbus.cluster.controller import claim_controller, leaders_first, partition_changes
 from logbus.cluster.metadata import PartitionState, TopicMetadata
-from logbus.cluster.zookeeper import (
-    MULTI_OP_BYTES,
-    STATE_CHANGES,
-    ZooKeeperMetadataStore,
-    _commit_state_batch,
-    _multi_op_batches,
-    decode_state_changes,
-    encode_state,
-    encode_state_changes,
-    state_path,
-)
+from logbus.cluster.zk_data import STATE_CHANGES, decode_state_changes, encode_state, encode_state_changes, state_path
+from logbus.cluster.zk_writes import MULTI_OP_BYTES, commit_state_batch, multi_op_batches
+from logbus.cluster.zookeeper import ZooKeeperMetadataStore
 from logbus.testing import running_zookeeper
 
 
@@ -88,7 +80,7 @@ def test_new_leaders_are_written_apart_from_and_before_isr_only_changes() -> Non
 
 def test_writes_are_cut_into_multi_ops_within_the_size_bound() -> None:
     writes = [("t", i, PartitionState(1, 7, [1, 2, 3], [1, 2, 3]), 4) for i in range(10_000)]
-    batches = _multi_op_batches(writes, epoch=3)
+    batches = multi_op_batches(writes, epoch=3)
     assert len(batches) > 1
     assert [position for batch in batches for position, _ in batch] == list(range(10_000))
     for batch in batches:
@@ -111,14 +103,14 @@ def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenc
                 client.set(state_path("t", moved), b"moved on")  # version 1 now
             new = PartitionState(2, 1, [1, 2], [2])
             batch = list(enumerate(("t", index, new, 0) for index in range(4)))
-            assert _commit_state_batch(client, batch, 1, epoch_version=0) == [0, 3]
+            assert commit_state_batch(client, batch, 1, epoch_version=0) == [0, 3]
             assert [client.get(state_path("t", i))[0] for i in range(4)] == [
                 encode_state(new, 1), b"moved on", b"moved on", encode_state(new, 1)]
             [change] = client.get_children(STATE_CHANGES)
             assert decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0]) == [
                 ("t", 0, 2, 1, [2], 1), ("t", 3, 2, 1, [2], 1)]
             client.set("/controller_epoch", b"2")  # a successor
-            assert _commit_state_batch(client, [(0, ("t", 0, new, 1))], 1, epoch_version=0) == []
+            assert commit_state_batch(client, [(0, ("t", 0, new, 1))], 1, epoch_version=0) == []
             assert client.get(state_path("t", 0))[1].version == 1
             assert len(client.get_children(STATE_CHANGES)) == 1
         finally:
@@ -155,7 +147,7 @@ def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partitio
             client.set(state_path("t", 3), b"the controller's")  # version 1 now
             shrunk = PartitionState(1, 0, [1, 2, 3], [1, 3])
             batch = list(enumerate(("t", index, shrunk, 0) for index in range(5)))
-            assert _commit_state_batch(client, batch, 0, epoch_version=None) == [0, 1, 2, 4]
+            assert commit_state_batch(client, batch, 0, epoch_version=None) == [0, 1, 2, 4]
             assert client.get(state_path("t", 3))[0] == b"the controller's"
             [change] = client.get_children(STATE_CHANGES)
             entries = decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0])

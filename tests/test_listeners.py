@@ -17,7 +17,7 @@ from helpers import METADATA, QUIET, consume_partition, produce_all, raw_request
 from kazoo.client import KazooClient
 
 from logbus.cluster.metadata import BrokerInfo
-from logbus.cluster.zookeeper import decode_broker, encode_broker
+from logbus.cluster.zk_data import decode_broker, encode_broker
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.config import BrokerConfig, ConfigError
 from logbus.security.listeners import ListenerEndpoint, listener_settings, parse_protocol_map

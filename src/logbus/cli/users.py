@@ -140,7 +140,8 @@ def _zookeeper(connect: str) -> Iterator[tuple[UserCredentials, Writer]]:
     from kazoo.exceptions import NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
 
-    from ..cluster.zookeeper import USERS, read_user_credentials, write_scram_credentials
+    from ..cluster.zk_data import USERS, read_user_credentials
+    from ..cluster.zk_writes import write_scram_credentials
     from ..security.quotas import desanitize
 
     client = KazooClient(hosts=connect)

@@ -39,11 +39,12 @@ from ..config import BrokerConfig
 from ..logging_config import RecurringWarning
 from .elections import elect_leader, elect_preferred, elect_unclean
 from .metadata import MetadataWriteError, PartitionState, TopicMetadata
-from .zookeeper import _UNREACHABLE, LOG_DIR_EVENTS, ZooKeeperMetadataStore, _json, encode_assignment, topic_path
+from .zk_data import LOG_DIR_EVENTS, UNREACHABLE, encode_assignment, encode_json, topic_path
+from .zookeeper import ZooKeeperMetadataStore
 
 log = logging.getLogger(__name__)
 
-OUT_OF_REACH = (*_UNREACHABLE, MetadataWriteError)  # ZooKeeper gone: expected, retried when it is back
+OUT_OF_REACH = (*UNREACHABLE, MetadataWriteError)  # ZooKeeper gone: expected, retried when it is back
 
 StateChange = tuple[str, int, PartitionState, PartitionState]  # topic, index, old, new
 
@@ -129,8 +130,8 @@ class Controller:
 
     def _watch_requests(self) -> None:
         ChildrenWatch(self.client, DELETE_TOPICS, self._on_delete_requests)
-        DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store._post(self._on_admin_request))
-        DataWatch(self.client, REASSIGN, lambda *_a: self.store._post(self._on_admin_request))
+        DataWatch(self.client, PREFERRED_ELECTION, lambda *_a: self.store.post(self._on_admin_request))
+        DataWatch(self.client, REASSIGN, lambda *_a: self.store.post(self._on_admin_request))
         self.client.ensure_path(LOG_DIR_EVENTS)
         ChildrenWatch(self.client, LOG_DIR_EVENTS, self._on_log_dir_events)
 
@@ -143,14 +144,14 @@ class Controller:
                 self.client.delete(f"{LOG_DIR_EVENTS}/{child}")
                 log.info("log dir failure reported by broker %d", json.loads(raw)["broker"])
         if children:
-            self.store._post(self.reconcile_soon)
+            self.store.post(self.reconcile_soon)
 
     def _on_admin_request(self) -> None:
         self._admin_requested = True
         self.reconcile_soon()
 
     def _on_delete_requests(self, children: list[str]) -> None:
-        self.store._post(self._set_pending_deletes, list(children))
+        self.store.post(self._set_pending_deletes, list(children))
 
     def _set_pending_deletes(self, names: list[str]) -> None:
         self._pending_deletes = names
@@ -444,7 +445,7 @@ def claim_controller(client: Any, broker_id: int) -> tuple[int, int] | None:
     """Create /controller and bump /controller_epoch in one transaction, as Kafka's
     registerControllerAndIncrementControllerEpoch does (two round trips before a new controller
     can act, not three): the new epoch and /controller_epoch's version, None if another broker won."""
-    value = _json({"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))})
+    value = encode_json({"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))})
     for _attempt in range(CLAIM_ATTEMPTS):
         try:
             raw, stat = client.get("/controller_epoch")
