@@ -19,9 +19,11 @@ from ..cluster.replica_selector import replica_selector
 from ..cluster.sasl_login import InterBrokerLogin
 from ..cluster.share_partition import SharePartitionConfig
 from ..cluster.share_partitions import ShareGroupReadSettings, SharePartitions
+from ..cluster.share_persister import SharePersister
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig, describe_group_configs
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
+from ..coordinator.share_coordinator import ShareCoordinator, ShareStateTopic
 from ..coordinator.share_group import ShareGroupSettings
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 
 
 GROUP_CONFIGS_CACHED = 10_000  # groups whose effective configs are kept (all dropped beyond)
+SHARE_STATE_TIMEOUT_S = 15.0  # a share state read or write waits this long for its coordinator to answer
 
 
 def _monotonic_ms() -> int:
@@ -95,7 +98,14 @@ class Broker:
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         # share groups (KIP-932): membership on the coordinator, records on each partition's leader
         self._group_configs_cache: dict[str, tuple[object, dict[str, Any]]] = {}
-        self.share_partitions = SharePartitions(clock, self._share_read_settings)
+        self.share_coordinator = ShareCoordinator(
+            ShareStateTopic(config, self.metadata, self.replicas, clock), clock,
+            config["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.replicas.add_leadership_listener(self.share_coordinator.on_leadership)
+        self.share_partitions = SharePartitions(
+            clock, self._share_read_settings,
+            SharePersister(broker_id, self.share_coordinator, self.broker_clients, SHARE_STATE_TIMEOUT_S),
+            self._topic_id)
         self.share_sessions = ShareSessionCache(
             config["group.share.max.share.sessions"],
             on_evicted=lambda session: self.share_partitions.release_member(session.group_id, session.member_id))
@@ -225,6 +235,7 @@ class Broker:
         )
         self.group_coordinator.start()
         self.txn_coordinator.start()
+        self.share_coordinator.start()
         if self.metrics is not None:
             await self.metrics.server.start()
         for server in self._servers:
@@ -299,6 +310,7 @@ class Broker:
         self.connections.close_all()
         self.group_coordinator.stop()
         self.share_partitions.stop()
+        self.share_coordinator.stop()
         self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()

@@ -1,0 +1,207 @@
+"""Share groups (KIP-932) survive their brokers: a share-partition's state (which records were
+accepted) lives in `__share_group_state` through the share coordinator, so a broker restarted
+(SIGTERM, SIGKILL) or, in a 3-broker cluster, the data partition's leader or the share
+coordinator's broker killed, neither delivers an accepted record again nor loses one. Real
+brokers, librdkafka's `ShareConsumer` (implicit acknowledgement, committed after every poll).
+
+A record counts as accepted once `commit_sync` answered its partition with no error; one whose
+commit failed (the broker went away meanwhile) may or may not have been accepted, so it may come
+again, and need not."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import ElectionType, KafkaException, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from helpers import QUIET, RawConnection, produce_all, wait_until
+from kio.schema.errors import ErrorCode
+
+from logbus.coordinator.share_records import topic_id_text
+from logbus.testing import BrokerProcess, Cluster, running_broker, running_cluster
+
+CONFIG = {"group.share.min.heartbeat.interval.ms": "100", "group.share.heartbeat.interval.ms": "500",
+          "offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num.partitions": "3"}
+DEADLINE_S = 90  # a broker restart or a failover (ZooKeeper session 6 s) on a loaded machine, with room
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, replicas: int) -> str:
+    name = unique("topic")
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(name, 1, replicas, config={"min.insync.replicas": "1"})])[name].result(30)
+    return name
+
+
+def new_group(bootstrap: str, name: str | None = None) -> str:
+    """A share group reading from the earliest record (a group config)."""
+    group = name or unique("share")
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    return group
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Idempotently (on a loaded machine a request may time out and be retried: no record twice)."""
+    produce_all(bootstrap, topic, [(None, value) for value in values], **{"enable.idempotence": True})
+
+
+class Tally:
+    """What a share consumer received, and which records are accepted for sure."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": 10,
+                                       **QUIET})
+        self.consumer.subscribe([topic])
+        self.accepted: set[bytes] = set()
+        self.uncertain: set[bytes] = set()  # their commit failed: accepted or not
+        self.delivered: list[bytes] = []
+
+    def poll(self) -> None:
+        """One poll, then commit what it returned; an accepted record coming again fails the test."""
+        values = [m.value() for m in self.consumer.poll(0.3) if m.error() is None]
+        again = self.accepted.intersection(values)
+        assert not again, f"accepted records delivered again: {sorted(again)}"
+        self.delivered += values
+        if not values:
+            return
+        try:
+            failed = any(error is not None for error in self.consumer.commit_sync(15).values())
+        except KafkaException:
+            failed = True
+        (self.uncertain if failed else self.accepted).update(values)
+        if not failed:
+            self.uncertain.difference_update(values)
+
+    def poll_until(self, done: Callable[[], bool], timeout: float = DEADLINE_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out: {len(self.accepted)} accepted"
+            self.poll()
+
+    def check_complete(self, values: list[bytes]) -> None:
+        """Every record delivered, and accepted (or its commit failed)."""
+        assert set(self.delivered) == set(values), "a record was lost"
+        assert self.accepted | self.uncertain == set(values)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def accepted_all(tally: Tally, values: list[bytes]) -> Callable[[], bool]:
+    return lambda: set(values) <= tally.accepted | tally.uncertain
+
+
+def test_a_restarted_broker_neither_redelivers_accepted_records_nor_loses_any() -> None:
+    with running_broker(config=CONFIG) as broker:
+        topic = create_topic(broker.bootstrap, 1)
+        group = new_group(broker.bootstrap)
+        values = [b"v%04d" % n for n in range(150)]
+        produce(broker.bootstrap, topic, values[:100])
+        tally = Tally(broker.bootstrap, group, topic)
+        try:
+            tally.poll_until(lambda: len(tally.accepted) >= 30)
+            broker.stop()  # SIGTERM: a clean shutdown
+            broker.restart()
+            tally.poll_until(lambda: len(tally.accepted) >= 60)
+            broker.kill()  # SIGKILL: a crash
+            broker.restart()
+            produce(broker.bootstrap, topic, values[100:])
+            tally.poll_until(accepted_all(tally, values))
+            tally.check_complete(values)
+        finally:
+            tally.close()
+        _assert_nothing_more(broker.bootstrap, group, topic)
+
+
+def _assert_nothing_more(bootstrap: str, group: str, topic: str) -> None:
+    """A record produced now is the next (and only) one the group gets: everything before it is done."""
+    produce(bootstrap, topic, [b"last"])
+    late = Tally(bootstrap, group, topic)
+    try:
+        late.poll_until(lambda: bool(late.delivered))
+        assert set(late.delivered) == {b"last"}
+    finally:
+        late.close()
+
+
+# ---------------------------------------------------------------- a cluster
+
+
+def leader_of(bootstrap: str, topic: str) -> int:
+    with RawConnection(bootstrap) as connection:
+        reply = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False)
+    return next(t.partitions[0].leader_id for t in reply.topics if t.name == topic)
+
+
+def share_coordinator(bootstrap: str, group: str, topic: str) -> int | None:
+    """The broker FindCoordinator (key type 2) names for the group's share-partition of `topic`-0."""
+    with RawConnection(bootstrap) as connection:
+        reply = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False)
+        topic_id = next(t.topic_id for t in reply.topics if t.name == topic)
+        found = connection.call(10, 6, key_type=2, coordinator_keys=(f"{group}:{topic_id_text(topic_id)}:0",))
+    [answer] = found.coordinators
+    return answer.node_id if answer.error_code == ErrorCode.none else None
+
+
+def group_coordinated_apart(cluster: Cluster, topic: str, leader: int) -> str:
+    """A group whose share coordinator (for `topic`-0) is not `leader`: killing one leaves the other."""
+    def found() -> str | None:
+        group = unique("share")
+        coordinator = share_coordinator(cluster.bootstrap, group, topic)
+        return group if coordinator is not None and coordinator != leader else None
+    return wait_until(found, DEADLINE_S, interval=0.2, message="a group coordinated apart from the leader")
+
+
+def restart(cluster: Cluster, broker: BrokerProcess, topic: str, group: str, leader: int, coordinator: int) -> None:
+    """Start `broker` again and move leaderships back to the preferred replicas: the data partition
+    led by `leader`, the share-partition coordinated by `coordinator` (a different broker)."""
+    broker.restart()
+    cluster.wait_ready([topic], timeout=DEADLINE_S)
+
+    def preferred() -> bool:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+        with contextlib.suppress(KafkaException):
+            admin.elect_leaders(ElectionType.PREFERRED, None).result(10)
+        return leader_of(cluster.bootstrap, topic) == leader and \
+            share_coordinator(cluster.bootstrap, group, topic) == coordinator
+    wait_until(preferred, DEADLINE_S, interval=0.5, message="the preferred leaders back")
+
+
+def test_killing_the_partition_leader_or_the_share_coordinator_keeps_acknowledgements() -> None:
+    config = {**CONFIG, "share.coordinator.state.topic.replication.factor": "3",
+              "offsets.topic.replication.factor": "3", "share.coordinator.state.topic.min.isr": "1"}
+    with running_cluster(3, config) as cluster:
+        topic = create_topic(cluster.bootstrap, 3)
+        cluster.wait_ready([topic], timeout=DEADLINE_S)
+        leader = leader_of(cluster.bootstrap, topic)
+        group = new_group(cluster.bootstrap, group_coordinated_apart(cluster, topic, leader))
+        coordinator = share_coordinator(cluster.bootstrap, group, topic)
+        assert coordinator is not None
+        values = [b"c%04d" % n for n in range(150)]
+        produce(cluster.bootstrap, topic, values[:100])
+        tally = Tally(cluster.bootstrap, group, topic)
+        try:
+            tally.poll_until(lambda: len(tally.accepted) >= 30)
+            cluster.brokers[leader].kill()  # the data partition's leader (not the share coordinator)
+            tally.poll_until(lambda: len(tally.accepted) >= 60)
+            restart(cluster, cluster.brokers[leader], topic, group, leader, coordinator)
+            cluster.brokers[coordinator].kill()  # the share coordinator's broker (not the data leader)
+            tally.poll_until(lambda: len(tally.accepted) >= 90)
+            restart(cluster, cluster.brokers[coordinator], topic, group, leader, coordinator)
+            produce(cluster.bootstrap, topic, values[100:])
+            tally.poll_until(accepted_all(tally, values))
+            tally.check_complete(values)
+        finally:
+            tally.close()
+        _assert_nothing_more(cluster.bootstrap, group, topic)
