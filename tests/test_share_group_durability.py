@@ -137,7 +137,7 @@ def _assert_nothing_more(bootstrap: str, group: str, topic: str) -> None:
 
 
 def leader_of(bootstrap: str, topic: str) -> int:
-    with RawConnection(bootstrap) as connection:
+    with RawConnection(bootstrap.split(",")[0]) as connection:
         reply = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
                                 include_topic_authorized_operations=False)
     return next(t.partitions[0].leader_id for t in reply.topics if t.name == topic)
@@ -145,7 +145,7 @@ def leader_of(bootstrap: str, topic: str) -> int:
 
 def share_coordinator(bootstrap: str, group: str, topic: str) -> int | None:
     """The broker FindCoordinator (key type 2) names for the group's share-partition of `topic`-0."""
-    with RawConnection(bootstrap) as connection:
+    with RawConnection(bootstrap.split(",")[0]) as connection:
         reply = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
                                 include_topic_authorized_operations=False)
         topic_id = next(t.topic_id for t in reply.topics if t.name == topic)
