@@ -15,7 +15,16 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import ElectionType, KafkaException, ShareConsumer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Message,
+    ShareConsumer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, RawConnection, produce_all, wait_until
 from kio.schema.errors import ErrorCode
@@ -24,7 +33,9 @@ from logbus.coordinator.share_records import topic_id_text
 from logbus.testing import BrokerProcess, Cluster, running_broker, running_cluster
 
 CONFIG = {"group.share.min.heartbeat.interval.ms": "100", "group.share.heartbeat.interval.ms": "500",
-          "offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num.partitions": "3"}
+          "offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num.partitions": "3",
+          "share.coordinator.snapshot.update.records.per.snapshot": "5",
+          "share.coordinator.state.topic.segment.bytes": "10485760"}
 DEADLINE_S = 90  # a broker restart or a failover (ZooKeeper session 6 s) on a loaded machine, with room
 
 
@@ -58,20 +69,21 @@ class Tally:
     """What a share consumer received, and which records are accepted for sure."""
 
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": 10,
-                                       **QUIET})
+        self.consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET})
         self.consumer.subscribe([topic])
         self.accepted: set[bytes] = set()
         self.uncertain: set[bytes] = set()  # their commit failed: accepted or not
         self.delivered: list[bytes] = []
 
-    def poll(self) -> None:
-        """One poll, then commit what it returned; an accepted record coming again fails the test."""
+    def poll(self, commit: bool = True) -> None:
+        """One poll, then commit what it returned (unless not `commit`: then the next poll may
+        accept it, or not); an accepted record coming again fails the test."""
         values = [m.value() for m in self.consumer.poll(0.3) if m.error() is None]
         again = self.accepted.intersection(values)
         assert not again, f"accepted records delivered again: {sorted(again)}"
         self.delivered += values
-        if not values:
+        if not values or not commit:
+            self.uncertain.update(values)
             return
         try:
             failed = any(error is not None for error in self.consumer.commit_sync(15).values())
@@ -81,11 +93,23 @@ class Tally:
         if not failed:
             self.uncertain.difference_update(values)
 
-    def poll_until(self, done: Callable[[], bool], timeout: float = DEADLINE_S) -> None:
+    def poll_until(self, done: Callable[[], bool], timeout: float = DEADLINE_S, commit: bool = True) -> None:
         deadline = time.monotonic() + timeout
         while not done():
             assert time.monotonic() < deadline, f"timed out: {len(self.accepted)} accepted"
-            self.poll()
+            self.poll(commit)
+
+    def feed(self, bootstrap: str, topic: str, values: list[bytes], per_round: int = 10) -> None:
+        """Produce `values` a few at a time, each round polled until accepted (librdkafka hands a
+        poll all it fetched: small rounds make many acknowledgements, each one write)."""
+        for first in range(0, len(values), per_round):
+            produce(bootstrap, topic, values[first:first + per_round])
+            self.poll_until(accepted_all(self, values[first:first + per_round]))
+
+    def take_without_commit(self, bootstrap: str, topic: str, values: list[bytes]) -> None:
+        """Produce `values` and receive them, not acknowledged (in flight when a broker dies)."""
+        produce(bootstrap, topic, values)
+        self.poll_until(lambda: set(values) <= set(self.delivered), commit=False)
 
     def check_complete(self, values: list[bytes]) -> None:
         """Every record delivered, and accepted (or its commit failed)."""
@@ -104,22 +128,62 @@ def test_a_restarted_broker_neither_redelivers_accepted_records_nor_loses_any() 
     with running_broker(config=CONFIG) as broker:
         topic = create_topic(broker.bootstrap, 1)
         group = new_group(broker.bootstrap)
-        values = [b"v%04d" % n for n in range(150)]
-        produce(broker.bootstrap, topic, values[:100])
+        values = [b"v%04d" % n for n in range(100)]
         tally = Tally(broker.bootstrap, group, topic)
         try:
-            tally.poll_until(lambda: len(tally.accepted) >= 30)
+            tally.feed(broker.bootstrap, topic, values[:30])
+            tally.take_without_commit(broker.bootstrap, topic, values[30:40])
             broker.stop()  # SIGTERM: a clean shutdown
             broker.restart()
-            tally.poll_until(lambda: len(tally.accepted) >= 60)
+            tally.feed(broker.bootstrap, topic, values[40:70])
+            tally.take_without_commit(broker.bootstrap, topic, values[70:80])
             broker.kill()  # SIGKILL: a crash
             broker.restart()
-            produce(broker.bootstrap, topic, values[100:])
+            tally.feed(broker.bootstrap, topic, values[80:])
             tally.poll_until(accepted_all(tally, values))
             tally.check_complete(values)
         finally:
             tally.close()
         _assert_nothing_more(broker.bootstrap, group, topic)
+        _assert_state_topic(broker.bootstrap)
+
+
+def _assert_state_topic(bootstrap: str) -> None:
+    """`__share_group_state` as its keys say (replicas and min.isr capped by the one broker), not
+    compacted, holding a snapshot every 5 updates of the share-partition's state."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    metadata = admin.list_topics(timeout=10).topics["__share_group_state"]
+    assert len(metadata.partitions) == 3
+    assert {len(p.replicas) for p in metadata.partitions.values()} == {1}
+    resource = ConfigResource("topic", "__share_group_state")
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert {name: configs[name].value for name in ("cleanup.policy", "retention.ms", "segment.bytes",
+                                                   "min.insync.replicas")} == {
+        "cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": "10485760", "min.insync.replicas": "1"}
+    kinds = [message.key()[:2] for message in _read_all(bootstrap, "__share_group_state", 3)]
+    assert kinds.count(b"\x00\x00") >= 2 and kinds.count(b"\x00\x01") >= 4  # ShareSnapshot, ShareUpdate
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int) -> list[Message]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False,
+                         "enable.partition.eof": True, **QUIET})
+    consumer.assign([TopicPartition(topic, index, OFFSET_BEGINNING) for index in range(partitions)])
+    messages, ended = [], set()
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(ended) < partitions:
+            assert time.monotonic() < deadline, "the state topic was not read to its end"
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                ended.add(message.partition())
+            else:
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
 
 
 def _assert_nothing_more(bootstrap: str, group: str, topic: str) -> None:
@@ -188,18 +252,20 @@ def test_killing_the_partition_leader_or_the_share_coordinator_keeps_acknowledge
         group = new_group(cluster.bootstrap, group_coordinated_apart(cluster, topic, leader))
         coordinator = share_coordinator(cluster.bootstrap, group, topic)
         assert coordinator is not None
-        values = [b"c%04d" % n for n in range(150)]
-        produce(cluster.bootstrap, topic, values[:100])
+        values = [b"c%04d" % n for n in range(100)]
         tally = Tally(cluster.bootstrap, group, topic)
         try:
-            tally.poll_until(lambda: len(tally.accepted) >= 30)
+            tally.feed(cluster.bootstrap, topic, values[:20])
+            tally.take_without_commit(cluster.bootstrap, topic, values[20:30])
             cluster.brokers[leader].kill()  # the data partition's leader (not the share coordinator)
-            tally.poll_until(lambda: len(tally.accepted) >= 60)
+            tally.feed(cluster.bootstrap, topic, values[30:50])
             restart(cluster, cluster.brokers[leader], topic, group, leader, coordinator)
+            tally.feed(cluster.bootstrap, topic, values[50:60])
+            tally.take_without_commit(cluster.bootstrap, topic, values[60:70])
             cluster.brokers[coordinator].kill()  # the share coordinator's broker (not the data leader)
-            tally.poll_until(lambda: len(tally.accepted) >= 90)
+            tally.feed(cluster.bootstrap, topic, values[70:90])
             restart(cluster, cluster.brokers[coordinator], topic, group, leader, coordinator)
-            produce(cluster.bootstrap, topic, values[100:])
+            tally.feed(cluster.bootstrap, topic, values[90:])
             tally.poll_until(accepted_all(tally, values))
             tally.check_complete(values)
         finally:
