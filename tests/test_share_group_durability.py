@@ -14,6 +14,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -28,6 +29,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, RawConnection, produce_all, wait_until
 from kio.schema.errors import ErrorCode
+from kio.schema.read_share_group_state_summary.v1.request import PartitionData as SummaryPartition
+from kio.schema.read_share_group_state_summary.v1.request import ReadStateSummaryData as SummaryTopic
+from kio.schema.write_share_group_state.v0.request import PartitionData as WritePartition
+from kio.schema.write_share_group_state.v0.request import WriteStateData as WriteTopic
 
 from logbus.coordinator.share_records import topic_id_text
 from logbus.testing import BrokerProcess, Cluster, running_broker, running_cluster
@@ -124,7 +129,7 @@ def accepted_all(tally: Tally, values: list[bytes]) -> Callable[[], bool]:
     return lambda: set(values) <= tally.accepted | tally.uncertain
 
 
-def test_a_restarted_broker_neither_redelivers_accepted_records_nor_loses_any() -> None:
+def test_a_restarted_broker_keeps_every_acknowledgement() -> None:
     with running_broker(config=CONFIG) as broker:
         topic = create_topic(broker.bootstrap, 1)
         group = new_group(broker.bootstrap)
@@ -271,3 +276,50 @@ def test_killing_the_partition_leader_or_the_share_coordinator_keeps_acknowledge
         finally:
             tally.close()
         _assert_nothing_more(cluster.bootstrap, group, topic)
+
+
+# ---------------------------------------------------------------- the share coordinator's RPCs
+
+
+def summary(connection: RawConnection, group: str, topic_id: uuid.UUID) -> Any:
+    reply = connection.call(87, 1, group_id=group, topics=(
+        SummaryTopic(topic_id=topic_id, partitions=(SummaryPartition(partition=0, leader_epoch=-1),)),))
+    [result] = reply.results
+    [partition] = result.partitions
+    return partition
+
+
+def test_share_coordinator_rpcs_and_a_deleted_groups_state() -> None:
+    with running_broker(config=CONFIG) as broker, RawConnection(broker.bootstrap) as connection:
+        versions = connection.call(18, 3, client_software_name="t", client_software_version="1")
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        assert {key: ranges[key] for key in range(83, 88)} == {83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0),
+                                                               87: (0, 1)}
+        topic = create_topic(broker.bootstrap, 1)
+        group = new_group(broker.bootstrap)
+        values = [b"d%d" % n for n in range(5)]
+        tally = Tally(broker.bootstrap, group, topic)
+        try:
+            tally.feed(broker.bootstrap, topic, values)
+        finally:
+            tally.close()
+        metadata = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                                   include_topic_authorized_operations=False)
+        topic_id = next(t.topic_id for t in metadata.topics if t.name == topic)
+        found = connection.call(10, 6, key_type=2, coordinator_keys=(f"{group}:{topic_id_text(topic_id)}:0", "bad"))
+        assert [(c.error_code, c.node_id) for c in found.coordinators] == [
+            (ErrorCode.none, 0), (ErrorCode.invalid_request, -1)]
+        state = summary(connection, group, topic_id)
+        assert (state.error_code, state.state_epoch, state.leader_epoch, state.start_offset) == (ErrorCode.none, 0, 0,
+                                                                                                 5)
+        unknown = connection.call(85, 0, group_id=unique("none"), topics=(WriteTopic(topic_id=topic_id, partitions=(
+            WritePartition(partition=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=()),)),))
+        assert unknown.results[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+        admin.delete_consumer_groups([group])[group].result(30)
+        assert summary(connection, group, topic_id).start_offset == -1  # never initialized, as far as it knows
+        again = Tally(broker.bootstrap, group, topic)  # the same id starts afresh, at the earliest record
+        try:
+            again.poll_until(lambda: set(values) <= set(again.delivered))
+        finally:
+            again.close()

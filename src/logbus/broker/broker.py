@@ -7,6 +7,7 @@ Shutdown reverses it: stop accepting, close connections, fsync and checkpoint ev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -25,6 +26,7 @@ from ..config import BrokerConfig, describe_group_configs
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
 from ..coordinator.share_coordinator import ShareCoordinator, ShareStateTopic
 from ..coordinator.share_group import ShareGroupSettings
+from ..coordinator.share_records import ShareKey
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
@@ -110,6 +112,7 @@ class Broker:
             config["group.share.max.share.sessions"],
             on_evicted=lambda session: self.share_partitions.release_member(session.group_id, session.member_id))
         self.replicas.add_leadership_listener(self.share_partitions.on_leadership)
+        self.group_coordinator.delete_share_state = self._delete_share_state
         share_groups = self.group_coordinator.share_groups
         share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]
         self.txn_coordinator = TransactionCoordinator(
@@ -165,6 +168,15 @@ class Broker:
             self.config["group.share.partition.max.record.locks"])
         return ShareGroupReadSettings(partition_config, configs["share.auto.offset.reset"],
                                       configs["share.isolation.level"] == "read_committed")
+
+    async def _delete_share_state(self, group_id: str, topics: set[str]) -> None:
+        """A share group is deleted: its share-partitions' state goes from their share coordinators
+        (DeleteShareGroupState) and from this broker's memory; KafkaApiError when a deletion fails."""
+        keys = [ShareKey(group_id, metadata.uuid, index) for topic in sorted(topics)
+                if (metadata := self.metadata.topic(topic)) is not None for index in range(len(metadata.partitions))]
+        persister = self.share_partitions.persister
+        await asyncio.gather(*(persister.delete(key) for key in keys))
+        self.share_partitions.forget_group(group_id)
 
     def _partition_count(self, topic: str) -> int | None:
         metadata = self.metadata.topic(topic)

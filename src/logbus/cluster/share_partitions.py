@@ -47,6 +47,7 @@ from .share_persister import SharePersister
 log = logging.getLogger(__name__)
 
 STATE_EPOCH = 0  # the state epoch of a share-partition initialized here (Kafka's first)
+STALE = frozenset({ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch, ErrorCode.unknown_topic_or_partition})
 
 _DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
 
@@ -201,10 +202,27 @@ class SharePartitions:
             try:
                 await self.persister.write(held.key, held.state_epoch, held.leader_epoch, plan.start_offset,
                                            plan.writes)
+            except KafkaApiError as exc:
+                held.share.abandon(plan)
+                self._forget_if_stale(held, exc)
+                raise
             except BaseException:
                 held.share.abandon(plan)
                 raise
             held.share.apply_acknowledge(plan)
+
+    def _forget_if_stale(self, held: _Held, exc: KafkaApiError) -> None:
+        """A write refused because the persisted state moved on (a newer leader or state epoch,
+        the state deleted): this copy goes, and the next fetch reads the state afresh."""
+        if exc.code in STALE:
+            name = (held.key.group_id, held.partition.topic, held.partition.index)
+            if self.partitions.get(name) is held:
+                self._drop(name)
+
+    def forget_group(self, group_id: str) -> None:
+        """The group was deleted: its share-partitions here go (a new group of that id starts afresh)."""
+        for name in [name for name in self.partitions if name[0] == group_id]:
+            self._drop(name)
 
     def _released(self, held: _Held) -> None:
         """Records became Available: a waiting fetch may take them, and their state is written."""
@@ -235,6 +253,7 @@ class SharePartitions:
                 except KafkaApiError as exc:
                     held.share.rewrite(offsets)
                     log.warning("cannot write the released records of %s: %s", held.key, exc)
+                    self._forget_if_stale(held, exc)
         finally:
             held.flushing = False
 
