@@ -29,6 +29,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, RawConnection, produce_all, wait_until
 from kio.schema.errors import ErrorCode
+from kio.schema.initialize_share_group_state.v0.request import InitializeStateData as InitTopic
+from kio.schema.initialize_share_group_state.v0.request import PartitionData as InitPartition
 from kio.schema.read_share_group_state_summary.v1.request import PartitionData as SummaryPartition
 from kio.schema.read_share_group_state_summary.v1.request import ReadStateSummaryData as SummaryTopic
 from kio.schema.write_share_group_state.v0.request import PartitionData as WritePartition
@@ -312,6 +314,17 @@ def test_share_coordinator_rpcs_and_a_deleted_groups_state() -> None:
         state = summary(connection, group, topic_id)
         assert (state.error_code, state.state_epoch, state.leader_epoch, state.start_offset) == (ErrorCode.none, 0, 0,
                                                                                                  5)
+        # a state initialized again (as an offset reset does, the group empty): a new session reads it
+        reset = connection.call(83, 0, group_id=group, topics=(InitTopic(topic_id=topic_id, partitions=(
+            InitPartition(partition=0, state_epoch=1, start_offset=2),)),))
+        assert reset.results[0].partitions[0].error_code == ErrorCode.none
+        rewound = Tally(broker.bootstrap, group, topic)
+        try:
+            rewound.poll_until(accepted_all(rewound, values[2:]))
+            assert sorted(rewound.delivered) == values[2:]
+        finally:
+            rewound.close()
+        assert summary(connection, group, topic_id).state_epoch == 1
         unknown = connection.call(85, 0, group_id=unique("none"), topics=(WriteTopic(topic_id=topic_id, partitions=(
             WritePartition(partition=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=()),)),))
         assert unknown.results[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition

@@ -121,12 +121,13 @@ async def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
 
 
 async def load_all(ctx: RequestContext, group_id: str, keys: Iterable[SessionPartition], readable: set[str],
-                   timeout: float) -> dict[SessionPartition, Outcome]:
-    """Load the share-partitions of `keys` this broker leads (their persisted state read), waiting
-    up to `timeout`; the partitions whose state could not be read, with why. One still loading
-    then is no error: it has nothing to acquire yet (as Kafka's share-partition initializing)."""
+                   timeout: float, verify: bool) -> dict[SessionPartition, Outcome]:
+    """Load the share-partitions of `keys` this broker leads (their persisted state read; with
+    `verify`, a share session opening, copies in memory checked against it), waiting up to
+    `timeout`; the partitions whose state could not be read, with why. One still loading then is
+    no error: it has nothing to acquire yet (as Kafka's share-partition initializing)."""
     resolved = [(key, partition) for key in keys if (partition := resolve(ctx, key[0], key[1], readable)[0])]
-    loads = {key: asyncio.ensure_future(_load(ctx, group_id, partition)) for key, partition in resolved}
+    loads = {key: asyncio.ensure_future(_load(ctx, group_id, partition, verify)) for key, partition in resolved}
     if loads:
         await asyncio.wait(loads.values(), timeout=timeout)
     failed = {}
@@ -138,9 +139,9 @@ async def load_all(ctx: RequestContext, group_id: str, keys: Iterable[SessionPar
     return failed
 
 
-async def _load(ctx: RequestContext, group_id: str, partition: Partition) -> Outcome:
+async def _load(ctx: RequestContext, group_id: str, partition: Partition, verify: bool) -> Outcome:
     try:
-        await ctx.broker.share_partitions.load(group_id, partition)
+        await ctx.broker.share_partitions.load(group_id, partition, verify)
     except KafkaApiError as exc:
         return Outcome(exc.code, exc.message)
     return OK

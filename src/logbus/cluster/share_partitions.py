@@ -28,6 +28,7 @@ expired, a member that left) may be acquired at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import uuid
@@ -103,19 +104,42 @@ class SharePartitions:
         held = self.partitions.get((group_id, partition.topic, partition.index))
         return held if held is not None and held.partition is partition else None
 
-    async def load(self, group_id: str, partition: Partition) -> SharePartition:
+    async def load(self, group_id: str, partition: Partition, verify: bool = False) -> SharePartition:
         """The share-partition, read from its persisted state (or initialized) the first time;
-        KafkaApiError when the share coordinator cannot be reached or fences this leader."""
+        KafkaApiError when the share coordinator cannot be reached or fences this leader. With
+        `verify` (a share session opens) a copy in memory is checked first against the persisted
+        state epoch: a state reset or deleted meanwhile (its group was empty) is read afresh."""
         held = self._held(group_id, partition)
+        if held is not None and verify and await self._stale(held):
+            self._drop((group_id, partition.topic, partition.index))
+            held = None
         if held is not None:
             return held.share
         name = (group_id, partition.topic, partition.index)
         task = self._loading.get(name)
         if task is None or task.done():
             task = self._loading[name] = asyncio.get_running_loop().create_task(self._load(group_id, partition))
-            task.add_done_callback(lambda done: self._loading.pop(name, None) if self._loading.get(name) is done
-                                   else None)
+            task.add_done_callback(functools.partial(self._loaded, name))
         return (await asyncio.shield(task)).share
+
+    async def _stale(self, held: _Held) -> bool:
+        """Has the persisted state been re-initialized or deleted since `held` was read? (False
+        when the coordinator cannot say now: the copy is kept.)"""
+        try:
+            state = await self.persister.summary(held.key)
+        except KafkaApiError as exc:
+            log.info("cannot check the share state of %s: %s", held.key, exc)
+            return False
+        stale = state is None or state.state_epoch != held.state_epoch
+        return stale and self.partitions.get((held.key.group_id, held.partition.topic, held.partition.index)) is held
+
+    def _loaded(self, name: tuple[str, str, int], task: asyncio.Task[_Held]) -> None:
+        """A load ended; its failure is logged here too (every fetch waiting for it may have gone)."""
+        if self._loading.get(name) is task:
+            del self._loading[name]
+        if not task.cancelled() and task.exception() is not None:
+            log.info("cannot load the share state of %s-%d for group %s: %s", name[1], name[2], name[0],
+                     task.exception())
 
     async def _load(self, group_id: str, partition: Partition) -> _Held:
         topic_id = self.topic_id(partition.topic)
@@ -218,6 +242,20 @@ class SharePartitions:
             name = (held.key.group_id, held.partition.topic, held.partition.index)
             if self.partitions.get(name) is held:
                 self._drop(name)
+
+    async def reset_start_offset(self, group_id: str, topic: str, index: int, start_offset: int) -> None:
+        """Start a share-partition's state again at `start_offset` (AlterShareGroupOffsets, for an
+        empty group): written first, with the next state epoch, as Kafka re-initializes it; this
+        broker's copy goes (its next fetch reads the new state), a leader's copy elsewhere at its
+        next write (FENCED_STATE_EPOCH). KafkaApiError when the state cannot be written."""
+        topic_id = self.topic_id(topic)
+        if topic_id is None:
+            raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"{topic} has no topic id")
+        key = ShareKey(group_id, topic_id, index)
+        current = await self.persister.summary(key)
+        await self.persister.initialize(key, STATE_EPOCH if current is None else current.state_epoch + 1,
+                                        start_offset)
+        self._drop((group_id, topic, index))
 
     def forget_group(self, group_id: str) -> None:
         """The group was deleted: its share-partitions here go (a new group of that id starts afresh)."""

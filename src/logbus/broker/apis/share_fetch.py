@@ -89,7 +89,8 @@ async def _fetch(ctx: RequestContext, request: Any, session: ShareSession, reada
     """Acquire from the session's partitions; wait (up to max_wait) while there is nothing."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
-    failed = await load_all(ctx, session.group_id, session.partitions, readable, request.max_wait.total_seconds())
+    failed = await load_all(ctx, session.group_id, session.partitions, readable, request.max_wait.total_seconds(),
+                            verify=request.share_session_epoch == INITIAL_EPOCH)
     while True:
         fetched, leaders = _acquire_all(ctx, request, session, readable, failed)
         nothing = all(outcome is OK and not acquired.ranges for outcome, acquired in fetched.values()
