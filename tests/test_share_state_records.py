@@ -141,6 +141,22 @@ def test_a_snapshot_and_its_updates_replay_to_the_written_state() -> None:
     assert KEY not in loaded.states
 
 
+def test_writes_merge_as_ranges_and_bad_batches_are_refused() -> None:
+    states = ShareStates(updates_per_snapshot=500)
+    states.apply(KEY, states.initialize(KEY, 0, 0, now_ms=0))
+    huge = states.write(KEY, 0, 0, 10, (StateBatch(0, 2**62, 2, 1),), now_ms=0)  # costs nothing
+    states.apply(KEY, huge)
+    states.apply(KEY, states.write(KEY, 0, 0, -1, (StateBatch(20, 29, 0, 2), StateBatch(25, 25, 4, 3)), now_ms=0))
+    assert states.states[KEY].batches == (StateBatch(10, 19, 2, 1), StateBatch(20, 24, 0, 2), StateBatch(25, 25, 4, 3),
+                                          StateBatch(26, 29, 0, 2), StateBatch(30, 2**62, 2, 1))
+    for bad in (StateBatch(5, 4, 2, 1), StateBatch(-1, 4, 2, 1), StateBatch(1, 4, 1, 1)):
+        with pytest.raises(KafkaApiError) as refused:
+            states.write(KEY, 0, 0, -1, (bad,), now_ms=0)
+        assert refused.value.code == ErrorCode.invalid_request
+    restored = SharePartition.restore(10, states.states[KEY].batches, SharePartitionConfig(), ManualClock())
+    assert restored.start_offset == restored.fetch_offset() == 20 and restored.end_offset == 10 + 2**16  # bounded
+
+
 def test_fencing_of_older_leader_and_state_epochs() -> None:
     states = ShareStates(updates_per_snapshot=500)
     with pytest.raises(KafkaApiError) as unknown:

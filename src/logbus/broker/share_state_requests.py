@@ -48,6 +48,8 @@ async def _answer_all(ctx: RequestContext, request: Any, api_key: int, result_na
 
 async def _partition(module: Any, key: ShareKey, partition: Any, answer: PartitionAnswer) -> Any:
     try:
+        if key.topic_id is None:
+            raise KafkaApiError(ErrorCode.invalid_request, "A share-partition needs a topic id.")
         fields = await answer(key, partition)
     except KafkaApiError as exc:
         fields = {"error_code": exc.code, "error_message": exc.message, "state_epoch": -1, "leader_epoch": -1,

@@ -63,6 +63,8 @@ class AckType(IntEnum):
 DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 PERSISTED = {RecordState.AVAILABLE: 0, RecordState.ACQUIRED: 0, RecordState.ACKNOWLEDGED: 2, RecordState.ARCHIVED: 4}
 RESTORED = {0: RecordState.AVAILABLE, 2: RecordState.ACKNOWLEDGED, 4: RecordState.ARCHIVED}
+RESTORED_SPAN = 1 << 16  # offsets past the SPSO a restore takes: far past any in-flight window (a bound
+# against a damaged or hostile state, whose batches may name 2^62 offsets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +149,8 @@ class SharePartition:
         offset and the last one persisted that no batch names are Available, never delivered."""
         share = cls(start_offset, config, clock, on_released)
         for batch in batches:
-            for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
+            for offset in range(max(batch.first_offset, start_offset), min(batch.last_offset + 1,
+                                                                           start_offset + RESTORED_SPAN)):
                 share.records[offset] = InFlightRecord(RESTORED.get(batch.delivery_state, RecordState.AVAILABLE),
                                                        batch.delivery_count)
         share.end_offset = max(share.records, default=start_offset - 1) + 1

@@ -45,6 +45,7 @@ from .share_records import (
     ShareState,
     ShareUpdate,
     StateBatch,
+    check_batches,
     decode_key,
     decode_snapshot,
     decode_update,
@@ -134,6 +135,10 @@ class ShareStates:
     def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
               batches: tuple[StateBatch, ...], now_ms: int) -> Change:
         """A leader's write (WriteShareGroupState): an update, or a snapshot when it is time."""
+        try:
+            check_batches(batches)
+        except RecordFormatError as exc:
+            raise KafkaApiError(ErrorCode.invalid_request, str(exc)) from None
         current = self.states.get(key)
         if current is None:
             raise KafkaApiError(ErrorCode.unknown_topic_or_partition, "The share-partition is not initialized.")

@@ -18,7 +18,7 @@ RecordFormatError (or UnicodeDecodeError), as records.py's decoders.
 
 `ShareState.updated` is Kafka's merge of a write (or an update record) into the state: the
 batches written replace what the state had for their offsets, and what lies below the new start
-offset goes.
+offset goes (on ranges: a hostile batch spanning 2^62 offsets costs no more than any other).
 """
 
 from __future__ import annotations
@@ -85,28 +85,57 @@ class ShareState:
 
 def merge_batches(old: tuple[StateBatch, ...], new: tuple[StateBatch, ...],
                   start_offset: int) -> tuple[StateBatch, ...]:
-    """`new` laid over `old`, cut below `start_offset`, in offset order with runs of the same state
-    and count joined. The batches cover at most a share-partition's records in flight (a few
-    thousand), so an offset-by-offset overlay is cheap."""
-    states: dict[int, tuple[int, int]] = {}
+    """`new` laid over `old` (later batches over earlier ones), cut below `start_offset`, in offset
+    order with neighbours of the same state and count joined. Works on ranges: a batch's span
+    costs nothing."""
+    merged: list[StateBatch] = []
     for batch in (*old, *new):
-        for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
-            states[offset] = (batch.delivery_state, batch.delivery_count)
-    return batches_of(states)
+        merged = [part for kept in merged for part in _outside(kept, batch)] + [batch]
+    return _joined(sorted((cut for b in merged if (cut := _from(b, start_offset)) is not None),
+                          key=lambda b: b.first_offset))
+
+
+def _outside(kept: StateBatch, over: StateBatch) -> list[StateBatch]:
+    """What of `kept` lies outside `over`'s offsets."""
+    if kept.last_offset < over.first_offset or kept.first_offset > over.last_offset:
+        return [kept]
+    parts = []
+    if kept.first_offset < over.first_offset:
+        parts.append(replace(kept, last_offset=over.first_offset - 1))
+    if kept.last_offset > over.last_offset:
+        parts.append(replace(kept, first_offset=over.last_offset + 1))
+    return parts
+
+
+def _from(batch: StateBatch, start_offset: int) -> StateBatch | None:
+    if batch.last_offset < start_offset:
+        return None
+    return replace(batch, first_offset=start_offset) if batch.first_offset < start_offset else batch
+
+
+def _joined(batches: list[StateBatch]) -> tuple[StateBatch, ...]:
+    joined: list[StateBatch] = []
+    for batch in batches:
+        last = joined[-1] if joined else None
+        if last is not None and last.last_offset == batch.first_offset - 1 and (
+                last.delivery_state, last.delivery_count) == (batch.delivery_state, batch.delivery_count):
+            joined[-1] = replace(last, last_offset=batch.last_offset)
+        else:
+            joined.append(batch)
+    return tuple(joined)
 
 
 def batches_of(states: dict[int, tuple[int, int]]) -> tuple[StateBatch, ...]:
     """Offsets with their (delivery state, delivery count) as the fewest state batches."""
-    merged: list[StateBatch] = []
-    for offset in sorted(states):
-        state, count = states[offset]
-        last = merged[-1] if merged else None
-        if last is not None and last.last_offset == offset - 1 and (last.delivery_state, last.delivery_count) == (
-                state, count):
-            merged[-1] = replace(last, last_offset=offset)
-        else:
-            merged.append(StateBatch(offset, offset, state, count))
-    return tuple(merged)
+    return _joined([StateBatch(offset, offset, *states[offset]) for offset in sorted(states)])
+
+
+def check_batches(batches: tuple[StateBatch, ...]) -> None:
+    """A write's batches as a leader sends them: RecordFormatError for offsets out of order or
+    negative, or a delivery state that is not a persisted one."""
+    for batch in batches:
+        if not 0 <= batch.first_offset <= batch.last_offset or batch.delivery_state not in DELIVERY_STATES:
+            raise RecordFormatError(f"invalid state batch {batch}")
 
 
 @dataclass(frozen=True, slots=True)
