@@ -13,7 +13,7 @@ its state initialized at the start offset above when it has none, with this brok
 epoch (which fences the previous leader's writes). An acknowledgement is written before it
 applies (`acknowledge`: acks=all on `__share_group_state`; a failed write changes nothing and
 the member gets its error); records released (lock expired, member left, delivery limit) are
-written in the background (`flush`), as their delivery counts only matter to the delivery limit.
+written in the background (`_flush`), as their delivery counts only matter to the delivery limit.
 The writes of one share-partition are serialized. A share-partition leaves memory when this
 broker stops leading its partition (or the partition is replaced): the new leader reads it back.
 
