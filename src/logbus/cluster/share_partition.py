@@ -267,11 +267,12 @@ class SharePartition:
         done: set[int] = set()
         for batch in batches:
             for offset in range(batch.first_offset, batch.last_offset + 1):
-                ack_type = batch.type_of(offset)
+                ack_type = batch.types[0] if len(batch.types) == 1 else batch.type_of(offset)
                 if ack_type == AckType.RENEW:
                     continue
-                state = self._acknowledged_state(offset, ack_type)
-                planned[offset] = (PERSISTED[state], self.records[offset].delivery_count)
+                count = self.records[offset].delivery_count
+                state = self._acknowledged_state(ack_type, count)
+                planned[offset] = (PERSISTED[state], count)
                 if state in DONE:
                     done.add(offset)
         flushed, self.unwritten = frozenset(self.unwritten - planned.keys()), set()
@@ -311,10 +312,10 @@ class SharePartition:
     def _persisted(self, offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
         return {o: (PERSISTED[r.state], r.delivery_count) for o in offsets if (r := self.records.get(o)) is not None}
 
-    def _acknowledged_state(self, offset: int, ack_type: int) -> RecordState:
+    def _acknowledged_state(self, ack_type: int, delivery_count: int) -> RecordState:
         if ack_type == AckType.ACCEPT:
             return RecordState.ACKNOWLEDGED
-        if ack_type == AckType.RELEASE and self.records[offset].delivery_count < self.config.delivery_count_limit:
+        if ack_type == AckType.RELEASE and delivery_count < self.config.delivery_count_limit:
             return RecordState.AVAILABLE
         return RecordState.ARCHIVED
 

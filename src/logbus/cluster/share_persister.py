@@ -60,25 +60,26 @@ class SharePersister:
                 StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                 for b in part.state_batches))
         return await self._call(key, lambda: self.coordinator.read(key, leader_epoch), READ,
-                                {"leader_epoch": leader_epoch}, parse)
+                                lambda: {"leader_epoch": leader_epoch}, parse)
 
     async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int) -> None:
         await self._call(key, lambda: self.coordinator.initialize(key, state_epoch, start_offset), INITIALIZE,
-                         {"state_epoch": state_epoch, "start_offset": start_offset}, lambda _part: None)
+                         lambda: {"state_epoch": state_epoch, "start_offset": start_offset}, lambda _part: None)
 
     async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     batches: tuple[StateBatch, ...]) -> None:
         """Durable once this returns (the coordinator's ISR has it)."""
-        module = request_module(WRITE, VERSIONS[WRITE])
-        fields = {"state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
-                  "state_batches": tuple(make(module.StateBatch, first_offset=b.first_offset, last_offset=b.last_offset,
-                                              delivery_state=b.delivery_state, delivery_count=b.delivery_count)
-                                         for b in batches)}
+        def fields() -> dict[str, Any]:  # (only for a coordinator elsewhere)
+            module = request_module(WRITE, VERSIONS[WRITE])
+            return {"state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
+                    "state_batches": tuple(make(module.StateBatch, first_offset=b.first_offset,
+                                                last_offset=b.last_offset, delivery_state=b.delivery_state,
+                                                delivery_count=b.delivery_count) for b in batches)}
         await self._call(key, lambda: self.coordinator.write(key, state_epoch, leader_epoch, start_offset, batches),
                          WRITE, fields, lambda _part: None)
 
     async def delete(self, key: ShareKey) -> None:
-        await self._call(key, lambda: self.coordinator.delete(key), DELETE, {}, lambda _part: None)
+        await self._call(key, lambda: self.coordinator.delete(key), DELETE, dict, lambda _part: None)
 
     async def summary(self, key: ShareKey) -> ShareState | None:
         """The share-partition's start offset and epochs (None: never initialized), fencing no one."""
@@ -88,13 +89,14 @@ class SharePersister:
 
         async def local() -> ShareState | None:
             return self.coordinator.summary(key)
-        return await self._call(key, local, SUMMARY, {"leader_epoch": -1}, parse)
+        return await self._call(key, local, SUMMARY, lambda: {"leader_epoch": -1}, parse)
 
     # ---------------------------------------------------------------- to the coordinator
 
-    async def _call(self, key: ShareKey, local: Callable[[], Awaitable[T]], api_key: int, fields: dict[str, Any],
-                    parse: Callable[[Any], T]) -> T:
-        """Run the request on the share coordinator of `key`, trying again while it moves."""
+    async def _call(self, key: ShareKey, local: Callable[[], Awaitable[T]], api_key: int,
+                    fields: Callable[[], dict[str, Any]], parse: Callable[[Any], T]) -> T:
+        """Run the request on the share coordinator of `key` (`local` when it is this broker, else
+        the request of `api_key` with the partition's `fields`), trying again while it moves."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         while True:
@@ -103,7 +105,7 @@ class SharePersister:
                 leader = self.coordinator.store.leader_of(self.coordinator.partition_for(key.coordinator_key()))
                 if leader == self.broker_id:
                     return await local()
-                return parse(await self._remote(leader, key, api_key, fields))
+                return parse(await self._remote(leader, key, api_key, fields()))
             except KafkaApiError as exc:
                 if exc.code not in RETRIABLE or loop.time() >= deadline:
                     raise

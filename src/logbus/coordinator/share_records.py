@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from .records import I8, I16, I32, I64, FlexibleReader, RecordFormatError, RecordReader, encode_string, encode_uvarint
@@ -114,20 +115,25 @@ def _from(batch: StateBatch, start_offset: int) -> StateBatch | None:
 
 
 def _joined(batches: list[StateBatch]) -> tuple[StateBatch, ...]:
-    joined: list[StateBatch] = []
-    for batch in batches:
-        last = joined[-1] if joined else None
-        if last is not None and last.last_offset == batch.first_offset - 1 and (
-                last.delivery_state, last.delivery_count) == (batch.delivery_state, batch.delivery_count):
-            joined[-1] = replace(last, last_offset=batch.last_offset)
-        else:
-            joined.append(batch)
-    return tuple(joined)
+    return _runs((b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in batches)
 
 
 def batches_of(states: dict[int, tuple[int, int]]) -> tuple[StateBatch, ...]:
     """Offsets with their (delivery state, delivery count) as the fewest state batches."""
-    return _joined([StateBatch(offset, offset, *states[offset]) for offset in sorted(states)])
+    return _runs((offset, offset, *states[offset]) for offset in sorted(states))
+
+
+def _runs(ranges: Iterable[tuple[int, int, int, int]]) -> tuple[StateBatch, ...]:
+    """(first, last, state, count) in offset order, neighbours of the same state and count joined
+    (plain lists while joining: a share-partition's acknowledgement may name thousands of offsets)."""
+    runs: list[list[int]] = []
+    for first, last, state, count in ranges:
+        run = runs[-1] if runs else None
+        if run is not None and run[1] == first - 1 and run[2] == state and run[3] == count:
+            run[1] = last
+        else:
+            runs.append([first, last, state, count])
+    return tuple(StateBatch(*run) for run in runs)
 
 
 def check_batches(batches: tuple[StateBatch, ...]) -> None:

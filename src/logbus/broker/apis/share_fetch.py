@@ -6,8 +6,9 @@ forget partitions, -1 closes it) from this broker, their leader. The records it 
 *acquired* for it (cluster/share_partition.py): each partition answers the batches that hold
 them and the acquired ranges with their delivery counts; the client delivers only those.
 Acknowledgements of earlier records may ride along (`acknowledgement_batches`, not on the
-opening request: INVALID_REQUEST); they apply before the fetch, and each partition answers
-their outcome as `acknowledge_error_code`. v2 adds the Renew acknowledgement (a lock extended)
+opening request: INVALID_REQUEST); they are written while the fetch runs (their records are held,
+not acquirable, until written, as in Kafka, which runs both at once), apply once written, and
+each partition answers their outcome as `acknowledge_error_code`. v2 adds the Renew acknowledgement (a lock extended)
 and `share_acquire_mode` (1, record_limit: no more than `max_records`, not rounded up to whole
 batches).
 
@@ -75,12 +76,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except KafkaApiError as exc:
         return _failed(ctx, exc.code, exc.message)
     readable = readable_topics(ctx, {topic_id for topic_id, _ in [*session.partitions, *acks]})
-    acked = await acknowledge_all(ctx, session.group_id, session.member_id, acks, readable)
+    acking = asyncio.ensure_future(acknowledge_all(ctx, session.group_id, session.member_id, acks, readable))
     if request.share_session_epoch == FINAL_EPOCH:
+        acked = await acking
         finish(ctx, session, FINAL_EPOCH)
         fetched: dict[SessionPartition, tuple[Outcome, Acquired | None]] = {}
-    else:
+    else:  # the acknowledgements' writes and the fetch at once (their records are not acquirable)
         fetched = await _fetch(ctx, request, session, readable)
+        acked = await acking
     return _response(ctx, request, session, acked, fetched)
 
 
