@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -231,7 +231,7 @@ class ShareCoordinator:
             raise KafkaApiError(error, f"{TOPIC}-{index} is not served here now")
         return index
 
-    async def _commit(self, key: ShareKey, plan: Any) -> ShareState | None:
+    async def _commit(self, key: ShareKey, plan: Callable[[], Change | None]) -> ShareState | None:
         """Plan a change under the partition's write lock, write it (acks=all), then apply it."""
         index = self._serving(key)
         async with self._writing.setdefault(index, asyncio.Lock()):
