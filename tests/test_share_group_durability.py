@@ -28,6 +28,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, RawConnection, produce_all, wait_until
+from kio.schema.delete_share_group_state.v0.request import DeleteStateData as DeleteTopic
+from kio.schema.delete_share_group_state.v0.request import PartitionData as DeletePartition
 from kio.schema.errors import ErrorCode
 from kio.schema.initialize_share_group_state.v0.request import InitializeStateData as InitTopic
 from kio.schema.initialize_share_group_state.v0.request import PartitionData as InitPartition
@@ -299,7 +301,7 @@ def test_share_coordinator_rpcs_and_a_deleted_groups_state() -> None:
                                                                87: (0, 1)}
         topic = create_topic(broker.bootstrap, 1)
         group = new_group(broker.bootstrap)
-        values = [b"d%d" % n for n in range(5)]
+        values = [b"d%d" % n for n in range(5)]  # (and d5 below)
         tally = Tally(broker.bootstrap, group, topic)
         try:
             tally.feed(broker.bootstrap, topic, values)
@@ -325,6 +327,18 @@ def test_share_coordinator_rpcs_and_a_deleted_groups_state() -> None:
         finally:
             rewound.close()
         assert summary(connection, group, topic_id).state_epoch == 1
+        # an acknowledgement whose write fails (the state deleted under it) changes nothing
+        held = Tally(broker.bootstrap, group, topic)
+        try:
+            held.take_without_commit(broker.bootstrap, topic, [b"d5"])
+            deleted = connection.call(86, 0, group_id=group, topics=(DeleteTopic(topic_id=topic_id, partitions=(
+                DeletePartition(partition=0),)),))
+            assert deleted.results[0].partitions[0].error_code == ErrorCode.none
+            results = held.consumer.commit_sync(15)
+            assert [error for error in results.values() if error is not None], results
+            held.poll_until(lambda: held.delivered.count(b"d5") == 2)  # not accepted: delivered again
+        finally:
+            held.close()
         unknown = connection.call(85, 0, group_id=unique("none"), topics=(WriteTopic(topic_id=topic_id, partitions=(
             WritePartition(partition=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=()),)),))
         assert unknown.results[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
