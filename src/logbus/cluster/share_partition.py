@@ -160,6 +160,7 @@ class SharePartition:
                 share._available.add(offset)
         share._advance()
         return share
+
     # ---------------------------------------------------------------- acquisition
 
     def fetch_offset(self) -> int | None:
@@ -286,6 +287,7 @@ class SharePartition:
         self._pending -= plan.offsets
         batches = [b for b in plan.batches if all(o in self.records for o in range(b.first_offset, b.last_offset + 1))]
         self._apply_all(plan.member_id, batches)
+        self.unwritten -= plan.offsets  # (what they released is written already)
 
     def abandon(self, plan: AckPlan) -> None:
         """The plan's write failed: nothing changed; records whose lock ran out meanwhile are released."""
@@ -307,6 +309,7 @@ class SharePartition:
         return batches_of(self._persisted(flushed)), flushed
 
     def rewrite(self, offsets: Iterable[int]) -> None:
+        """Records whose state a failed write carried: the next write carries it again."""
         self.unwritten.update(offsets)
 
     def _persisted(self, offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
