@@ -218,6 +218,14 @@ class SharePartitions:
         held = self._held(group_id, partition)
         if held is None:
             raise KafkaApiError(ErrorCode.unknown_topic_or_partition, "The share group has no records in flight here.")
+        # shielded: a client hanging up must not abandon a write that may yet succeed
+        task = asyncio.get_running_loop().create_task(self._acknowledge(held, member_id, batches))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())  # (its caller may be gone)
+        await asyncio.shield(task)
+
+    async def _acknowledge(self, held: _Held, member_id: str, batches: Sequence[AckBatch]) -> None:
         async with held.writing:
             plan = held.share.plan_acknowledge(member_id, batches)
             if not plan.writes:

@@ -232,8 +232,16 @@ class ShareCoordinator:
         return index
 
     async def _commit(self, key: ShareKey, plan: Callable[[], Change | None]) -> ShareState | None:
-        """Plan a change under the partition's write lock, write it (acks=all), then apply it."""
+        """Plan a change under the partition's write lock, write it (acks=all), then apply it;
+        shielded, so that a caller going away never leaves a record written and not applied."""
         index = self._serving(key)
+        task = asyncio.get_running_loop().create_task(self._write(index, key, plan))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())  # (its caller may be gone)
+        return await asyncio.shield(task)
+
+    async def _write(self, index: int, key: ShareKey, plan: Callable[[], Change | None]) -> ShareState | None:
         async with self._writing.setdefault(index, asyncio.Lock()):
             index = self._serving(key)  # (leadership may have moved while waiting)
             change = plan()
