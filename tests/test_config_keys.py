@@ -280,6 +280,10 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
     "transaction.state.log.replication.factor": (
         "test_transactions.py::test_the_state_topic_is_created_from_its_keys",),
     "transaction.state.log.min.isr": ("test_transactions.py::test_the_state_topic_is_created_from_its_keys",),
+    **{name: ("test_share_group_durability.py::test_a_restarted_broker_keeps_every_acknowledgement",)
+       for name in ("share.coordinator.state.topic.num.partitions", "share.coordinator.state.topic.replication.factor",
+                    "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.min.isr",
+                    "share.coordinator.snapshot.update.records.per.snapshot")},
     "transaction.partition.verification.enable": (
         "test_validation.py::test_a_transactional_batch_needs_its_partition_in_the_open_transaction",
         "test_validation.py::test_without_verification_a_transactional_batch_opens_its_transaction",

@@ -290,6 +290,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("transaction.state.log.segment.bytes", INT, 100 * MIB, "Segment size of __transaction_state."),
         _key("transaction.state.log.min.isr", INT, 2, "min.insync.replicas of __transaction_state (capped by "
              "its replication factor).", minimum=1),
+        _key("share.coordinator.state.topic.num.partitions", INT, 50, "Partitions of __share_group_state.",
+             minimum=1),
+        _key("share.coordinator.state.topic.replication.factor", ConfigType.SHORT, 3, "Replicas of "
+             "__share_group_state (capped by the live brokers when it is first created).", minimum=1),
+        _key("share.coordinator.state.topic.segment.bytes", INT, 100 * MIB, "Segment size of __share_group_state."),
+        _key("share.coordinator.state.topic.min.isr", ConfigType.SHORT, 2, "min.insync.replicas of "
+             "__share_group_state (capped by its replication factor).", minimum=1),
+        _key("share.coordinator.snapshot.update.records.per.snapshot", INT, 500, "Update records of a "
+             "share-partition's state between two snapshot records.", minimum=0, maximum=500),
         _key("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout a producer may ask for.",
              minimum=1),
         _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, "How often transactions "

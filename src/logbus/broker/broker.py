@@ -7,6 +7,7 @@ Shutdown reverses it: stop accepting, close connections, fsync and checkpoint ev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -19,10 +20,13 @@ from ..cluster.replica_selector import replica_selector
 from ..cluster.sasl_login import InterBrokerLogin
 from ..cluster.share_partition import SharePartitionConfig
 from ..cluster.share_partitions import ShareGroupReadSettings, SharePartitions
+from ..cluster.share_persister import SharePersister
 from ..cluster.txn_markers import MARKER_TIMEOUT_S, TxnMarkerWriter
 from ..config import BrokerConfig, describe_group_configs
 from ..coordinator import GroupConfig, GroupCoordinator, LoopClock, OffsetsTopic
+from ..coordinator.share_coordinator import ShareCoordinator, ShareStateTopic
 from ..coordinator.share_group import ShareGroupSettings
+from ..coordinator.share_records import ShareKey
 from ..coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from ..coordinator.txn_store import TxnStateTopic
 from ..coordinator.txn_verification import TxnVerifier
@@ -49,6 +53,7 @@ log = logging.getLogger(__name__)
 
 
 GROUP_CONFIGS_CACHED = 10_000  # groups whose effective configs are kept (all dropped beyond)
+SHARE_STATE_TIMEOUT_S = 15.0  # a share state read or write waits this long for its coordinator to answer
 
 
 def _monotonic_ms() -> int:
@@ -95,11 +100,19 @@ class Broker:
         self.replicas.add_marker_listener(self.group_coordinator.on_txn_marker)
         # share groups (KIP-932): membership on the coordinator, records on each partition's leader
         self._group_configs_cache: dict[str, tuple[object, dict[str, Any]]] = {}
-        self.share_partitions = SharePartitions(clock, self._share_read_settings)
+        self.share_coordinator = ShareCoordinator(
+            ShareStateTopic(config, self.metadata, self.replicas, clock), clock,
+            config["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.replicas.add_leadership_listener(self.share_coordinator.on_leadership)
+        self.share_partitions = SharePartitions(
+            clock, self._share_read_settings,
+            SharePersister(broker_id, self.share_coordinator, self.broker_clients, SHARE_STATE_TIMEOUT_S),
+            self._topic_id)
         self.share_sessions = ShareSessionCache(
             config["group.share.max.share.sessions"],
             on_evicted=lambda session: self.share_partitions.release_member(session.group_id, session.member_id))
         self.replicas.add_leadership_listener(self.share_partitions.on_leadership)
+        self.group_coordinator.delete_share_state = self._delete_share_state
         share_groups = self.group_coordinator.share_groups
         share_groups.settings, share_groups.max_size = self._share_group_settings, config["group.share.max.size"]
         self.txn_coordinator = TransactionCoordinator(
@@ -155,6 +168,15 @@ class Broker:
             self.config["group.share.partition.max.record.locks"])
         return ShareGroupReadSettings(partition_config, configs["share.auto.offset.reset"],
                                       configs["share.isolation.level"] == "read_committed")
+
+    async def _delete_share_state(self, group_id: str, topics: set[str]) -> None:
+        """A share group is deleted: its share-partitions' state goes from their share coordinators
+        (DeleteShareGroupState) and from this broker's memory; KafkaApiError when a deletion fails."""
+        keys = [ShareKey(group_id, metadata.uuid, index) for topic in sorted(topics)
+                if (metadata := self.metadata.topic(topic)) is not None for index in range(len(metadata.partitions))]
+        persister = self.share_partitions.persister
+        await asyncio.gather(*(persister.delete(key) for key in keys))
+        self.share_partitions.forget_group(group_id)
 
     def _partition_count(self, topic: str) -> int | None:
         metadata = self.metadata.topic(topic)
@@ -225,6 +247,7 @@ class Broker:
         )
         self.group_coordinator.start()
         self.txn_coordinator.start()
+        self.share_coordinator.start()
         if self.metrics is not None:
             await self.metrics.server.start()
         for server in self._servers:
@@ -299,6 +322,7 @@ class Broker:
         self.connections.close_all()
         self.group_coordinator.stop()
         self.share_partitions.stop()
+        self.share_coordinator.stop()
         self.txn_coordinator.stop()
         if self.controller is not None:
             self.controller.stop()

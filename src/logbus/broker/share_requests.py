@@ -5,12 +5,14 @@ A request's acknowledgements apply per partition, all or none (see cluster/share
 a partition whose topic id is unknown answers UNKNOWN_TOPIC_ID, one this broker does not lead
 NOT_LEADER_OR_FOLLOWER, one the principal may not Read TOPIC_AUTHORIZATION_FAILED, one the
 group never fetched here UNKNOWN_TOPIC_OR_PARTITION, one whose offsets are not the member's
-acquired records INVALID_RECORD_STATE. Closing a session (epoch -1) releases the records its
+acquired records INVALID_RECORD_STATE, one whose write to the share coordinator failed that
+error (nothing applied). Closing a session (epoch -1) releases the records its
 member still holds on this broker, as Kafka's releaseSession.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -93,18 +95,53 @@ def readable_topics(ctx: RequestContext, topic_ids: Iterable[uuid.UUID | None]) 
     return authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
 
 
-def acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic_id: uuid.UUID | None, index: int,
-                batches: Iterable[Any], readable: set[str]) -> Outcome:
-    """Apply one partition's acknowledgement batches (kio AcknowledgementBatch entities)."""
+async def acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic_id: uuid.UUID | None, index: int,
+                      batches: Iterable[Any], readable: set[str]) -> Outcome:
+    """Apply one partition's acknowledgement batches (kio AcknowledgementBatch entities), once
+    they are written (cluster/share_partitions.py)."""
     partition, outcome = resolve(ctx, topic_id, index, readable)
     if partition is None:
         return outcome
-    share = ctx.broker.share_partitions.get(group_id, partition)
-    if share is None:  # as Kafka's SharePartitionManager.acknowledge
-        return Outcome(ErrorCode.unknown_topic_or_partition, "The share group has no records in flight here.")
     try:
-        share.acknowledge(member_id, [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
-                                      for b in batches])
+        await ctx.broker.share_partitions.acknowledge(
+            group_id, partition, member_id,
+            [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches])
+    except KafkaApiError as exc:
+        return Outcome(exc.code, exc.message)
+    return OK
+
+
+async def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
+                          acks: dict[SessionPartition, Iterable[Any]], readable: set[str]
+                          ) -> dict[SessionPartition, Outcome]:
+    """Each partition's acknowledgements, written concurrently."""
+    outcomes = await asyncio.gather(*(acknowledge(ctx, group_id, member_id, key[0], key[1], batches, readable)
+                                      for key, batches in acks.items()))
+    return dict(zip(acks, outcomes, strict=True))
+
+
+async def load_all(ctx: RequestContext, group_id: str, keys: Iterable[SessionPartition], readable: set[str],
+                   timeout: float, verify: bool) -> dict[SessionPartition, Outcome]:
+    """Load the share-partitions of `keys` this broker leads (their persisted state read; with
+    `verify`, a share session opening, copies in memory checked against it), waiting up to
+    `timeout`; the partitions whose state could not be read, with why. One still loading then is
+    no error: it has nothing to acquire yet (as Kafka's share-partition initializing)."""
+    resolved = [(key, partition) for key in keys if (partition := resolve(ctx, key[0], key[1], readable)[0])]
+    loads = {key: asyncio.ensure_future(_load(ctx, group_id, partition, verify)) for key, partition in resolved}
+    if loads:
+        await asyncio.wait(loads.values(), timeout=timeout)
+    failed = {}
+    for key, load in loads.items():
+        if not load.done():
+            load.cancel()  # (the load itself goes on: it is shielded)
+        elif load.result() is not OK:
+            failed[key] = load.result()
+    return failed
+
+
+async def _load(ctx: RequestContext, group_id: str, partition: Partition, verify: bool) -> Outcome:
+    try:
+        await ctx.broker.share_partitions.load(group_id, partition, verify)
     except KafkaApiError as exc:
         return Outcome(exc.code, exc.message)
     return OK

@@ -20,6 +20,14 @@ records asked for. Acknowledgements (`acknowledge`) are checked whole before any
 offset named must be Acquired by the member acknowledging. Time and lock timers come from a
 `Clock`; `on_released` is called whenever records became Available (a waiting fetch may take
 them).
+
+Persistence (write, then apply; see share_partitions.py): `plan_acknowledge` checks
+acknowledgements and says what to write (the state batches of their records' new states, the
+records released since the last write, the start offset after them); their records stay
+Acquired, and no lock expiry or member release takes them, until `apply_acknowledge` (the write
+succeeded) or `abandon` (it failed: nothing changed). `restore` rebuilds a share-partition from
+its persisted state: Acquired is never persisted, so what was acquired is Available again with
+the delivery count last written.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from enum import Enum, IntEnum
 from kio.schema.errors import ErrorCode
 
 from ..coordinator.clock import Clock, Timer
+from ..coordinator.share_records import StateBatch, batches_of
 from ..errors import KafkaApiError
 
 
@@ -52,6 +61,10 @@ class AckType(IntEnum):
 
 
 DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+PERSISTED = {RecordState.AVAILABLE: 0, RecordState.ACQUIRED: 0, RecordState.ACKNOWLEDGED: 2, RecordState.ARCHIVED: 4}
+RESTORED = {0: RecordState.AVAILABLE, 2: RecordState.ACKNOWLEDGED, 4: RecordState.ARCHIVED}
+RESTORED_SPAN = 1 << 16  # offsets past the SPSO a restore takes: far past any in-flight window (a bound
+# against a damaged or hostile state, whose batches may name 2^62 offsets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +93,20 @@ class AckBatch:
 
     def type_of(self, offset: int) -> int:
         return self.types[0] if len(self.types) == 1 else self.types[offset - self.first_offset]
+
+
+@dataclass(frozen=True, slots=True)
+class AckPlan:
+    """Checked acknowledgements and what to write before they apply: `writes` (the records'
+    persisted states after them, and those of records released since the last write) and the
+    start offset after them."""
+
+    member_id: str
+    batches: tuple[AckBatch, ...]
+    offsets: frozenset[int]
+    writes: tuple[StateBatch, ...]
+    start_offset: int
+    flushed: frozenset[int]  # the released records whose state the write carries
 
 
 @dataclass(eq=False, slots=True)
@@ -112,6 +139,27 @@ class SharePartition:
         self.on_released = on_released
         self.records: dict[int, InFlightRecord] = {}
         self._available: set[int] = set()  # the Available offsets below the SPEO (redeliveries waiting)
+        self._pending: set[int] = set()  # offsets of acknowledgements being written
+        self.unwritten: set[int] = set()  # offsets released (or archived) since the last write
+
+    @classmethod
+    def restore(cls, start_offset: int, batches: Iterable[StateBatch], config: SharePartitionConfig, clock: Clock,
+                on_released: Callable[[], None] = lambda: None) -> SharePartition:
+        """A share-partition as its persisted state describes it: the offsets between the start
+        offset and the last one persisted that no batch names are Available, never delivered."""
+        share = cls(start_offset, config, clock, on_released)
+        for batch in batches:
+            for offset in range(max(batch.first_offset, start_offset), min(batch.last_offset + 1,
+                                                                           start_offset + RESTORED_SPAN)):
+                share.records[offset] = InFlightRecord(RESTORED.get(batch.delivery_state, RecordState.AVAILABLE),
+                                                       batch.delivery_count)
+        share.end_offset = max(share.records, default=start_offset - 1) + 1
+        for offset in range(start_offset, share.end_offset):
+            record = share.records.setdefault(offset, InFlightRecord(RecordState.AVAILABLE))
+            if record.state is RecordState.AVAILABLE:
+                share._available.add(offset)
+        share._advance()
+        return share
 
     # ---------------------------------------------------------------- acquisition
 
@@ -134,12 +182,17 @@ class SharePartition:
         `whole_batches`) and `max_record_locks` in flight. Offsets between batches (removed by
         compaction) and control batches (transaction markers) are archived as they are passed."""
         acquired: list[int] = []
+        cursor = self.fetch_offset()
         for first, last, *control in batches:
             if len(acquired) >= max(max_records, 1):
                 break
             if last >= self.end_offset and self.in_flight >= self.config.max_record_locks:
                 break
+            if cursor is not None:
+                self._archive_unread(cursor, first)
+            cursor = last + 1
             if control and control[0]:
+                self._archive_unread(first, last + 1)
                 self._pass(last + 1)
                 continue
             for offset in range(max(first, self.start_offset), last + 1):
@@ -169,6 +222,17 @@ class SharePartition:
         record.delivery_count += 1
         return True
 
+    def _archive_unread(self, first: int, end: int) -> None:
+        """Available offsets below the SPEO that the log has no record for (compacted away, or a
+        control batch): a restored share-partition knows them only as not yet delivered."""
+        for offset in range(max(first, self.start_offset), min(end, self.end_offset)):
+            record = self.records[offset]
+            if record.state is RecordState.AVAILABLE:
+                record.state = RecordState.ARCHIVED
+                self._available.discard(offset)
+                self.unwritten.add(offset)
+        self._advance()
+
     def _pass(self, offset: int) -> None:
         """The offsets from the SPEO to `offset` hold nothing to deliver: archived."""
         for gap in range(self.end_offset, offset):
@@ -193,6 +257,79 @@ class SharePartition:
         malformed batch, INVALID_RECORD_STATE when an offset is not Acquired by `member_id`."""
         for batch in batches:
             self._check(member_id, batch)
+        self._apply_all(member_id, batches)
+
+    def plan_acknowledge(self, member_id: str, batches: Sequence[AckBatch]) -> AckPlan:
+        """Check a member's acknowledgements as `acknowledge` does and say what to write first;
+        their records are held (Acquired) until `apply_acknowledge` or `abandon`."""
+        for batch in batches:
+            self._check(member_id, batch)
+        planned: dict[int, tuple[int, int]] = {}
+        done: set[int] = set()
+        for batch in batches:
+            for offset in range(batch.first_offset, batch.last_offset + 1):
+                ack_type = batch.types[0] if len(batch.types) == 1 else batch.type_of(offset)
+                if ack_type == AckType.RENEW:
+                    continue
+                count = self.records[offset].delivery_count
+                state = self._acknowledged_state(ack_type, count)
+                planned[offset] = (PERSISTED[state], count)
+                if state in DONE:
+                    done.add(offset)
+        flushed, self.unwritten = frozenset(self.unwritten - planned.keys()), set()
+        states = {**self._persisted(flushed), **planned}
+        offsets = frozenset(o for b in batches for o in range(b.first_offset, b.last_offset + 1))
+        self._pending |= offsets
+        return AckPlan(member_id, tuple(batches), offsets, batches_of(states), self._start_after(done), flushed)
+
+    def apply_acknowledge(self, plan: AckPlan) -> None:
+        """The plan's write succeeded: its acknowledgements apply."""
+        self._pending -= plan.offsets
+        batches = [b for b in plan.batches if all(o in self.records for o in range(b.first_offset, b.last_offset + 1))]
+        self._apply_all(plan.member_id, batches)
+        self.unwritten -= plan.offsets  # (what they released is written already)
+
+    def abandon(self, plan: AckPlan) -> None:
+        """The plan's write failed: nothing changed; records whose lock ran out meanwhile are released."""
+        self._pending -= plan.offsets
+        self.unwritten |= plan.flushed
+        released = False
+        for offset in sorted(plan.offsets):
+            record = self.records.get(offset)
+            if record is not None and record.lock is not None and record.lock.timer is None:
+                released |= self._release(offset, record)
+        self._advance()
+        if released:
+            self.on_released()
+
+    def write_pending(self) -> tuple[tuple[StateBatch, ...], frozenset[int]]:
+        """The state batches of the records released since the last write (taken: `unwritten` is
+        empty after), and their offsets (to give back with `rewrite` when the write fails)."""
+        flushed, self.unwritten = frozenset(self.unwritten), set()
+        return batches_of(self._persisted(flushed)), flushed
+
+    def rewrite(self, offsets: Iterable[int]) -> None:
+        """Records whose state a failed write carried: the next write carries it again."""
+        self.unwritten.update(offsets)
+
+    def _persisted(self, offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
+        return {o: (PERSISTED[r.state], r.delivery_count) for o in offsets if (r := self.records.get(o)) is not None}
+
+    def _acknowledged_state(self, ack_type: int, delivery_count: int) -> RecordState:
+        if ack_type == AckType.ACCEPT:
+            return RecordState.ACKNOWLEDGED
+        if ack_type == AckType.RELEASE and delivery_count < self.config.delivery_count_limit:
+            return RecordState.AVAILABLE
+        return RecordState.ARCHIVED
+
+    def _start_after(self, done: set[int]) -> int:
+        """The SPSO once the offsets `done` are done too."""
+        offset = self.start_offset
+        while offset < self.end_offset and (offset in done or self.records[offset].state in DONE):
+            offset += 1
+        return offset
+
+    def _apply_all(self, member_id: str, batches: Sequence[AckBatch]) -> None:
         released = False
         for batch in batches:
             for offset in range(batch.first_offset, batch.last_offset + 1):
@@ -212,7 +349,7 @@ class SharePartition:
                                 f"Offsets {batch.first_offset}-{batch.last_offset} are not in flight.")
         for offset in range(batch.first_offset, batch.last_offset + 1):
             record = self.records[offset]
-            if record.state is not RecordState.ACQUIRED or record.member_id != member_id:
+            if record.state is not RecordState.ACQUIRED or record.member_id != member_id or offset in self._pending:
                 raise KafkaApiError(ErrorCode.invalid_record_state,
                                     f"Offset {offset} is not acquired by member {member_id}.")
 
@@ -238,7 +375,7 @@ class SharePartition:
         released = False
         for offset in range(self.start_offset, self.end_offset):
             record = self.records[offset]
-            if record.state is RecordState.ACQUIRED and record.member_id == member_id:
+            if record.state is RecordState.ACQUIRED and record.member_id == member_id and offset not in self._pending:
                 released |= self._release(offset, record)
         self._advance()
         if released:
@@ -250,7 +387,7 @@ class SharePartition:
         released = False
         for offset in sorted(lock.offsets):
             record = self.records.get(offset)
-            if record is not None and record.lock is lock:
+            if record is not None and record.lock is lock and offset not in self._pending:
                 released |= self._release(offset, record)
         self._advance()
         if released:
@@ -258,6 +395,7 @@ class SharePartition:
 
     def _release(self, offset: int, record: InFlightRecord) -> bool:
         self._unlock(offset, record)
+        self.unwritten.add(offset)
         if record.delivery_count >= self.config.delivery_count_limit:
             record.state = RecordState.ARCHIVED
             return False

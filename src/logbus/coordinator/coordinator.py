@@ -128,6 +128,7 @@ class GroupCoordinator(GroupTypes):
             clock, partition_count,
             held_by_other_type=lambda group_id: self._is_classic(group_id) or self.consumer_groups.active(group_id)
             is not None)
+        self.delete_share_state = _keep_share_state
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         # what the API handlers call
         self.delete_offsets = self.offsets.delete_offsets
@@ -184,3 +185,7 @@ class GroupCoordinator(GroupTypes):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+async def _keep_share_state(_group_id: str, _topics: set[str]) -> None:
+    """Without share coordinators (a coordinator on its own, in tests) there is no share state."""

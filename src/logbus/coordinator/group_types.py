@@ -35,7 +35,7 @@ from .offsets import FetchedOffset, OffsetCommit
 from .share_group import ShareGroup, ShareGroups, ShareHeartbeat
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from .clock import Clock
     from .consumer_persistence import ConsumerGroupWrites
@@ -66,6 +66,8 @@ class GroupTypes:
     clock: Clock
     classic_members: ClassicMembers
     migration_policy: MigrationPolicy
+    # a deleted share group's state on its share coordinators (group id, topics); the broker sets it
+    delete_share_state: Callable[[str, set[str]], Awaitable[None]]
 
     # ------------------------------------------------------------ classic or consumer group
 
@@ -264,6 +266,10 @@ class GroupTypes:
         if self.share_group(group_id) is not None and self.coordinator_error(group_id) is None:
             if self.share_groups.active(group_id) is not None:
                 return ErrorCode.non_empty_group
+            try:  # its share state first: if that fails, the group stays for a retry
+                await self.delete_share_state(group_id, self.share_groups.get(group_id).topics_seen)
+            except KafkaApiError as exc:
+                return exc.code
             self.share_groups.delete(group_id)
             return ErrorCode.none
         if not self._is_consumer(group_id) or self.coordinator_error(group_id) is not None:

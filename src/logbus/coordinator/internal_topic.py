@@ -5,7 +5,8 @@ replica manager's one append pipeline (`ReplicaManager.append_records`: as leade
 the topic's flush policy says so), and answered once every in-sync replica has it (acks=all,
 as Kafka writes its coordinators' records), so a write survives the coordinator's death. The
 topic is created on first use, as Kafka does (compacted, with the partitions, replication and
-segment size its keys give); the log cleaner keeps the latest record per key. Reads walk a
+segment size its keys give; `__share_group_state` is not compacted but kept: see
+share_coordinator.py); the log cleaner keeps the latest record per key. Reads walk a
 partition a chunk at a time, handing the event loop back between chunks, so loading a big
 partition does not stall the broker's clients.
 """
@@ -58,6 +59,7 @@ class TopicSpec:
     replication_factor: int  # capped by the live brokers at creation, as Kafka does
     segment_bytes: int
     min_insync_replicas: int | None = None  # also capped by the replicas it gets
+    cleanup: tuple[tuple[str, str], ...] = (("cleanup.policy", "compact"),)  # its configs besides those
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ class InternalTopic:
         """Create the topic; on a disk error return why (a caller that hung up must not leak it)."""
         replication = max(min(self.spec.replication_factor, len(self.metadata.brokers())), 1)
         configs = {
-            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(self.spec.segment_bytes),
+            **dict(self.spec.cleanup), "compression.type": "producer", "segment.bytes": str(self.spec.segment_bytes),
         }
         if self.spec.min_insync_replicas is not None:
             configs["min.insync.replicas"] = str(min(self.spec.min_insync_replicas, replication))

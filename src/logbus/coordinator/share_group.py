@@ -87,6 +87,7 @@ class ShareGroup:
     partition_counts: dict[str, int] = field(default_factory=dict)  # of the subscribed topics
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> assignment at the group epoch
     dead: bool = False
+    topics_seen: set[str] = field(default_factory=set)  # every topic subscribed to: whose share state it may have
 
     @property
     def state(self) -> ShareGroupState:
@@ -145,6 +146,7 @@ class ShareGroups:
             topics = tuple(sorted(set(request.subscribed_topics)))
             changed |= topics != member.subscribed_topics
             member.subscribed_topics = topics
+            group.topics_seen.update(topics)
         if request.rack_id is not None:
             member.rack_id = request.rack_id
         if changed or self._partition_counts(group) != group.partition_counts:

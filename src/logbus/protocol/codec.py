@@ -58,6 +58,12 @@ def response_module(api_key: int, version: int) -> Any:
 
 
 @cache
+def request_module(api_key: int, version: int) -> Any:
+    """The kio module of a request version; its nested classes are attributes of it."""
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+@cache
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 

@@ -5,7 +5,8 @@ A share group member acknowledges records it acquired through ShareFetch, outsid
 lock duration). It needs the member's open share session: the next epoch continues it, -1 closes
 it after the acknowledgements apply (its remaining acquired records are released); epoch 0 is
 INVALID_SHARE_SESSION_EPOCH, no session SHARE_SESSION_NOT_FOUND (for the request). Each
-partition answers its acknowledgements' outcome (see broker/share_requests.py). Needs READ on the
+partition answers its acknowledgements' outcome once written to the share coordinator (see
+broker/share_requests.py). Needs READ on the
 group (GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED), as Kafka.
 """
 
@@ -22,7 +23,7 @@ from ...security.acl import AclOperation, ResourceType
 from ..authorization import require
 from ..context import RequestContext
 from ..share_requests import (
-    acknowledge,
+    acknowledge_all,
     check_request,
     current_leader,
     finish,
@@ -51,11 +52,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     readable = readable_topics(ctx, {topic.topic_id for topic in request.topics})
     topics = []
     not_leader = []
+    acks = {(topic.topic_id, part.partition_index): part.acknowledgement_batches
+            for topic in request.topics for part in topic.partitions}
+    outcomes = await acknowledge_all(ctx, session.group_id, session.member_id, acks, readable)
     for topic in request.topics:
         answers = []
         for part in topic.partitions:
-            outcome = acknowledge(ctx, session.group_id, session.member_id, topic.topic_id, part.partition_index,
-                                  part.acknowledgement_batches, readable)
+            outcome = outcomes[(topic.topic_id, part.partition_index)]
             leader = current_leader(ctx, module, topic.topic_id, part.partition_index)
             if outcome.code == ErrorCode.not_leader_or_follower and leader.leader_id >= 0:
                 not_leader.append(leader.leader_id)

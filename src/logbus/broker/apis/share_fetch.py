@@ -6,8 +6,9 @@ forget partitions, -1 closes it) from this broker, their leader. The records it 
 *acquired* for it (cluster/share_partition.py): each partition answers the batches that hold
 them and the acquired ranges with their delivery counts; the client delivers only those.
 Acknowledgements of earlier records may ride along (`acknowledgement_batches`, not on the
-opening request: INVALID_REQUEST); they apply before the fetch, and each partition answers
-their outcome as `acknowledge_error_code`. v2 adds the Renew acknowledgement (a lock extended)
+opening request: INVALID_REQUEST); they are written while the fetch runs (their records are held,
+not acquirable, until written, as in Kafka, which runs both at once), apply once written, and
+each partition answers their outcome as `acknowledge_error_code`. v2 adds the Renew acknowledgement (a lock extended)
 and `share_acquire_mode` (1, record_limit: no more than `max_records`, not rounded up to whole
 batches).
 
@@ -15,6 +16,8 @@ At most `max_records` records are acquired per request (across its partitions) a
 read (the first batch may pass it, as KIP-74 has it for Fetch; `max_bytes` 0 reads nothing).
 When nothing can be acquired the request waits up to `max_wait` for new records (the high
 watermark moves) or released ones (a lock expired, a share session ended), then answers what it has.
+A partition's share state is read from its share coordinator before its first acquisition here
+(broker/share_requests.py's `load_all`); acknowledgements are answered once written there.
 The opening request answers every partition of the session, later ones only the partitions with
 records, an error or acknowledgements. Needs READ on the group (GROUP_AUTHORIZATION_FAILED for
 the request) and on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), as Kafka.
@@ -39,10 +42,11 @@ from ..context import RequestContext
 from ..share_requests import (
     OK,
     Outcome,
-    acknowledge,
+    acknowledge_all,
     check_request,
     current_leader,
     finish,
+    load_all,
     node_endpoints,
     readable_topics,
     resolve,
@@ -72,13 +76,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except KafkaApiError as exc:
         return _failed(ctx, exc.code, exc.message)
     readable = readable_topics(ctx, {topic_id for topic_id, _ in [*session.partitions, *acks]})
-    acked = {key: acknowledge(ctx, session.group_id, session.member_id, key[0], key[1], batches, readable)
-             for key, batches in acks.items()}
+    acking = asyncio.ensure_future(acknowledge_all(ctx, session.group_id, session.member_id, acks, readable))
     if request.share_session_epoch == FINAL_EPOCH:
+        acked = await acking
         finish(ctx, session, FINAL_EPOCH)
         fetched: dict[SessionPartition, tuple[Outcome, Acquired | None]] = {}
-    else:
+    else:  # the acknowledgements' writes and the fetch at once (their records are not acquirable)
         fetched = await _fetch(ctx, request, session, readable)
+        acked = await acking
     return _response(ctx, request, session, acked, fetched)
 
 
@@ -87,8 +92,10 @@ async def _fetch(ctx: RequestContext, request: Any, session: ShareSession, reada
     """Acquire from the session's partitions; wait (up to max_wait) while there is nothing."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
+    failed = await load_all(ctx, session.group_id, session.partitions, readable, request.max_wait.total_seconds(),
+                            verify=request.share_session_epoch == INITIAL_EPOCH)
     while True:
-        fetched, leaders = _acquire_all(ctx, request, session, readable)
+        fetched, leaders = _acquire_all(ctx, request, session, readable, failed)
         nothing = all(outcome is OK and not acquired.ranges for outcome, acquired in fetched.values()
                       if acquired is not None)
         if not nothing or not leaders or loop.time() >= deadline or ctx.broker.stopping:
@@ -97,7 +104,8 @@ async def _fetch(ctx: RequestContext, request: Any, session: ShareSession, reada
         await wait_for_data(leaders, deadline - loop.time(), [(shares.wake_on_release, shares.forget_waiter)])
 
 
-def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, readable: set[str]
+def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, readable: set[str],
+                 failed: dict[SessionPartition, Outcome]
                  ) -> tuple[dict[SessionPartition, tuple[Outcome, Acquired | None]], list[Partition]]:
     whole_batches = getattr(request, "share_acquire_mode", 0) != RECORD_LIMIT
     budget, records_left = request.max_bytes, request.max_records
@@ -107,8 +115,8 @@ def _acquire_all(ctx: RequestContext, request: Any, session: ShareSession, reada
     start = session.epoch % len(keys) if keys else 0  # round robin, as Kafka's PartitionRotateStrategy
     for key in keys[start:] + keys[:start]:
         partition, outcome = resolve(ctx, key[0], key[1], readable)
-        if partition is None:
-            fetched[key] = (outcome, None)
+        if partition is None or key in failed:
+            fetched[key] = (failed.get(key, outcome), None)
             continue
         leaders.append(partition)
         acquired = ctx.broker.share_partitions.read(session.group_id, session.member_id, partition, max(budget, 0),
