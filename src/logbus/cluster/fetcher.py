@@ -25,21 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import ssl
-import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from ..protocol import bounds
-from ..protocol.codec import ChunkSink, make
 from ..protocol.records import BatchHeader, validate_batches, whole_batches_length
+from ..protocol.replica_fetch import FETCH_KEY, FETCH_VERSION, FetchPosition, ReplicaFetch, encode_replica_fetch
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import FollowerAppendError
 from .frame_stream import FrameStream, open_frame_stream
@@ -50,12 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_KEY, FETCH_VERSION = 1, 12
-_SIZE = struct.Struct(">i")
-_REQUEST = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.request)
 _RESPONSE = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.response)
-_WRITE_HEADER = entity_writer(_REQUEST.RequestHeader)
-_WRITE_BODY = entity_writer(_REQUEST.FetchRequest)
 _READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
 _READ_BODY = entity_reader(_RESPONSE.FetchResponse)
 STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
@@ -100,6 +93,7 @@ class ReplicaFetcher:
         self._failing = False
         self._delayed: dict[tuple[str, int], float] = {}  # partition -> loop time its fetching resumes
         self._session = FetcherSession()
+        self._client_id = f"logbus-replica-fetcher-{config.broker_id}"
 
     def add(self, partition: Partition) -> None:
         self.partitions[(partition.topic, partition.index)] = partition
@@ -174,37 +168,31 @@ class ReplicaFetcher:
                                                  self.tls if self.address.tls else None)
                 try:
                     if self.sasl is not None:
-                        await self.sasl.authenticate(stream, f"logbus-replica-fetcher-{self.config.broker_id}")
+                        await self.sasl.authenticate(stream, self._client_id)
                 except BaseException:
                     stream.close()
                     raise
                 self._stream = stream
         self._correlation += 1
-        sink = ChunkSink()
-        _WRITE_HEADER(sink, _REQUEST.RequestHeader(
-            request_api_key=FETCH_KEY, request_api_version=FETCH_VERSION, correlation_id=self._correlation,
-            client_id=f"logbus-replica-fetcher-{self.config.broker_id}"))
         named, forgotten = self._session.plan({(p.topic, p.index): _position(p) for p in partitions})
-        _WRITE_BODY(sink, self._request([p for p in partitions if (p.topic, p.index) in named], forgotten))
-        payload = b"".join(sink)
-        self._stream.write(_SIZE.pack(len(payload)) + payload)
+        self._stream.write(encode_replica_fetch(self._correlation, self._client_id, self._request(
+            [p for p in partitions if (p.topic, p.index) in named], forgotten)))
         async with asyncio.timeout((self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000):
             return await self._response()
 
-    def _request(self, partitions: list[Partition], forgotten: list[tuple[str, int]]) -> Any:
-        topics: dict[str, list[Any]] = {}
+    def _request(self, partitions: list[Partition], forgotten: list[tuple[str, int]]) -> ReplicaFetch:
+        topics: dict[str, list[FetchPosition]] = {}
         for partition in partitions:
-            topics.setdefault(partition.topic, []).append(make(
-                _REQUEST.FetchPartition, partition=partition.index, current_leader_epoch=partition.leader_epoch,
-                fetch_offset=partition.log.log_end_offset, last_fetched_epoch=partition.log.latest_epoch(),
-                log_start_offset=partition.log.log_start_offset, partition_max_bytes=self.config.max_bytes))
-        return make(
-            _REQUEST.FetchRequest, replica_id=self.config.broker_id,
-            max_wait=datetime.timedelta(milliseconds=self.config.wait_max_ms), min_bytes=self.config.min_bytes,
-            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=self._session.id,
-            session_epoch=self._session.epoch,
-            topics=tuple(make(_REQUEST.FetchTopic, topic=t, partitions=tuple(p)) for t, p in topics.items()),
-            forgotten_topics_data=_forgotten_topics(forgotten), rack_id="")
+            log = partition.log
+            topics.setdefault(partition.topic, []).append(FetchPosition(
+                partition.index, partition.leader_epoch, log.log_end_offset, log.latest_epoch(),
+                log.log_start_offset, self.config.max_bytes))
+        forgotten_by_topic: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            forgotten_by_topic.setdefault(topic, []).append(index)
+        return ReplicaFetch(self.config.broker_id, self.config.wait_max_ms, self.config.min_bytes,
+                            self.config.response_max_bytes, self._session.id, self._session.epoch,
+                            list(topics.items()), list(forgotten_by_topic.items()))
 
     async def _response(self) -> Any:
         assert self._stream is not None
@@ -286,13 +274,6 @@ def _starts_inside_first_batch(partition: Partition, first: BatchHeader) -> bool
     be appended and the follower would stay out of the ISR for good."""
     log = partition.log
     return log.log_end_offset == log.log_start_offset and first.base_offset < log.log_end_offset <= first.last_offset
-
-
-def _forgotten_topics(forgotten: list[tuple[str, int]]) -> tuple:
-    topics: dict[str, list[int]] = {}
-    for topic, index in forgotten:
-        topics.setdefault(topic, []).append(index)
-    return tuple(make(_REQUEST.ForgottenTopic, topic=t, partitions=tuple(p)) for t, p in topics.items())
 
 
 @dataclass(slots=True)
