@@ -17,8 +17,11 @@ fetch.
 
 Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
 metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
-The leader's bytes are network bytes like any other: the response is bounded (size, then the
-schema walk of `protocol.bounds`) before kio decodes it.
+The leader's bytes are network bytes like any other: the response frame is bounded in size, and
+`protocol.replica_fetch` checks every length and count in it against the bytes there are. Its
+requests and answers are written and read there field by field rather than by kio's generic
+writers and readers (one request and one answer per replicated batch), records as views of
+the frame, never copied before the append.
 """
 
 from __future__ import annotations
@@ -30,14 +33,18 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
-from kio.static.constants import EntityType
 
-from ..protocol import bounds
 from ..protocol.records import BatchHeader, validate_batches, whole_batches_length
-from ..protocol.replica_fetch import FETCH_KEY, FETCH_VERSION, FetchPosition, ReplicaFetch, encode_replica_fetch
+from ..protocol.replica_fetch import (
+    FetchAnswer,
+    FetchedPartition,
+    FetchPosition,
+    MalformedAnswer,
+    ReplicaFetch,
+    decode_replica_fetch_response,
+    encode_replica_fetch,
+)
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import FollowerAppendError
 from .frame_stream import FrameStream, open_frame_stream
@@ -48,9 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_RESPONSE = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.response)
-_READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
-_READ_BODY = entity_reader(_RESPONSE.FetchResponse)
 STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
 NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows
 _SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
@@ -161,7 +165,7 @@ class ReplicaFetcher:
                 self._close()
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 
-    async def _fetch(self, partitions: list[Partition]) -> Any:
+    async def _fetch(self, partitions: list[Partition]) -> FetchAnswer:
         if self._stream is None:
             async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
                 stream = await open_frame_stream(self.address.host, self.address.port, self._max_response_frame(),
@@ -194,7 +198,7 @@ class ReplicaFetcher:
                             self.config.response_max_bytes, self._session.id, self._session.epoch,
                             list(topics.items()), list(forgotten_by_topic.items()))
 
-    async def _response(self) -> Any:
+    async def _response(self) -> FetchAnswer:
         assert self._stream is not None
         return decode_fetch_response(await self._stream.read_frame(), self._correlation)
 
@@ -204,7 +208,7 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ answers
 
-    async def _handle(self, partitions: list[Partition], response: Any) -> None:
+    async def _handle(self, partitions: list[Partition], response: FetchAnswer) -> None:
         by_key = {(p.topic, p.index): p for p in partitions}
         for topic in response.responses:
             for answer in topic.partitions:
@@ -213,7 +217,7 @@ class ReplicaFetcher:
                         and not partition.offline:
                     await self._handle_partition(partition, answer)
 
-    async def _handle_partition(self, partition: Partition, answer: Any) -> None:
+    async def _handle_partition(self, partition: Partition, answer: FetchedPartition) -> None:
         error = ErrorCode(answer.error_code)
         if error == ErrorCode.offset_out_of_range:
             await self._out_of_range(partition, answer)
@@ -232,7 +236,7 @@ class ReplicaFetcher:
         else:
             await self._append(partition, answer)
 
-    async def _append(self, partition: Partition, answer: Any) -> None:
+    async def _append(self, partition: Partition, answer: FetchedPartition) -> None:
         data, headers = fetched_batches(answer.records or b"")
         if headers:
             if _starts_inside_first_batch(partition, headers[0]):
@@ -256,7 +260,7 @@ class ReplicaFetcher:
                  self.leader_id, epoch, partition.log.log_end_offset, target)
         await partition.truncate_to(target)
 
-    async def _out_of_range(self, partition: Partition, answer: Any) -> None:
+    async def _out_of_range(self, partition: Partition, answer: FetchedPartition) -> None:
         """Kafka's handleOutOfRangeError: past the leader's end -> truncate to it; before its log
         start -> start afresh at the leader's log start."""
         leo = partition.log.log_end_offset
@@ -329,20 +333,19 @@ def _position(partition: Partition) -> tuple[int, ...]:
     return log.log_end_offset, partition.leader_epoch, log.latest_epoch(), log.log_start_offset
 
 
-def decode_fetch_response(frame: bytes, correlation: int) -> Any:
-    """A leader's Fetch v12 response frame, bounded before kio decodes it; ConnectionError (the
-    fetcher reconnects) for anything that is not a well-formed answer to request `correlation`."""
+def decode_fetch_response(frame: bytes, correlation: int) -> FetchAnswer:
+    """A leader's Fetch v12 response frame (`protocol.replica_fetch`: every length checked, the
+    records views of the frame); ConnectionError (the fetcher reconnects) for anything that is
+    not a well-formed answer to request `correlation`."""
     try:
-        header, used = _READ_HEADER(frame, 0)
-        bounds.check_request(_RESPONSE.FetchResponse, frame, used)
-        body, _ = _READ_BODY(frame, used)
-    except Exception as exc:  # noqa: BLE001 - kio raises many kinds on a malformed frame
+        answer = decode_replica_fetch_response(frame)
+    except MalformedAnswer as exc:
         raise ConnectionError(f"malformed fetch response: {exc}") from None
-    if header.correlation_id != correlation:
-        raise ConnectionError(f"correlation id {header.correlation_id}, expected {correlation}")
-    if body.error_code != ErrorCode.none:
-        raise ConnectionError(f"fetch refused: {ErrorCode(body.error_code).name}")
-    return body
+    if answer.correlation_id != correlation:
+        raise ConnectionError(f"correlation id {answer.correlation_id}, expected {correlation}")
+    if answer.error_code != ErrorCode.none:
+        raise ConnectionError(f"fetch refused: {answer.error_code.name}")
+    return answer
 
 
 def fetched_batches(records: bytes | memoryview) -> tuple[memoryview, list[BatchHeader]]:
