@@ -187,10 +187,10 @@ class ReplicaFetcher:
     def _request(self, partitions: list[Partition], forgotten: list[tuple[str, int]]) -> ReplicaFetch:
         topics: dict[str, list[FetchPosition]] = {}
         for partition in partitions:
-            log = partition.log
+            partition_log = partition.log
             topics.setdefault(partition.topic, []).append(FetchPosition(
-                partition.index, partition.leader_epoch, log.log_end_offset, log.latest_epoch(),
-                log.log_start_offset, self.config.max_bytes))
+                partition.index, partition.leader_epoch, partition_log.log_end_offset, partition_log.latest_epoch(),
+                partition_log.log_start_offset, self.config.max_bytes))
         forgotten_by_topic: dict[str, list[int]] = {}
         for topic, index in forgotten:
             forgotten_by_topic.setdefault(topic, []).append(index)
