@@ -1,6 +1,6 @@
 """Fuzz target: what a follower does with bytes from its leader (cluster/fetcher.py).
 
-A Fetch response frame goes through `decode_fetch_response` (bounded, then kio), each partition's
+A Fetch response frame goes through `decode_fetch_response` (protocol/replica_fetch.py), each partition's
 records through `fetched_batches`, and what passes is appended with `append_as_follower` to a real
 log in a temp dir. Any input must end in ConnectionError (the fetcher reconnects),
 CorruptRecordError / KafkaApiError (the fetch is retried), FollowerAppendError (batches that do not
@@ -15,14 +15,15 @@ import tempfile
 
 from kio.schema.errors import ErrorCode
 
-from logbus.cluster.fetcher import _RESPONSE, decode_fetch_response, fetched_batches
+from logbus.cluster.fetcher import decode_fetch_response, fetched_batches
 from logbus.config import BrokerConfig, log_config
 from logbus.errors import KafkaApiError
-from logbus.protocol.codec import encode, make
+from logbus.protocol.codec import encode, make, response_module
 from logbus.protocol.records import CorruptRecordError, build_batch
 from logbus.storage.log import FollowerAppendError, PartitionLog
 
 CORRELATION = 7
+_RESPONSE = response_module(1, 12)
 REJECTIONS = (ConnectionError, CorruptRecordError, KafkaApiError, FollowerAppendError)
 _CONFIG = log_config(BrokerConfig({}), {})
 

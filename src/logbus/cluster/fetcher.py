@@ -17,29 +17,34 @@ fetch.
 
 Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
 metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
-The leader's bytes are network bytes like any other: the response is bounded (size, then the
-schema walk of `protocol.bounds`) before kio decodes it.
+The leader's bytes are network bytes like any other: the response frame is bounded in size, and
+`protocol.replica_fetch` checks every length and count in it against the bytes there are. Its
+requests and answers are written and read there field by field rather than by kio's generic
+writers and readers (one request and one answer per replicated batch), records as views of
+the frame, never copied before the append.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import ssl
-import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
 
-from ..protocol import bounds
-from ..protocol.codec import ChunkSink, make
 from ..protocol.records import BatchHeader, validate_batches, whole_batches_length
+from ..protocol.replica_fetch import (
+    FetchAnswer,
+    FetchedPartition,
+    FetchPosition,
+    MalformedAnswer,
+    ReplicaFetch,
+    decode_replica_fetch_response,
+    encode_replica_fetch,
+)
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import FollowerAppendError
 from .frame_stream import FrameStream, open_frame_stream
@@ -50,14 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_KEY, FETCH_VERSION = 1, 12
-_SIZE = struct.Struct(">i")
-_REQUEST = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.request)
-_RESPONSE = load_payload_module(FETCH_KEY, FETCH_VERSION, EntityType.response)
-_WRITE_HEADER = entity_writer(_REQUEST.RequestHeader)
-_WRITE_BODY = entity_writer(_REQUEST.FetchRequest)
-_READ_HEADER = entity_reader(_RESPONSE.ResponseHeader)
-_READ_BODY = entity_reader(_RESPONSE.FetchResponse)
 STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
 NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows
 _SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
@@ -100,6 +97,7 @@ class ReplicaFetcher:
         self._failing = False
         self._delayed: dict[tuple[str, int], float] = {}  # partition -> loop time its fetching resumes
         self._session = FetcherSession()
+        self._client_id = f"logbus-replica-fetcher-{config.broker_id}"
 
     def add(self, partition: Partition) -> None:
         self.partitions[(partition.topic, partition.index)] = partition
@@ -167,46 +165,40 @@ class ReplicaFetcher:
                 self._close()
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 
-    async def _fetch(self, partitions: list[Partition]) -> Any:
+    async def _fetch(self, partitions: list[Partition]) -> FetchAnswer:
         if self._stream is None:
             async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
                 stream = await open_frame_stream(self.address.host, self.address.port, self._max_response_frame(),
                                                  self.tls if self.address.tls else None)
                 try:
                     if self.sasl is not None:
-                        await self.sasl.authenticate(stream, f"logbus-replica-fetcher-{self.config.broker_id}")
+                        await self.sasl.authenticate(stream, self._client_id)
                 except BaseException:
                     stream.close()
                     raise
                 self._stream = stream
         self._correlation += 1
-        sink = ChunkSink()
-        _WRITE_HEADER(sink, _REQUEST.RequestHeader(
-            request_api_key=FETCH_KEY, request_api_version=FETCH_VERSION, correlation_id=self._correlation,
-            client_id=f"logbus-replica-fetcher-{self.config.broker_id}"))
         named, forgotten = self._session.plan({(p.topic, p.index): _position(p) for p in partitions})
-        _WRITE_BODY(sink, self._request([p for p in partitions if (p.topic, p.index) in named], forgotten))
-        payload = b"".join(sink)
-        self._stream.write(_SIZE.pack(len(payload)) + payload)
+        self._stream.write(encode_replica_fetch(self._correlation, self._client_id, self._request(
+            [p for p in partitions if (p.topic, p.index) in named], forgotten)))
         async with asyncio.timeout((self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000):
             return await self._response()
 
-    def _request(self, partitions: list[Partition], forgotten: list[tuple[str, int]]) -> Any:
-        topics: dict[str, list[Any]] = {}
+    def _request(self, partitions: list[Partition], forgotten: list[tuple[str, int]]) -> ReplicaFetch:
+        topics: dict[str, list[FetchPosition]] = {}
         for partition in partitions:
-            topics.setdefault(partition.topic, []).append(make(
-                _REQUEST.FetchPartition, partition=partition.index, current_leader_epoch=partition.leader_epoch,
-                fetch_offset=partition.log.log_end_offset, last_fetched_epoch=partition.log.latest_epoch(),
-                log_start_offset=partition.log.log_start_offset, partition_max_bytes=self.config.max_bytes))
-        return make(
-            _REQUEST.FetchRequest, replica_id=self.config.broker_id,
-            max_wait=datetime.timedelta(milliseconds=self.config.wait_max_ms), min_bytes=self.config.min_bytes,
-            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=self._session.id,
-            session_epoch=self._session.epoch,
-            topics=tuple(make(_REQUEST.FetchTopic, topic=t, partitions=tuple(p)) for t, p in topics.items()),
-            forgotten_topics_data=_forgotten_topics(forgotten), rack_id="")
+            partition_log = partition.log
+            topics.setdefault(partition.topic, []).append(FetchPosition(
+                partition.index, partition.leader_epoch, partition_log.log_end_offset, partition_log.latest_epoch(),
+                partition_log.log_start_offset, self.config.max_bytes))
+        forgotten_by_topic: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            forgotten_by_topic.setdefault(topic, []).append(index)
+        return ReplicaFetch(self.config.broker_id, self.config.wait_max_ms, self.config.min_bytes,
+                            self.config.response_max_bytes, self._session.id, self._session.epoch,
+                            list(topics.items()), list(forgotten_by_topic.items()))
 
-    async def _response(self) -> Any:
+    async def _response(self) -> FetchAnswer:
         assert self._stream is not None
         return decode_fetch_response(await self._stream.read_frame(), self._correlation)
 
@@ -216,7 +208,7 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ answers
 
-    async def _handle(self, partitions: list[Partition], response: Any) -> None:
+    async def _handle(self, partitions: list[Partition], response: FetchAnswer) -> None:
         by_key = {(p.topic, p.index): p for p in partitions}
         for topic in response.responses:
             for answer in topic.partitions:
@@ -225,7 +217,7 @@ class ReplicaFetcher:
                         and not partition.offline:
                     await self._handle_partition(partition, answer)
 
-    async def _handle_partition(self, partition: Partition, answer: Any) -> None:
+    async def _handle_partition(self, partition: Partition, answer: FetchedPartition) -> None:
         error = ErrorCode(answer.error_code)
         if error == ErrorCode.offset_out_of_range:
             await self._out_of_range(partition, answer)
@@ -244,7 +236,7 @@ class ReplicaFetcher:
         else:
             await self._append(partition, answer)
 
-    async def _append(self, partition: Partition, answer: Any) -> None:
+    async def _append(self, partition: Partition, answer: FetchedPartition) -> None:
         data, headers = fetched_batches(answer.records or b"")
         if headers:
             if _starts_inside_first_batch(partition, headers[0]):
@@ -268,7 +260,7 @@ class ReplicaFetcher:
                  self.leader_id, epoch, partition.log.log_end_offset, target)
         await partition.truncate_to(target)
 
-    async def _out_of_range(self, partition: Partition, answer: Any) -> None:
+    async def _out_of_range(self, partition: Partition, answer: FetchedPartition) -> None:
         """Kafka's handleOutOfRangeError: past the leader's end -> truncate to it; before its log
         start -> start afresh at the leader's log start."""
         leo = partition.log.log_end_offset
@@ -286,13 +278,6 @@ def _starts_inside_first_batch(partition: Partition, first: BatchHeader) -> bool
     be appended and the follower would stay out of the ISR for good."""
     log = partition.log
     return log.log_end_offset == log.log_start_offset and first.base_offset < log.log_end_offset <= first.last_offset
-
-
-def _forgotten_topics(forgotten: list[tuple[str, int]]) -> tuple:
-    topics: dict[str, list[int]] = {}
-    for topic, index in forgotten:
-        topics.setdefault(topic, []).append(index)
-    return tuple(make(_REQUEST.ForgottenTopic, topic=t, partitions=tuple(p)) for t, p in topics.items())
 
 
 @dataclass(slots=True)
@@ -348,20 +333,19 @@ def _position(partition: Partition) -> tuple[int, ...]:
     return log.log_end_offset, partition.leader_epoch, log.latest_epoch(), log.log_start_offset
 
 
-def decode_fetch_response(frame: bytes, correlation: int) -> Any:
-    """A leader's Fetch v12 response frame, bounded before kio decodes it; ConnectionError (the
-    fetcher reconnects) for anything that is not a well-formed answer to request `correlation`."""
+def decode_fetch_response(frame: bytes, correlation: int) -> FetchAnswer:
+    """A leader's Fetch v12 response frame (`protocol.replica_fetch`: every length checked, the
+    records views of the frame); ConnectionError (the fetcher reconnects) for anything that is
+    not a well-formed answer to request `correlation`."""
     try:
-        header, used = _READ_HEADER(frame, 0)
-        bounds.check_request(_RESPONSE.FetchResponse, frame, used)
-        body, _ = _READ_BODY(frame, used)
-    except Exception as exc:  # noqa: BLE001 - kio raises many kinds on a malformed frame
+        answer = decode_replica_fetch_response(frame)
+    except MalformedAnswer as exc:
         raise ConnectionError(f"malformed fetch response: {exc}") from None
-    if header.correlation_id != correlation:
-        raise ConnectionError(f"correlation id {header.correlation_id}, expected {correlation}")
-    if body.error_code != ErrorCode.none:
-        raise ConnectionError(f"fetch refused: {ErrorCode(body.error_code).name}")
-    return body
+    if answer.correlation_id != correlation:
+        raise ConnectionError(f"correlation id {answer.correlation_id}, expected {correlation}")
+    if answer.error_code != ErrorCode.none:
+        raise ConnectionError(f"fetch refused: {answer.error_code.name}")
+    return answer
 
 
 def fetched_batches(records: bytes | memoryview) -> tuple[memoryview, list[BatchHeader]]:

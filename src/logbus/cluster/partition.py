@@ -16,7 +16,10 @@ is the leader's, capped by its own LEO.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import heapq
+import itertools
 import time
 import weakref
 from collections.abc import Callable, Container
@@ -33,6 +36,8 @@ from ..storage.segment import ReadSlice
 from .metadata import PartitionState
 
 RECENT_BYTES = 1 << 20  # the tail of a log taken as cached (`recently_written`): one replica.fetch.max.bytes
+RECENT_S = 10.0  # and the records written this long ago or less (`recently_written`)
+_RECENT_MARK_S = 1.0  # how often the log end is noted for `recently_written`
 MARKER_BATCH_BYTES = len(build_end_txn_marker(0, 0, EndTxnMarker(True, 0), 0))  # the same for every marker
 
 
@@ -85,7 +90,10 @@ class Partition:
         log.on_high_watermark(self.high_watermark)
         self._data_waiters: set[asyncio.Future[None]] = set()
         self._watches: list[weakref.ref[Any]] = []  # follower fetch sessions' ChangeWatch
-        self._changed = asyncio.Event()  # HW, LEO or state moved: acks=all waiters look again
+        self._changed = asyncio.Event()  # HW, LEO or state moved: DeleteRecords waiters look again
+        self._replication_waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # acks=all: a heap by offset
+        self._waiter_order = itertools.count()
+        self._end_marks: collections.deque[tuple[float, int]] = collections.deque()  # (time, LEO then)
         self.appended_bytes = 0  # bytes appended as leader since this broker opened the log
         self.followers: dict[int, FollowerState] = {}
         self.isr_change_pending = False
@@ -144,6 +152,7 @@ class Partition:
 
     def append_as_leader(self, data: bytearray, headers: list[BatchHeader], acks: int) -> AppendInfo:
         self._check_can_append(acks)
+        self._mark_log_end()
         info = self.log.append(data, headers, self.leader_epoch)
         if not info.duplicate:
             self._appended(len(data))
@@ -155,6 +164,7 @@ class Partition:
         always written with acks=all (Kafka's WriteTxnMarkers), so min.insync.replicas applies;
         the log refuses an older producer or coordinator epoch (KafkaApiError)."""
         self._check_can_append(-1)
+        self._mark_log_end()
         info = self.log.append_control_marker(producer_id, producer_epoch, commit, coordinator_epoch,
                                               self.leader_epoch)
         self._appended(MARKER_BATCH_BYTES)
@@ -191,19 +201,36 @@ class Partition:
         return None
 
     async def wait_replicated(self, offset: int, timeout: float) -> ErrorCode | None:
-        """Kafka's DelayedProduce: wait until `replicated(offset)` decides, or `timeout` (REQUEST_TIMED_OUT)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (verdict := self.replicated(offset)) == ErrorCode.request_timed_out:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return verdict
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._changed.wait()
-            except TimeoutError:
-                return self.replicated(offset)
+        """Kafka's DelayedProduce: wait until `replicated(offset)` decides, or `timeout` (REQUEST_TIMED_OUT).
+
+        The wait is woken only when its verdict can have changed: the HW reached `offset`, or
+        this replica stopped leading or went offline (`_wake_replication_waiters`), not at every
+        append or follower fetch: a leader with many produces in flight looked at each of them
+        several times per batch replicated."""
+        try:
+            async with asyncio.timeout(timeout):
+                while (verdict := self.replicated(offset)) == ErrorCode.request_timed_out:
+                    waiter = asyncio.get_running_loop().create_future()
+                    heapq.heappush(self._replication_waiters, (offset, next(self._waiter_order), waiter))
+                    await waiter
+        except TimeoutError:
+            return self.replicated(offset)
         return verdict
+
+    def _wake_replication_waiters(self) -> None:
+        """Wake the acks=all waits that `replicated` can now decide: all of them when this replica
+        no longer leads or is offline, else those the HW reached."""
+        waiters = self._replication_waiters
+        if self.offline or not self.is_leader:
+            woken = [waiter for _, _, waiter in waiters]
+            waiters.clear()
+        else:
+            woken = []
+            while waiters and waiters[0][0] <= self.high_watermark:
+                woken.append(heapq.heappop(waiters)[2])
+        for waiter in woken:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # ------------------------------------------------------------------ leader: followers
 
@@ -347,6 +374,7 @@ class Partition:
     # ------------------------------------------------------------------ follower
 
     def append_as_follower(self, data: bytes | memoryview, headers: list[BatchHeader], leader_hw: int) -> None:
+        self._mark_log_end()
         self.log.append_as_follower(data, headers)
         self.appended_bytes += len(data)
         self.follow_high_watermark(leader_hw)
@@ -391,12 +419,28 @@ class Partition:
         return FetchedData(self.high_watermark, stable, self.log.log_start_offset, found, aborted)
 
     def recently_written(self, offset: int) -> bool:
-        """Whether a read from `offset` starts in the last `RECENT_BYTES` of the log: bytes written
-        moments ago (a follower or consumer at the tail), taken as in the page cache without
-        asking the kernel (a mmap, mincore and munmap per read, which at the tail cost a
-        follower's fetch more than the copy)."""
+        """Whether a read from `offset` starts in the last `RECENT_BYTES` of the log, or in records
+        written at most `RECENT_S` ago: bytes written moments ago (a follower or consumer at the
+        tail, or a follower that many produces in flight keep megabytes behind), taken as in the
+        page cache without asking the kernel (a mmap, mincore and munmap per read, which at the
+        tail cost a follower's fetch more than the copy)."""
+        marks, now = self._end_marks, self.clock()
+        while marks and marks[0][0] < now - RECENT_S:
+            marks.popleft()
+        if marks and offset >= marks[0][1]:
+            return True
         segment = self.log.active_segment
         return offset >= segment.base_offset and segment.size - segment.offset_index.lookup(offset) <= RECENT_BYTES
+
+    def _mark_log_end(self) -> None:
+        """Before an append: note the log end every `_RECENT_MARK_S`, so that `recently_written`
+        knows where the records of the last `RECENT_S` begin (those from a mark taken at time t
+        on were written at t or later; truncated and written again, later still)."""
+        marks, now = self._end_marks, self.clock()
+        if not marks or now - marks[-1][0] >= _RECENT_MARK_S:
+            marks.append((now, self.log.log_end_offset))
+            while marks[0][0] < now - RECENT_S:
+                marks.popleft()
 
     def wake_on_data(self, waiter: asyncio.Future[None]) -> None:
         """Complete `waiter` the next time the HW or the LEO moves. A fetch waiting on many
@@ -422,6 +466,7 @@ class Partition:
         for ref in self._watches:
             if (watch := ref()) is not None:
                 watch.changed(self)
+        self._wake_replication_waiters()
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -52,11 +52,13 @@ from ...errors import KafkaApiError, OffsetOutOfRangeError, SessionError
 from ...metrics.counters import TopicTraffic
 from ...protocol.codec import make, response_class, response_module
 from ...protocol.records import whole_batches_length
+from ...protocol.replica_fetch import FETCH_VERSION as REPLICA_FETCH_VERSION
+from ...protocol.replica_fetch import encode_replica_fetch_response
 from ...security.acl import AclOperation, ResourceType
 from ...security.quotas import CONSUMER_BYTE_RATE
 from ...storage.segment import FileRegion, ReadSlice
 from ..authorization import authorize_cluster, authorized_names
-from ..context import RequestContext
+from ..context import RawResponse, RequestContext
 from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 
 API_KEY = 1
@@ -109,10 +111,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         _count_bytes_out(ctx.broker.metrics.traffic, wanted, topics)
     if session is not None:
         topics = _session_answer(session, wanted, topics, incremental)
-    return make(
+    response = make(
         response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none,
         session_id=session.id if session is not None else 0, responses=topics, node_endpoints=(),
     )
+    if reader.follower and ctx.api_version == REPLICA_FETCH_VERSION:  # a logbus follower's, never throttled
+        return RawResponse(encode_replica_fetch_response(response))
+    return response
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
