@@ -63,11 +63,17 @@ class SharePartitions:
         settings = self.settings(group_id)
         share = self.get(group_id, partition)
         if share is None:
-            self._drop((group_id, partition.topic, partition.index))
-            share = SharePartition(self._start_offset(partition, settings), settings.config, self.clock,
-                                   on_released=self._wake)
-            self.partitions[(group_id, partition.topic, partition.index)] = (partition, share)
+            share = self._put(group_id, partition, self._start_offset(partition, settings), settings.config)
         return share, settings
+
+    def _put(self, group_id: str, partition: Partition, start_offset: int, config: SharePartitionConfig
+             ) -> SharePartition:
+        """A new share-partition of the group, replacing any it had for `partition`."""
+        key = (group_id, partition.topic, partition.index)
+        self._drop(key)
+        share = SharePartition(start_offset, config, self.clock, on_released=self._wake)
+        self.partitions[key] = (partition, share)
+        return share
 
     def _start_offset(self, partition: Partition, settings: ShareGroupReadSettings) -> int:
         reset = settings.auto_offset_reset
@@ -107,6 +113,25 @@ class SharePartitions:
         for (group, _, _), (_, share) in list(self.partitions.items()):
             if group == group_id:
                 share.release_member(member_id)
+
+    # ---------------------------------------------------------------- the admin APIs
+
+    def of_group(self, group_id: str) -> list[tuple[Partition, SharePartition]]:
+        """The group's share-partitions here (DescribeShareGroupOffsets of all its partitions)."""
+        return [held for key, held in sorted(self.partitions.items(), key=lambda item: item[0])
+                if key[0] == group_id]
+
+    def reset(self, group_id: str, partition: Partition, start_offset: int) -> None:
+        """AlterShareGroupOffsets (its group is empty: nothing is acquired): the share-partition
+        starts over at `start_offset`, what was in flight forgotten."""
+        self._put(group_id, partition, start_offset, self.settings(group_id).config)
+
+    def forget(self, group_id: str, topic: str | None = None, index: int | None = None) -> None:
+        """DeleteGroups (every topic), DeleteShareGroupOffsets (a topic) or AlterShareGroupOffsets
+        to -1 (a partition): the group's state there goes; a later share fetch starts where its
+        share.auto.offset.reset says."""
+        for key in [k for k in self.partitions if k[0] == group_id and topic in (None, k[1]) and index in (None, k[2])]:
+            self._drop(key)
 
     def on_leadership(self, partition: Partition, leads: bool) -> None:
         """A partition this broker no longer leads takes its share-partitions' state with it."""

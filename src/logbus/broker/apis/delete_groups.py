@@ -1,7 +1,8 @@
 """DeleteGroups (key 42): serves v0–v2.
 
 Only an Empty group can go (NON_EMPTY_GROUP otherwise; GROUP_ID_NOT_FOUND when unknown):
-tombstones for its offsets and its metadata are written to __consumer_offsets. With an
+tombstones for its offsets and its metadata are written to __consumer_offsets; a share group's
+share-partitions here lose their state. With an
 authorizer each group needs Delete (GROUP_AUTHORIZATION_FAILED).
 """
 
@@ -24,12 +25,21 @@ MAX_VERSION = 2
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
-    coordinator = group_coordinator(ctx.broker)
     results = [
         make(module.DeletableGroupResult, group_id=group_id,
-             error_code=await coordinator.delete_group(group_id)
+             error_code=await _delete(ctx, group_id)
              if authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, group_id)
              else ErrorCode.group_authorization_failed)
         for group_id in request.groups_names
     ]
     return make(response_class(API_KEY, ctx.api_version), results=tuple(results))
+
+
+async def _delete(ctx: RequestContext, group_id: str) -> ErrorCode:
+    """A share group goes with its share-partitions' state here, as Kafka deletes its share state."""
+    coordinator = group_coordinator(ctx.broker)
+    share = coordinator.share_group(group_id) is not None
+    error = await coordinator.delete_group(group_id)
+    if share and error is ErrorCode.none:
+        ctx.broker.share_partitions.forget(group_id)
+    return error
