@@ -23,18 +23,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from ..client.admin import find_coordinator, retrying
 from ..client.apis import (
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
-    FIND_COORDINATOR,
     LIST_TRANSACTIONS,
     VERSIONS,
     WRITE_TXN_MARKERS,
@@ -45,10 +45,6 @@ from ..protocol.codec import make
 from .common import CliError, add_connection_options, non_negative_int, protocol_client
 
 TRANSACTION_KEY_TYPE = 1  # FindCoordinator's key type for transactional ids
-# Kafka's admin client retries these until its timeout: the coordinator is loading or moving.
-RETRIABLE = frozenset({ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
-                       ErrorCode.not_coordinator})
-RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 
 LIST_HEADERS = ("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
 DESCRIBE_HEADERS = ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
@@ -60,7 +56,6 @@ HANGING_HEADERS = ("Topic", "Partition", "ProducerId", "ProducerEpoch", "Coordin
                    "LastTimestamp", "Duration(min)")
 
 Key = tuple[str, int]
-T = TypeVar("T")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -166,18 +161,6 @@ def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         sys.stdout.write("".join(f"{cell:<{width}}\t" for cell, width in zip(row, widths, strict=True)) + "\n")
 
 
-def _retrying(attempt: Callable[[], T], timeout: float,
-              error_of: Callable[[T], ErrorCode] = lambda answer: answer.error_code) -> T:
-    """`attempt()` again while its answer says the coordinator is loading or moving, as Kafka's
-    admin client does, for at most `timeout` seconds; the last answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = attempt()
-        if error_of(answer) not in RETRIABLE or time.monotonic() >= deadline:
-            return answer
-        time.sleep(RETRY_BACKOFF_S)
-
-
 # ---------------------------------------------------------------- list
 
 
@@ -200,7 +183,7 @@ def _list_transactions(client: Client, duration: int = -1, pattern: str | None =
     client.partitions(())
     listed = []
     for broker in sorted(client.brokers):
-        answer = _retrying(lambda broker=broker: client.call_broker(broker, LIST_TRANSACTIONS, request, version),
+        answer = retrying(lambda broker=broker: client.call_broker(broker, LIST_TRANSACTIONS, request, version),
                            client.timeout)
         if answer.error_code != ErrorCode.none:
             raise _refused(answer.error_code, f"broker {broker}")
@@ -233,19 +216,10 @@ def _describe_transaction(client: Client, transactional_id: str) -> tuple[int, A
     request = module.DescribeTransactionsRequest(transactional_ids=(transactional_id,))
 
     def attempt() -> tuple[int, Any]:
-        coordinator = _find_coordinator(client, transactional_id)
+        coordinator = find_coordinator(client, transactional_id, TRANSACTION_KEY_TYPE)
         return coordinator, client.call_broker(coordinator, DESCRIBE_TRANSACTIONS, request).transaction_states[0]
 
-    return _retrying(attempt, client.timeout, lambda found: found[1].error_code)
-
-
-def _find_coordinator(client: Client, transactional_id: str) -> int:
-    module = _request(FIND_COORDINATOR)
-    request = module.FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_KEY_TYPE)
-    answer = _retrying(lambda: client.call_any(FIND_COORDINATOR, request), client.timeout)
-    if answer.error_code != ErrorCode.none:
-        raise _refused(answer.error_code, "FindCoordinator")
-    return answer.node_id
+    return retrying(attempt, client.timeout, lambda found: found[1].error_code)
 
 
 def _epoch_ms(moment: Any) -> int | None:

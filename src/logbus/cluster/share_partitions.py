@@ -19,16 +19,15 @@ expired, a member that left) may be acquired at once.
 from __future__ import annotations
 
 import asyncio
-import re
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..coordinator.clock import Clock
+from ..durations import iso_duration_ms
 from ..protocol.records import BatchHeader, iter_headers
 from .partition import Partition
 from .share_partition import AcquiredRange, SharePartition, SharePartitionConfig
-
-_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +182,7 @@ def _aborted_batches(headers: list[BatchHeader], aborted: list[tuple[int, int]] 
 
 
 def _duration_ms(text: str) -> int:
-    """An ISO-8601 duration as java.time.Duration.parse reads it (PnDTnHnMn.nS), in ms."""
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        return 0
-    days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
-    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+    """An ISO-8601 duration in ms (0 when it is not one)."""
+    with contextlib.suppress(ValueError):
+        return iso_duration_ms(text)
+    return 0
