@@ -12,6 +12,7 @@ member still holds on this broker, as Kafka's releaseSession.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster.partition import Partition
 from ..cluster.share_partition import AckBatch
 from ..errors import KafkaApiError
+from ..metrics.counters import ShareAcknowledgements
 from ..protocol.codec import make
 from ..security.acl import AclOperation, ResourceType
 from .authorization import authorized_names
@@ -102,12 +104,24 @@ def acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic_id: uu
     share = ctx.broker.share_partitions.get(group_id, partition)
     if share is None:  # as Kafka's SharePartitionManager.acknowledge
         return Outcome(ErrorCode.unknown_topic_or_partition, "The share group has no records in flight here.")
+    acks = [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
     try:
-        share.acknowledge(member_id, [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
-                                      for b in batches])
+        share.acknowledge(member_id, acks)
     except KafkaApiError as exc:
         return Outcome(exc.code, exc.message)
+    if ctx.broker.metrics is not None:
+        _count(ctx.broker.metrics.share_acknowledgements, acks)
     return OK
+
+
+def _count(counts: ShareAcknowledgements, acks: list[AckBatch]) -> None:
+    """Acknowledged records per type, a batch at a time (one type for all its records, or one each)."""
+    for batch in acks:
+        if len(batch.types) == 1:
+            counts.acknowledged(batch.types[0], batch.last_offset - batch.first_offset + 1)
+        else:
+            for ack_type, records in Counter(batch.types).items():
+                counts.acknowledged(ack_type, records)
 
 
 def current_leader(ctx: RequestContext, module: Any, topic_id: uuid.UUID | None, index: int) -> Any:

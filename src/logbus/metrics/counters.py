@@ -65,3 +65,19 @@ class RequestTimes:
             if histogram is None:
                 histogram = self.by_name[name] = LatencyHistogram()
             histogram.observe(ms)
+
+
+class ShareAcknowledgements:
+    """Kafka's ShareGroupMetrics RecordAcknowledgementsPerSec: records acknowledged by share group
+    members (ShareFetch and ShareAcknowledge), per acknowledge type as Kafka names it; gaps are not
+    counted, as in Kafka."""
+
+    NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
+
+    def __init__(self) -> None:
+        self.by_type = dict.fromkeys(self.NAMES.values(), 0)
+
+    def acknowledged(self, ack_type: int, records: int) -> None:
+        name = self.NAMES.get(ack_type)
+        if name is not None:
+            self.by_type[name] += records
