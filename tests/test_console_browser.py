@@ -66,7 +66,7 @@ def screenshot(driver: object, name: str) -> None:
 def test_every_page_renders(browser: object, console: ConsoleProcess) -> None:
     for path, heading, name in (("/", "Cluster", "cluster"), ("/brokers", "Brokers", "brokers"),
                                 ("/topics", "Topics", "topics"), (f"/topics/{TOPIC}", f"Topic {TOPIC}", "topic"),
-                                ("/groups", "Consumer groups", "groups"),
+                                ("/groups", "Groups", "groups"),
                                 (f"/topics/{TOPIC}/messages?partition=0", f"Messages of {TOPIC}", "messages")):
         browser.get(console.url + path)
         assert browser.find_element(By.TAG_NAME, "h1").text == heading
