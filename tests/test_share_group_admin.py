@@ -103,6 +103,8 @@ def test_describe_alter_and_delete_share_group_offsets(broker: BrokerProcess) ->
             ErrorCode.non_empty_group
         connection.call(HEARTBEAT, 1, group_id=group, member_id="admin-m", member_epoch=-1)
         # empty: partition 0 starts over at 4, an unknown partition is refused on its own
+        assert alter(connection, group, topic, {1: 10**12}).error_code == ErrorCode.none  # the log ends at 10
+        assert offsets(describe(connection, group, {topic: [1]})) == {(topic, 1): (10, 0)}
         altered = alter(connection, group, topic, {0: 4, 7: 0})
         assert altered.error_code == ErrorCode.none
         assert [(p.partition_index, p.error_code) for p in altered.responses[0].partitions] == [

@@ -122,8 +122,9 @@ class SharePartitions:
 
     def reset(self, group_id: str, partition: Partition, start_offset: int) -> None:
         """AlterShareGroupOffsets (its group is empty: nothing is acquired): the share-partition
-        starts over at `start_offset`, what was in flight forgotten."""
-        self._put(group_id, partition, start_offset, self.settings(group_id).config)
+        starts over at `start_offset`, at most the high watermark (the log cannot be read past it),
+        what was in flight forgotten."""
+        self._put(group_id, partition, min(start_offset, partition.high_watermark), self.settings(group_id).config)
 
     def forget(self, group_id: str, topic: str | None = None, index: int | None = None) -> None:
         """DeleteGroups (every topic), DeleteShareGroupOffsets (a topic) or AlterShareGroupOffsets

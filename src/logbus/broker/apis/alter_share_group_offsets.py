@@ -2,9 +2,10 @@
 
 Sets the start offset (SPSO) of share-partitions of an empty share group: the next share fetch
 of the group acquires from there (what was in flight is forgotten; a start offset below the log
-start moves up to it on that fetch; -1 forgets the state, so that share.auto.offset.reset decides
-again). Needs READ on the group (GROUP_AUTHORIZATION_FAILED) and on each topic
-(TOPIC_AUTHORIZATION_FAILED for its partitions), as Kafka. The group must be a known share group
+start moves up to it on that fetch, one past the high watermark is the high watermark; -1
+forgets the state, so that share.auto.offset.reset decides again). Needs READ on the group
+(GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions),
+as Kafka. The group must be a known share group
 (GROUP_ID_NOT_FOUND) without members (NON_EMPTY_GROUP), answered for the whole request, as
 INVALID_GROUP_ID, NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS are; an unknown topic or
 partition is UNKNOWN_TOPIC_OR_PARTITION; a partition another broker leads NOT_LEADER_OR_FOLLOWER
