@@ -208,6 +208,8 @@ def test_share_groups_cli_with_share_consumers(broker: BrokerProcess) -> None:
     assert deleted.returncode == 0 and f"Deletion of requested share groups ('{group}') was successful." in \
         deleted.stdout
     assert group not in share_groups(bootstrap, "list").stdout.split()
+    missing = share_groups(bootstrap, "describe", "--group", "no-such-share-group")
+    assert missing.returncode == 1 and "Share group 'no-such-share-group' does not exist." in missing.stderr
     unknown = share_groups(bootstrap, "delete", "--group", "no-such-share-group")
     assert unknown.returncode == 1 and "Group 'no-such-share-group' is not a share group." in unknown.stdout
 

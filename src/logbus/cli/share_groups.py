@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from ..client import admin
 from ..client.client import EARLIEST, LATEST, Client
-from ..client.errors import KafkaError
+from ..client.errors import KafkaError, RefusedError
 from ..client.offset_reset import reset_targets
 from ..durations import iso_duration_ms
 from .common import EXIT_FAILURE, EXIT_USAGE, CliError, add_connection_options, protocol_client
@@ -159,7 +159,12 @@ def _group_ids(client: Client, args: argparse.Namespace) -> list[str]:
 
 def _describe(client: Client, args: argparse.Namespace) -> int:
     for group_id in sorted(set(_group_ids(client, args))):
-        coordinator, described = admin.describe_share_group(client, group_id)
+        try:
+            coordinator, described = admin.describe_share_group(client, group_id)
+        except RefusedError as exc:
+            if exc.code == ErrorCode.group_id_not_found:
+                raise CliError(f"Share group '{group_id}' does not exist.") from None
+            raise
         if args.members:
             _print_members(group_id, described, args.verbose)
         elif args.state:
@@ -224,8 +229,8 @@ def _reset_offsets(client: Client, args: argparse.Namespace) -> int:
         _, described = admin.describe_share_group(client, group_id)
         if described.members:
             raise CliError(f"Share group '{group_id}' is not empty.", EXIT_USAGE)
-    except KafkaError as exc:  # an unknown group is DEAD to Kafka's tool: the alter then answers why not
-        if ErrorCode.group_id_not_found.name.upper() not in str(exc):
+    except RefusedError as exc:  # an unknown group is DEAD to Kafka's tool: the alter then answers why not
+        if exc.code != ErrorCode.group_id_not_found:
             raise
     keys = _partitions_to_reset(client, args)
     targets = reset_targets(keys, *_target(args), lambda wanted, spec: _lookup(client, wanted, spec))

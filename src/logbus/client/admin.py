@@ -28,7 +28,7 @@ from .apis import (
     api_module,
 )
 from .client import Client
-from .errors import KafkaError
+from .errors import RefusedError
 
 T = TypeVar("T")
 
@@ -110,10 +110,10 @@ def find_coordinator(client: Client, key: str, key_type: int) -> int:
     return answer.node_id
 
 
-def refused(code: ErrorCode, subject: str | None = None, message: str | None = None) -> KafkaError:
-    """The KafkaError of an error code in an answer: `subject: CODE_NAME (message)`."""
+def refused(code: ErrorCode, subject: str | None = None, message: str | None = None) -> RefusedError:
+    """The error of an error code in an answer: `subject: CODE_NAME (message)`."""
     text = code.name.upper() if not message else f"{code.name.upper()} ({message})"
-    return KafkaError(text if subject is None else f"{subject}: {text}")
+    return RefusedError(code, text if subject is None else f"{subject}: {text}")
 
 
 def _at_coordinator(client: Client, group_id: str, api_key: int, request: Any,

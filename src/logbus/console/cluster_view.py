@@ -23,7 +23,7 @@ from ..client.admin import (
     share_group_offsets,
 )
 from ..client.client import Client
-from ..client.errors import KafkaError
+from ..client.errors import KafkaError, RefusedError
 from ..client.security import ClientSecurity
 
 T = TypeVar("T")
@@ -339,9 +339,11 @@ class ClusterView:
             raise ConsoleError(f"{what}: {exc}") from None
         try:
             return read(client)
-        except KafkaError as exc:
-            if ErrorCode.group_id_not_found.name.upper() in str(exc):
+        except RefusedError as exc:
+            if exc.code == ErrorCode.group_id_not_found:
                 raise NotFound(f"{what} does not exist") from None
+            raise ConsoleError(f"{what}: {exc}", 502) from None
+        except KafkaError as exc:
             raise ConsoleError(f"{what}: {exc}", 502) from None
         except OSError as exc:
             raise ConsoleError(f"{what}: {exc}", 502) from None
