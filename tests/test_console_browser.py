@@ -166,7 +166,9 @@ def test_a_share_group_page_shows_its_lag_live(browser: object, console: Console
         consumer.close()
 
     def row() -> list[str]:
-        return [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#share-offsets td")]
+        """The offsets table's cells, read in one script call (the refresh swaps the table in anew)."""
+        return browser.execute_script(
+            "return [...document.querySelectorAll('#share-offsets td')].map(cell => cell.textContent.trim());")
     browser.get(f"{console.url}/share-groups/{group}")
     assert browser.find_element(By.TAG_NAME, "h1").text == f"Share group {group}"
     wait_until(lambda: row() == [topic, "0", "3", "0"], timeout=20, message="every job delivered: lag 0")
