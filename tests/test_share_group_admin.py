@@ -124,6 +124,13 @@ def test_describe_alter_and_delete_share_group_offsets(broker: BrokerProcess) ->
         assert again.error_code == ErrorCode.unknown_topic_or_partition  # no state left to delete
     # share.auto.offset.reset=earliest decides again: every record is delivered again
     assert len(consume_all(broker.bootstrap, group, topic, 20)) == 20
+    with RawConnection(broker.bootstrap) as connection:
+        wait_until(lambda: describe(connection, group).topics != (), 30, message="the group's state again")
+        assert connection.call(DELETE_GROUPS, 2, groups_names=(group,)).results[0].error_code == ErrorCode.none
+        rejoined = connection.call(HEARTBEAT, 1, group_id=group, member_id="admin-m", member_epoch=0,
+                                   subscribed_topic_names=(topic,))
+        assert rejoined.error_code == ErrorCode.none and rejoined.member_epoch == 1  # a new group
+        assert describe(connection, group).topics == ()  # its state went with the deleted group
 
 
 def test_unknown_groups_and_groups_of_another_type(broker: BrokerProcess) -> None:
