@@ -239,6 +239,10 @@ def test_share_group_metrics(broker: BrokerProcess) -> None:
     accepted = "kafka_server_sharegroupmetrics_recordacknowledgements_total"
     assert value(after, accepted, acktype="Accept") - value(before, accepted, acktype="Accept") == 10
     assert value(after, accepted, acktype="Reject") == value(before, accepted, acktype="Reject")
+    for name in ("totalsharefetchrequests", "totalshareacknowledgementrequests"):
+        counter = f"kafka_server_brokertopicmetrics_{name}_total"
+        assert value(after, counter, topic=topic) >= 1 and value(after, counter) > value(before, counter)
+    assert value(after, "kafka_server_brokertopicmetrics_failedsharefetchrequests_total", topic=topic) == 0
     assert value(after, "kafka_server_groupcoordinatormetrics_group_count", protocol="share") >= 1
     assert value(after, "kafka_server_groupcoordinatormetrics_share_group_count", state="Empty") >= 1
     rebalances = "kafka_server_groupcoordinatormetrics_share_group_rebalance_count"

@@ -23,7 +23,7 @@ from ..metrics.collectors import (
     ShareLag,
     TrafficCollector,
 )
-from ..metrics.counters import RequestTimes, ShareAcknowledgements, TopicTraffic
+from ..metrics.counters import RequestTimes, ShareAcknowledgements, ShareRequests, TopicTraffic
 from ..metrics.http import MetricsServer
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class BrokerMetrics:
         self.traffic = TopicTraffic()
         self.request_times = RequestTimes()
         self.share_acknowledgements = ShareAcknowledgements()
+        self.share_requests = ShareRequests()
         self.server = MetricsServer(self._registry(broker), broker.config["metrics.host"],
                                     broker.config["metrics.port"])
 
@@ -64,7 +65,7 @@ class BrokerMetrics:
         registry.register(GroupCoordinatorCollector(
             lambda: ((g.group_type, g.state) for g in coordinator.list_groups()),
             lambda: coordinator.share_groups.rebalances))
-        registry.register(ShareGroupCollector(self.share_acknowledgements,
+        registry.register(ShareGroupCollector(self.share_acknowledgements, self.share_requests,
                                               lambda: _share_lags(broker.share_partitions)))
         ProcessCollector(registry=registry)
         return registry

@@ -124,6 +124,21 @@ def _count(counts: ShareAcknowledgements, acks: list[AckBatch]) -> None:
                 counts.acknowledged(ack_type, records)
 
 
+def count_requests(ctx: RequestContext, kind: str, outcomes: Iterable[tuple[SessionPartition, Outcome]]) -> None:
+    """A share `kind` ("fetch", "acknowledgement") request's topics in the metrics: each once, and
+    as failed when a partition of it failed."""
+    if ctx.broker.metrics is None:
+        return
+    topics, failed = set(), set()
+    for (topic_id, _), outcome in outcomes:
+        name = topic_name(ctx, topic_id)
+        if name is not None:
+            topics.add(name)
+            if outcome.code != ErrorCode.none:
+                failed.add(name)
+    ctx.broker.metrics.share_requests.mark(kind, topics, failed)
+
+
 def current_leader(ctx: RequestContext, module: Any, topic_id: uuid.UUID | None, index: int) -> Any:
     """The partition's leader and epoch as this broker knows them (-1, -1: unknown)."""
     name = topic_name(ctx, topic_id)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .counters import LATENCY_BUCKETS_MS, RequestTimes, ShareAcknowledgements, TopicTraffic
+from .counters import LATENCY_BUCKETS_MS, RequestTimes, ShareAcknowledgements, ShareRequests, TopicTraffic
 
 
 def _per_topic_counter(name: str, documentation: str, total: int, per_topic: dict[str, int]) -> Metric:
@@ -220,16 +220,24 @@ class ShareLag:
 
 
 class ShareGroupCollector(Collector):
-    """ShareGroupMetrics' RecordAcknowledgementsPerSec, and `kafka_sharegroup_lag`: per share
+    """BrokerTopicMetrics' share request meters, ShareGroupMetrics' RecordAcknowledgementsPerSec,
+    and `kafka_sharegroup_lag`: per share
     group and partition this broker leads, the records from the share-partition start offset to the
     high watermark not yet delivered for good (KIP-1226's lag, as DescribeShareGroupOffsets
     answers it)."""
 
-    def __init__(self, acknowledgements: ShareAcknowledgements, lags: Callable[[], Iterable[ShareLag]]) -> None:
+    def __init__(self, acknowledgements: ShareAcknowledgements, requests: ShareRequests,
+                 lags: Callable[[], Iterable[ShareLag]]) -> None:
         self.acknowledgements = acknowledgements
+        self.requests = requests
         self.lags = lags
 
     def collect(self) -> Iterator[Metric]:
+        for (kind, failed), total in self.requests.total.items():
+            name = f"{'Failed' if failed else 'Total'}Share{kind.capitalize()}Requests"  # Kafka's, less PerSec
+            yield _per_topic_counter(f"kafka_server_brokertopicmetrics_{name.lower()}",
+                                     f"Topics of share {kind} requests{' that failed' if failed else ''} "
+                                     f"({name}PerSec).", total, self.requests.per_topic[(kind, failed)])
         acks = CounterMetricFamily("kafka_server_sharegroupmetrics_recordacknowledgements",
                                    "Records acknowledged by share group members, per type "
                                    "(RecordAcknowledgementsPerSec).", labels=["acktype"])

@@ -81,3 +81,24 @@ class ShareAcknowledgements:
         name = self.NAMES.get(ack_type)
         if name is not None:
             self.by_type[name] += records
+
+
+class ShareRequests:
+    """BrokerTopicMetrics' share request meters (Total/FailedShareFetchRequestsPerSec,
+    Total/FailedShareAcknowledgementRequestsPerSec): each topic of a ShareFetch (its
+    acknowledgements counting as an acknowledgement request) or ShareAcknowledge marked once, and
+    once more as failed when a partition of it failed, in total and per topic, as Kafka's
+    SharePartitionManager marks them."""
+
+    KINDS = ("fetch", "acknowledgement")
+
+    def __init__(self) -> None:
+        self.total = {(kind, failed): 0 for kind in self.KINDS for failed in (False, True)}
+        self.per_topic: dict[tuple[str, bool], dict[str, int]] = {key: {} for key in self.total}
+
+    def mark(self, kind: str, topics: set[str], failed: set[str]) -> None:
+        for key, names in (((kind, False), topics), ((kind, True), failed)):
+            counts = self.per_topic[key]
+            for topic in names:
+                counts[topic] = counts.get(topic, 0) + 1
+            self.total[key] += len(names)

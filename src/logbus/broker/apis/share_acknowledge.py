@@ -24,6 +24,7 @@ from ..context import RequestContext
 from ..share_requests import (
     acknowledge,
     check_request,
+    count_requests,
     current_leader,
     finish,
     node_endpoints,
@@ -52,17 +53,20 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     readable = readable_topics(ctx, {topic.topic_id for topic in request.topics})
     topics = []
     not_leader = []
+    outcomes = []
     for topic in request.topics:
         answers = []
         for part in topic.partitions:
             outcome = acknowledge(ctx, session.group_id, session.member_id, topic.topic_id, part.partition_index,
                                   part.acknowledgement_batches, readable)
+            outcomes.append(((topic.topic_id, part.partition_index), outcome))
             leader = current_leader(ctx, module, topic.topic_id, part.partition_index)
             if outcome.code == ErrorCode.not_leader_or_follower and leader.leader_id >= 0:
                 not_leader.append(leader.leader_id)
             answers.append(make(module.PartitionData, partition_index=part.partition_index, error_code=outcome.code,
                                 error_message=outcome.message, current_leader=leader))
         topics.append(make(module.ShareAcknowledgeTopicResponse, topic_id=topic.topic_id, partitions=tuple(answers)))
+    count_requests(ctx, "acknowledgement", outcomes)
     finish(ctx, session, request.share_session_epoch)
     lock_ms = ctx.broker.share_partitions.settings(session.group_id).config.lock_duration_ms
     return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, responses=tuple(topics),

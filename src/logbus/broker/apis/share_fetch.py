@@ -41,6 +41,7 @@ from ..share_requests import (
     Outcome,
     acknowledge,
     check_request,
+    count_requests,
     current_leader,
     finish,
     node_endpoints,
@@ -79,6 +80,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         fetched: dict[SessionPartition, tuple[Outcome, Acquired | None]] = {}
     else:
         fetched = await _fetch(ctx, request, session, readable)
+        count_requests(ctx, "fetch", ((key, outcome) for key, (outcome, _) in fetched.items()))
+    if acked:
+        count_requests(ctx, "acknowledgement", acked.items())
     return _response(ctx, request, session, acked, fetched)
 
 
