@@ -33,7 +33,16 @@ from confluent_kafka.admin import (
 )
 from helpers import QUIET, RawConnection, raw_request, transactional_producer, wait_until
 from kio.schema.alter_replica_log_dirs.v2 import request as log_dirs_v2
+from kio.schema.alter_share_group_offsets.v0.request import (
+    AlterShareGroupOffsetsRequestPartition,
+    AlterShareGroupOffsetsRequestTopic,
+)
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
+from kio.schema.delete_share_group_offsets.v0.request import DeleteShareGroupOffsetsRequestTopic
+from kio.schema.describe_share_group_offsets.v1.request import (
+    DescribeShareGroupOffsetsRequestGroup,
+    DescribeShareGroupOffsetsRequestTopic,
+)
 from kio.schema.describe_topic_partitions.v0 import request as dtp_v0
 from kio.schema.elect_leaders.v2 import request as elect_v2
 from kio.schema.errors import ErrorCode
@@ -588,3 +597,33 @@ def test_each_api_answers_a_refusal_with_its_authorization_code(matrix: BrokerPr
         unauthorized = call(76, 1, group_id="g", member_id="m-1", member_epoch=0, subscribed_topic_names=("b.x",))
         assert (unauthorized.error_code, unauthorized.error_message) == (
             ErrorCode.topic_authorization_failed, "Unauthorized topics in the subscription.")
+
+
+def test_share_group_offsets_need_kafkas_acls(matrix: BrokerProcess) -> None:
+    """Describe/Alter/DeleteShareGroupOffsets: Describe on the group and the topics, Read on the
+    group and the topics, Delete on the group and Read on the topics, as Kafka's handlers check."""
+    def offsets(group: str, api_key: int, version: int, topics: tuple[Any, ...], **fields: Any) -> Any:
+        return connection.call(api_key, version, group_id=group, topics=topics, **fields)
+
+    with RawConnection(matrix.bootstrap) as connection:
+        def joined() -> bool:  # g becomes an empty share group: its member joins and leaves
+            connection.call(10, 3, key="g", key_type=0)
+            reply = connection.call(76, 1, group_id="g", member_id="s1", member_epoch=0,
+                                    subscribed_topic_names=("a.x",))
+            return reply.error_code == ErrorCode.none
+        wait_until(joined, 30, message="a share group g")
+        assert connection.call(76, 1, group_id="g", member_id="s1", member_epoch=-1).error_code == ErrorCode.none
+        wanted = tuple(DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=(0,)) for t in ("a.x", "b.x"))
+        described = connection.call(90, 1, groups=tuple(DescribeShareGroupOffsetsRequestGroup(group_id=g, topics=wanted)
+                                                        for g in ("g", "h"))).groups
+        assert [d.error_code for d in described] == [ErrorCode.none, ErrorCode.group_authorization_failed]
+        assert [(t.topic_name, t.partitions[0].start_offset, t.partitions[0].error_code) for t in described[0].topics] \
+            == [("a.x", -1, ErrorCode.none), ("b.x", -1, ErrorCode.topic_authorization_failed)]
+        reset = tuple(AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=(
+            AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0),)) for t in ("a.x", "b.x"))
+        altered = offsets("g", 91, 0, reset)
+        assert [(t.topic_name, t.partitions[0].error_code) for t in altered.responses] == [
+            ("a.x", ErrorCode.none), ("b.x", ErrorCode.topic_authorization_failed)]
+        assert offsets("h", 91, 0, reset).error_code == ErrorCode.group_authorization_failed
+        deleted = offsets("g", 92, 0, (DeleteShareGroupOffsetsRequestTopic(topic_name="a.x"),))
+        assert deleted.error_code == ErrorCode.group_authorization_failed  # Delete on the group: not granted

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, ConsoleProcess, produce_all, running_console, wait_until
 
 from logbus.testing import BrokerProcess, running_broker
@@ -150,8 +150,42 @@ def test_a_consumer_protocol_group_shows_its_members_and_lag(console: ConsolePro
         consumer.close()
 
 
+def test_a_share_group_shows_its_members_start_offsets_and_lag(console: ConsoleProcess,
+                                                               seeded: BrokerProcess) -> None:
+    """A share group (KIP-932) is listed beside the consumer groups with its lag (DescribeShareGroupOffsets'),
+    and its page shows its state, members, each partition's start offset and lag."""
+    topic, group = f"queue-{uuid.uuid4().hex[:8]}", f"workers-{uuid.uuid4().hex[:8]}"
+    admin = admin_of(seeded)
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(FUTURE_TIMEOUT_S)
+    earliest = ConfigResource(ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([earliest])[earliest].result(FUTURE_TIMEOUT_S)
+    produce_all(seeded.bootstrap, topic, [(None, b"job")] * 6)  # all to one partition: no key, sticky
+    consumer = ShareConsumer({"bootstrap.servers": seeded.bootstrap, "group.id": group, **QUIET})
+    try:
+        consumer.subscribe([topic])
+        received: list[object] = []
+        wait_until(lambda: received.extend(consumer.poll(0.5)) or len(received) >= 6, timeout=30,
+                   message="the share consumer got every record")
+        consumer.commit_sync()
+        wait_until(lambda: [row[1] for row in cells(ok(console, "/groups"), "share-groups") if row[:1] == [group]]
+                   == ["Stable"], timeout=20, message="the share group listed as Stable")  # the listing is cached
+        page = ok(console, f"/share-groups/{group}")
+        assert [cells(page, "share-group")[0][i] for i in (0, 3)] == ["Stable", "1"]
+        (member,) = cells(page, "members")
+        assert member[3] == f"{topic}-0, {topic}-1"
+    finally:
+        consumer.close()
+    produce_all(seeded.bootstrap, topic, [(None, b"later")] * 4)
+    wait_until(lambda: [row[1:] for row in cells(ok(console, "/groups"), "share-groups") if row[:1] == [group]]
+               == [["Empty", "4"]], timeout=20, message="the share group listed as Empty with a lag of 4")
+    page = ok(console, f"/share-groups/{group}")
+    assert sum(int(row[3]) for row in cells(page, "share-offsets")) == 4 and not any(cells(page, "members"))
+
+
 def test_unknown_topic_and_group_are_404(console: ConsoleProcess) -> None:
-    for path in ("/topics/no-such-topic", "/groups/no-such-group", "/topics/no-such-topic/messages"):
+    for path in ("/topics/no-such-topic", "/groups/no-such-group", "/topics/no-such-topic/messages",
+                 "/share-groups/no-such-group"):
         status, page = console.get(path)
         assert status == 404, (path, page)
 

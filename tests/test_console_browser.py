@@ -1,7 +1,8 @@
 """`logbus console` in a real browser (headless Debian chromium driven by selenium) against a real broker:
 the pages render, the lag chart of the live page rises while a consumer is paused and falls when it
-resumes (read back from the plotted values the page's script keeps swapping in), and a topic is
-created through the form. Screenshots go to $LOGBUS_TEST_ARTIFACTS (default test-artifacts/)."""
+resumes (read back from the plotted values the page's script keeps swapping in), a share group's
+page refreshes its lag, and a topic is created through the form. Screenshots go to
+$LOGBUS_TEST_ARTIFACTS (default test-artifacts/)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from helpers import QUIET, REPO_ROOT, ConsoleProcess, produce_all, running_console, wait_until
 
 from logbus.testing import BrokerProcess, running_broker
@@ -66,7 +67,7 @@ def screenshot(driver: object, name: str) -> None:
 def test_every_page_renders(browser: object, console: ConsoleProcess) -> None:
     for path, heading, name in (("/", "Cluster", "cluster"), ("/brokers", "Brokers", "brokers"),
                                 ("/topics", "Topics", "topics"), (f"/topics/{TOPIC}", f"Topic {TOPIC}", "topic"),
-                                ("/groups", "Consumer groups", "groups"),
+                                ("/groups", "Groups", "groups"),
                                 (f"/topics/{TOPIC}/messages?partition=0", f"Messages of {TOPIC}", "messages")):
         browser.get(console.url + path)
         assert browser.find_element(By.TAG_NAME, "h1").text == heading
@@ -143,3 +144,34 @@ def test_create_a_topic_through_the_form(browser: object, console: ConsoleProces
     browser.find_element(By.ID, "next").click()
     wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 2, timeout=20,
                message="the new topic's page")
+
+
+def test_a_share_group_page_shows_its_lag_live(browser: object, console: ConsoleProcess, broker: BrokerProcess) -> None:
+    """A share group's page (KIP-932): its start offset, and its lag refreshed in place as records arrive."""
+    topic, group = "jobs", "job-workers"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    earliest = ConfigResource(ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([earliest])[earliest].result(15)
+    produce_all(broker.bootstrap, topic, [(None, b"job")] * 3)
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, **QUIET})
+    try:
+        consumer.subscribe([topic])
+        received: list[object] = []
+        wait_until(lambda: received.extend(consumer.poll(0.5)) or len(received) >= 3, timeout=30,
+                   message="the share consumer got every record")
+        consumer.commit_sync()
+    finally:
+        consumer.close()
+
+    def row() -> list[str]:
+        """The offsets table's cells, read in one script call (the refresh swaps the table in anew)."""
+        return browser.execute_script(
+            "return [...document.querySelectorAll('#share-offsets td')].map(cell => cell.textContent.trim());")
+    browser.get(f"{console.url}/share-groups/{group}")
+    assert browser.find_element(By.TAG_NAME, "h1").text == f"Share group {group}"
+    wait_until(lambda: row() == [topic, "0", "3", "0"], timeout=20, message="every job delivered: lag 0")
+    produce_all(broker.bootstrap, topic, [(None, b"later")] * 4)
+    wait_until(lambda: row() == [topic, "0", "3", "4"], timeout=20, message="the page's lag refreshed to 4")
+    screenshot(browser, "share-group")

@@ -187,3 +187,18 @@ def test_control_batches_are_archived_not_acquired() -> None:
     assert partition.end_offset == 3 and partition.fetch_offset() == 3
     ack(partition, "m1", 0, 1, AckType.ACCEPT)
     assert partition.start_offset == 3
+
+
+def test_lag_leaves_out_the_records_after_the_start_offset_already_done() -> None:
+    """KIP-1226's lag: the high watermark minus the SPSO, less the records in flight already
+    acknowledged or archived (acquired and available ones still count)."""
+    partition, _, _ = make(start=10)
+    assert partition.lag(15) == 5
+    partition.acquire("m1", [(10, 19)], max_records=10)
+    ack(partition, "m1", 12, 13, AckType.ACCEPT)
+    ack(partition, "m1", 15, 15, AckType.REJECT)
+    ack(partition, "m1", 16, 16, AckType.RELEASE)
+    assert partition.start_offset == 10 and partition.lag(25) == 15 - 3
+    ack(partition, "m1", 10, 11, AckType.ACCEPT)  # the SPSO moves past 10..13
+    assert partition.start_offset == 14 and partition.lag(25) == 25 - 14 - 1
+    assert partition.lag(12) == 0  # a start offset past the high watermark is no backlog

@@ -13,19 +13,23 @@ from ..metrics.collectors import (
     ConnectionCollector,
     ConsumerLagCollector,
     ControllerCollector,
+    GroupCoordinatorCollector,
     GroupOffset,
     HostedPartition,
     LogManagerCollector,
     ReplicaCollector,
     RequestCollector,
+    ShareGroupCollector,
+    ShareLag,
     TrafficCollector,
 )
-from ..metrics.counters import RequestTimes, TopicTraffic
+from ..metrics.counters import RequestTimes, ShareAcknowledgements, ShareRequests, TopicTraffic
 from ..metrics.http import MetricsServer
 
 if TYPE_CHECKING:
     from ..cluster.metadata import MetadataStore
     from ..cluster.replica_manager import ReplicaManager
+    from ..cluster.share_partitions import SharePartitions
     from ..coordinator import GroupCoordinator
     from .broker import Broker
 
@@ -34,6 +38,8 @@ class BrokerMetrics:
     def __init__(self, broker: Broker) -> None:
         self.traffic = TopicTraffic()
         self.request_times = RequestTimes()
+        self.share_acknowledgements = ShareAcknowledgements()
+        self.share_requests = ShareRequests()
         self.server = MetricsServer(self._registry(broker), broker.config["metrics.host"],
                                     broker.config["metrics.port"])
 
@@ -55,6 +61,12 @@ class BrokerMetrics:
                                               (e.name for e in broker.listener_settings.listeners)))
         registry.register(ConsumerLagCollector(lambda: _committed(broker.group_coordinator),
                                                lambda topic, index: _high_watermark(replicas, topic, index)))
+        coordinator = broker.group_coordinator
+        registry.register(GroupCoordinatorCollector(
+            lambda: ((g.group_type, g.state) for g in coordinator.list_groups()),
+            lambda: coordinator.share_groups.rebalances))
+        registry.register(ShareGroupCollector(self.share_acknowledgements, self.share_requests,
+                                              lambda: _share_lags(broker.share_partitions)))
         ProcessCollector(registry=registry)
         return registry
 
@@ -76,6 +88,12 @@ def _committed(coordinator: GroupCoordinator) -> Iterator[GroupOffset]:
     for group in coordinator.groups.values():
         for (topic, index), committed in group.offsets.items():
             yield GroupOffset(group.group_id, topic, index, committed.value.offset)
+
+
+def _share_lags(shares: SharePartitions) -> Iterator[ShareLag]:
+    """The lag of every share-partition here (each on a partition this broker leads)."""
+    for (group_id, topic, index), (partition, share) in shares.partitions.items():
+        yield ShareLag(group_id, topic, index, share.lag(partition.high_watermark))
 
 
 def _high_watermark(replicas: ReplicaManager, topic: str, index: int) -> int | None:

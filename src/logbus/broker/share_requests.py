@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster.partition import Partition
 from ..cluster.share_partition import AckBatch
 from ..errors import KafkaApiError
+from ..metrics.counters import ShareAcknowledgements
 from ..protocol.codec import make
 from ..security.acl import AclOperation, ResourceType
 from .authorization import authorized_names
@@ -102,12 +104,13 @@ async def acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic_
     partition, outcome = resolve(ctx, topic_id, index, readable)
     if partition is None:
         return outcome
+    acks = [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
     try:
-        await ctx.broker.share_partitions.acknowledge(
-            group_id, partition, member_id,
-            [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches])
+        await ctx.broker.share_partitions.acknowledge(group_id, partition, member_id, acks)
     except KafkaApiError as exc:
         return Outcome(exc.code, exc.message)
+    if ctx.broker.metrics is not None:
+        _count(ctx.broker.metrics.share_acknowledgements, acks)
     return OK
 
 
@@ -145,6 +148,31 @@ async def _load(ctx: RequestContext, group_id: str, partition: Partition, verify
     except KafkaApiError as exc:
         return Outcome(exc.code, exc.message)
     return OK
+
+
+def _count(counts: ShareAcknowledgements, acks: list[AckBatch]) -> None:
+    """Acknowledged records per type, a batch at a time (one type for all its records, or one each)."""
+    for batch in acks:
+        if len(batch.types) == 1:
+            counts.acknowledged(batch.types[0], batch.last_offset - batch.first_offset + 1)
+        else:
+            for ack_type, records in Counter(batch.types).items():
+                counts.acknowledged(ack_type, records)
+
+
+def count_requests(ctx: RequestContext, kind: str, outcomes: Iterable[tuple[SessionPartition, Outcome]]) -> None:
+    """A share `kind` ("fetch", "acknowledgement") request's topics in the metrics: each once, and
+    as failed when a partition of it failed."""
+    if ctx.broker.metrics is None:
+        return
+    topics, failed = set(), set()
+    for (topic_id, _), outcome in outcomes:
+        name = topic_name(ctx, topic_id)
+        if name is not None:
+            topics.add(name)
+            if outcome.code != ErrorCode.none:
+                failed.add(name)
+    ctx.broker.metrics.share_requests.mark(kind, topics, failed)
 
 
 def current_leader(ctx: RequestContext, module: Any, topic_id: uuid.UUID | None, index: int) -> Any:

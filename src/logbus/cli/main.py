@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         produce,
         quotas,
         reassign,
+        share_groups,
         topics,
         transactions,
         users,
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(subparsers)
     pipeline.add_parser(subparsers)
     groups.add_parser(subparsers)
+    share_groups.add_parser(subparsers)
     cluster.add_parser(subparsers)
     reassign.add_parser(subparsers)
     elect_leaders.add_parser(subparsers)

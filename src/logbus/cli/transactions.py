@@ -23,18 +23,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from ..client.admin import find_coordinator, refused, retrying
 from ..client.apis import (
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
-    FIND_COORDINATOR,
     LIST_TRANSACTIONS,
     VERSIONS,
     WRITE_TXN_MARKERS,
@@ -45,10 +45,6 @@ from ..protocol.codec import make
 from .common import CliError, add_connection_options, non_negative_int, protocol_client
 
 TRANSACTION_KEY_TYPE = 1  # FindCoordinator's key type for transactional ids
-# Kafka's admin client retries these until its timeout: the coordinator is loading or moving.
-RETRIABLE = frozenset({ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
-                       ErrorCode.not_coordinator})
-RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 
 LIST_HEADERS = ("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
 DESCRIBE_HEADERS = ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
@@ -60,7 +56,6 @@ HANGING_HEADERS = ("Topic", "Partition", "ProducerId", "ProducerEpoch", "Coordin
                    "LastTimestamp", "Duration(min)")
 
 Key = tuple[str, int]
-T = TypeVar("T")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -149,11 +144,6 @@ def _failing(what: str) -> Iterator[None]:
         raise CliError(f"{what}: {exc}") from None
 
 
-def _refused(code: ErrorCode, subject: str | None = None) -> KafkaError:
-    name = code.name.upper()
-    return KafkaError(name if subject is None else f"{subject}: {name}")
-
-
 def _request(api_key: int, version: int | None = None) -> Any:
     """The kio request module of `api_key` at `version` (by default the client's)."""
     return load_payload_module(api_key, VERSIONS[api_key] if version is None else version, EntityType.request)
@@ -164,18 +154,6 @@ def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max([len(header), *(len(row[i]) for row in rows)]) for i, header in enumerate(headers)]
     for row in (headers, *rows):
         sys.stdout.write("".join(f"{cell:<{width}}\t" for cell, width in zip(row, widths, strict=True)) + "\n")
-
-
-def _retrying(attempt: Callable[[], T], timeout: float,
-              error_of: Callable[[T], ErrorCode] = lambda answer: answer.error_code) -> T:
-    """`attempt()` again while its answer says the coordinator is loading or moving, as Kafka's
-    admin client does, for at most `timeout` seconds; the last answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = attempt()
-        if error_of(answer) not in RETRIABLE or time.monotonic() >= deadline:
-            return answer
-        time.sleep(RETRY_BACKOFF_S)
 
 
 # ---------------------------------------------------------------- list
@@ -200,10 +178,10 @@ def _list_transactions(client: Client, duration: int = -1, pattern: str | None =
     client.partitions(())
     listed = []
     for broker in sorted(client.brokers):
-        answer = _retrying(lambda broker=broker: client.call_broker(broker, LIST_TRANSACTIONS, request, version),
+        answer = retrying(lambda broker=broker: client.call_broker(broker, LIST_TRANSACTIONS, request, version),
                            client.timeout)
         if answer.error_code != ErrorCode.none:
-            raise _refused(answer.error_code, f"broker {broker}")
+            raise refused(answer.error_code, f"broker {broker}")
         listed += [(broker, t) for t in sorted(answer.transaction_states, key=lambda t: t.transactional_id)]
     return listed
 
@@ -216,7 +194,7 @@ def _describe(client: Client, args: argparse.Namespace) -> None:
     with _failing(f"Failed to describe transaction state of transactional-id `{transactional_id}`"):
         coordinator, state = _describe_transaction(client, transactional_id)
         if state.error_code != ErrorCode.none:
-            raise _refused(state.error_code)
+            raise refused(state.error_code)
     start = _epoch_ms(state.transaction_start_time)
     now = int(time.time() * 1000)
     partitions = ",".join(f"{topic}-{index}" for topic, index in sorted(_partitions_of(state)))
@@ -233,19 +211,10 @@ def _describe_transaction(client: Client, transactional_id: str) -> tuple[int, A
     request = module.DescribeTransactionsRequest(transactional_ids=(transactional_id,))
 
     def attempt() -> tuple[int, Any]:
-        coordinator = _find_coordinator(client, transactional_id)
+        coordinator = find_coordinator(client, transactional_id, TRANSACTION_KEY_TYPE)
         return coordinator, client.call_broker(coordinator, DESCRIBE_TRANSACTIONS, request).transaction_states[0]
 
-    return _retrying(attempt, client.timeout, lambda found: found[1].error_code)
-
-
-def _find_coordinator(client: Client, transactional_id: str) -> int:
-    module = _request(FIND_COORDINATOR)
-    request = module.FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_KEY_TYPE)
-    answer = _retrying(lambda: client.call_any(FIND_COORDINATOR, request), client.timeout)
-    if answer.error_code != ErrorCode.none:
-        raise _refused(answer.error_code, "FindCoordinator")
-    return answer.node_id
+    return retrying(attempt, client.timeout, lambda found: found[1].error_code)
 
 
 def _epoch_ms(moment: Any) -> int | None:
@@ -279,9 +248,9 @@ def _producers(client: Client, partitions: list[Key], broker_id: int | None) -> 
     for topic, index in partitions:
         broker = broker_id if broker_id is not None else client.leaders.get((topic, index))
         if broker is None:
-            raise _refused(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
+            raise refused(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
         if broker < 0:
-            raise _refused(ErrorCode.leader_not_available, f"{topic}-{index}")
+            raise refused(ErrorCode.leader_not_available, f"{topic}-{index}")
         by_broker.setdefault(broker, {}).setdefault(topic, []).append(index)
     module = _request(DESCRIBE_PRODUCERS)
     result: dict[Key, tuple[Any, ...]] = {}
@@ -291,7 +260,7 @@ def _producers(client: Client, partitions: list[Key], broker_id: int | None) -> 
         for topic in client.call_broker(broker, DESCRIBE_PRODUCERS, request).topics:
             for answer in topic.partitions:
                 if answer.error_code != ErrorCode.none:
-                    raise _refused(answer.error_code, f"{topic.name}-{answer.partition_index}")
+                    raise refused(answer.error_code, f"{topic.name}-{answer.partition_index}")
                 result[(topic.name, answer.partition_index)] = answer.active_producers
     return result
 
@@ -346,7 +315,7 @@ def _write_abort_marker(client: Client, key: Key, producer_id: int, producer_epo
     for topic in answer.markers[0].topics:
         for partition in topic.partitions:
             if partition.error_code != ErrorCode.none:
-                raise _refused(partition.error_code)
+                raise refused(partition.error_code)
 
 
 # ---------------------------------------------------------------- find-hanging
@@ -383,7 +352,7 @@ def _partitions_to_search(client: Client, args: argparse.Namespace) -> list[Key]
         return [(args.topic, args.partition)]
     found = client.partitions(None if args.topic is None else [args.topic], internal=True)
     if args.topic is not None and args.topic not in found:
-        raise _refused(ErrorCode.unknown_topic_or_partition, args.topic)
+        raise refused(ErrorCode.unknown_topic_or_partition, args.topic)
     return [(topic, index) for topic, indexes in sorted(found.items()) for index in indexes
             if args.broker_id is None or args.broker_id in client.replicas[(topic, index)]]
 
@@ -403,5 +372,5 @@ def _without_coordinator(client: Client, candidates: list[tuple[Key, Any]]) -> l
         if state.error_code == ErrorCode.none:
             expected[transactional_id] = _partitions_of(state)
         elif state.error_code != ErrorCode.transactional_id_not_found:
-            raise _refused(state.error_code, f"transactional id {transactional_id}")
+            raise refused(state.error_code, f"transactional id {transactional_id}")
     return [(key, p) for key, p in candidates if key not in expected.get(owners.get(p.producer_id), set())]

@@ -24,6 +24,13 @@ TXN_OFFSET_COMMIT = 28
 VERSIONS.update({PRODUCE: 9, OFFSET_FETCH: 7, INIT_PRODUCER_ID: 4, ADD_PARTITIONS_TO_TXN: 3, ADD_OFFSETS_TO_TXN: 3,
                  END_TXN: 3, TXN_OFFSET_COMMIT: 3})
 
+# `logbus share-groups` and the console's share groups: Kafka 4.2's share-group APIs (KIP-932), with
+# ListGroups v5 (its type filter) and DeleteGroups v2.
+LIST_GROUPS, DELETE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 42, 77
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
+VERSIONS.update({LIST_GROUPS: 5, DELETE_GROUPS: 2, SHARE_GROUP_DESCRIBE: 1, DESCRIBE_SHARE_GROUP_OFFSETS: 1,
+                 ALTER_SHARE_GROUP_OFFSETS: 0, DELETE_SHARE_GROUP_OFFSETS: 0})
+
 
 class ApiModule:
     """The kio classes of one API at one version."""

@@ -174,6 +174,12 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
+    def lag(self, end: int) -> int:
+        """The records from the SPSO to `end` (the high watermark) not yet delivered for good:
+        KIP-1226's share-partition lag (end - SPSO - the records in flight already done)."""
+        done = sum(1 for offset, record in self.records.items() if offset < end and record.state in DONE)
+        return max(end - self.start_offset - done, 0)
+
     def acquire(self, member_id: str, batches: Iterable[tuple[int, int] | tuple[int, int, bool]], max_records: int,
                 whole_batches: bool = True) -> list[AcquiredRange]:
         """Acquire for `member_id` what it may of `batches` ((first, last) offsets of the batches

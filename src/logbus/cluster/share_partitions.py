@@ -28,9 +28,9 @@ expired, a member that left) may be acquired at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from ..coordinator.clock import Clock
 from ..coordinator.share_records import ShareKey
+from ..durations import iso_duration_ms
 from ..errors import KafkaApiError
 from ..protocol.records import BatchHeader, iter_headers
 from .partition import Partition
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 
 STATE_EPOCH = 0  # the state epoch of a share-partition initialized here (Kafka's first)
 STALE = frozenset({ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch, ErrorCode.unknown_topic_or_partition})
-
-_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +302,23 @@ class SharePartitions:
         finally:
             held.flushing = False
 
+    # ---------------------------------------------------------------- the admin APIs
+
+    def loaded(self, group_id: str, topic: str, index: int) -> SharePartition | None:
+        """The group's share-partition of `topic`-`index` as this broker holds it (its leader), if loaded."""
+        held = self.partitions.get((group_id, topic, index))
+        return held.share if held is not None else None
+
+    async def delete_state(self, group_id: str, topic: str, index: int) -> None:
+        """DeleteShareGroupOffsets or AlterShareGroupOffsets to -1 (an empty group): the persisted
+        state is deleted (DeleteShareGroupState), then this broker's copy goes; a later share fetch
+        starts where share.auto.offset.reset says. KafkaApiError when it cannot be deleted."""
+        topic_id = self.topic_id(topic)
+        if topic_id is None:
+            raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"{topic} has no topic id")
+        await self.persister.delete(ShareKey(group_id, topic_id, index))
+        self._drop((group_id, topic, index))
+
     # ---------------------------------------------------------------- leadership
 
     def on_leadership(self, partition: Partition, leads: bool) -> None:
@@ -357,9 +373,7 @@ def _aborted_batches(headers: list[BatchHeader], aborted: list[tuple[int, int]] 
 
 
 def _duration_ms(text: str) -> int:
-    """An ISO-8601 duration as java.time.Duration.parse reads it (PnDTnHnMn.nS), in ms."""
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        return 0
-    days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
-    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+    """An ISO-8601 duration in ms (0 when it is not one)."""
+    with contextlib.suppress(ValueError):
+        return iso_duration_ms(text)
+    return 0

@@ -192,8 +192,14 @@ def int_param(params: Any, name: str, default: int | None) -> int | None:
 
 def groups_page(request: Request) -> HTMLResponse:
     console = console_of(request)
-    return render(request, "groups.html", title="Consumer groups", groups=console.view.groups(),
-                  lag=console.history.latest_group_lag)
+    return render(request, "groups.html", title="Groups", groups=console.view.groups(),
+                  lag=console.history.latest_group_lag, share_groups=console.view.share_groups())
+
+
+def share_group_page(request: Request) -> HTMLResponse:
+    group_id = request.path_params["group_id"]
+    group = console_of(request).view.share_group(group_id)
+    return render(request, "share_group.html", title=f"Share group {group_id}", group=group)
 
 
 def group_page(request: Request) -> HTMLResponse:
@@ -344,6 +350,7 @@ def create_app(settings: Settings, kafka: Any) -> Starlette:
         Route("/groups", groups_page),
         Route("/groups/{group_id:path}/reset-offsets", action(reset_offsets), methods=["POST"]),
         Route("/groups/{group_id:path}", group_page),
+        Route("/share-groups/{group_id:path}", share_group_page),
         Mount("/static", StaticFiles(packages=[("logbus.console", "static")]), name="static"),
     ]
     middleware = [Middleware(ReadOnly)] if settings.read_only else []

@@ -13,9 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..client.admin import describe_log_dirs
+from kio.schema.errors import ErrorCode
+
+from ..client.admin import (
+    SharePartitionOffset,
+    describe_log_dirs,
+    describe_share_group,
+    list_share_groups,
+    share_group_offsets,
+)
 from ..client.client import Client
-from ..client.errors import KafkaError
+from ..client.errors import KafkaError, RefusedError
 from ..client.security import ClientSecurity
 
 T = TypeVar("T")
@@ -93,6 +101,13 @@ class GroupSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareGroupSummary:
+    group_id: str
+    state: str
+    lag: int | None  # summed over its share-partitions; None when it has state of none
+
+
+@dataclass(frozen=True, slots=True)
 class Member:
     member_id: str
     client_id: str
@@ -113,6 +128,16 @@ class GroupInfo:
     @property
     def empty(self) -> bool:
         return not self.members and self.state in ("EMPTY", "DEAD", "UNKNOWN")
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupInfo:
+    group_id: str
+    state: str
+    coordinator: int
+    group_epoch: int
+    members: list[Member]
+    offsets: list[SharePartitionOffset]
 
 
 class TtlCache:
@@ -219,12 +244,16 @@ class ClusterView:
         clients are; empty when the cluster does not answer it."""
         return self.cache.get("sizes", self._load_sizes)
 
+    def _protocol_client(self) -> Client:
+        """logbus's own blocking client (for what confluent-kafka lacks), secured as the console's
+        other clients are; KafkaError when the settings are unusable."""
+        return Client(self.config["bootstrap.servers"], self.timeout_s, ClientSecurity.from_settings(self.config))
+
     def _load_sizes(self) -> dict[tuple[str, int], int]:
         try:
-            security = ClientSecurity.from_settings(self.config)
+            client = self._protocol_client()
         except KafkaError:
             return {}
-        client = Client(self.config["bootstrap.servers"], self.timeout_s, security)
         try:
             document = describe_log_dirs(client)
         except Exception:  # noqa: BLE001 - sizes are optional: a page without them beats an error page
@@ -278,6 +307,48 @@ class ClusterView:
         coordinator = description.coordinator.id if description.coordinator is not None else None
         return GroupInfo(group_id, state, description.partition_assignor or "-", coordinator, members, committed,
                          self.offsets(keys, "latest"))
+
+    # ------------------------------------------------------------ share groups (KIP-932)
+
+    def share_groups(self) -> list[ShareGroupSummary]:
+        """Every share group with its state and lag (DescribeShareGroupOffsets' lag, summed)."""
+        return self.cache.get("share-groups", lambda: self._with_client("listing share groups", self._list_shares))
+
+    def _list_shares(self, client: Client) -> list[ShareGroupSummary]:
+        summaries = []
+        for group_id, state in list_share_groups(client):
+            lags = [o.lag for o in share_group_offsets(client, group_id) if o.lag is not None]
+            summaries.append(ShareGroupSummary(group_id, state, sum(lags) if lags else None))
+        return summaries
+
+    def share_group(self, group_id: str) -> ShareGroupInfo:
+        def describe(client: Client) -> ShareGroupInfo:
+            coordinator, described = describe_share_group(client, group_id)
+            members = [Member(m.member_id, m.client_id, m.client_host,
+                              sorted((t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions))
+                       for m in described.members]
+            return ShareGroupInfo(group_id, described.group_state, coordinator, described.group_epoch, members,
+                                  share_group_offsets(client, group_id))
+        return self._with_client(f"share group '{group_id}'", describe)
+
+    def _with_client(self, what: str, read: Callable[[Client], T]) -> T:
+        """`read` with a blocking client; its failures as `ConsoleError`s naming `what`."""
+        try:
+            client = self._protocol_client()
+        except KafkaError as exc:
+            raise ConsoleError(f"{what}: {exc}") from None
+        try:
+            return read(client)
+        except RefusedError as exc:
+            if exc.code == ErrorCode.group_id_not_found:
+                raise NotFound(f"{what} does not exist") from None
+            raise ConsoleError(f"{what}: {exc}", 502) from None
+        except KafkaError as exc:
+            raise ConsoleError(f"{what}: {exc}", 502) from None
+        except OSError as exc:
+            raise ConsoleError(f"{what}: {exc}", 502) from None
+        finally:
+            client.close()
 
     def sample(self) -> tuple[dict[tuple[str, int], int], dict[str, dict[tuple[str, int], int]]]:
         """What `History.record` takes: every partition's end offset, every group's committed offsets."""

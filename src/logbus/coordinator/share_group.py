@@ -116,6 +116,7 @@ class ShareGroups:
         self.max_size = max_size
         self.held_by_other_type = held_by_other_type  # a classic or consumer group holds this id
         self.groups: dict[str, ShareGroup] = {}
+        self.rebalances = 0  # group epoch bumps since start (Kafka's share-group-rebalance-count)
 
     # ================================================================ heartbeat
 
@@ -200,6 +201,7 @@ class ShareGroups:
         """A new group epoch and at once its assignment."""
         group.partition_counts = self._partition_counts(group)
         group.group_epoch += 1
+        self.rebalances += 1
         subscriptions = {m.member_id: m.subscribed_topics for m in group.members.values()}
         group.target = simple_assignor(subscriptions, group.partition_counts, group.target)
 

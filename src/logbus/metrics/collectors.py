@@ -4,7 +4,8 @@ Each collector is given the narrow things it reads (a counter object, a callable
 hosted partitions, ...), never the broker. Collection runs on the event loop (see `http.py`), so
 state is read as the loop leaves it between callbacks: no lock, no copy beyond the families.
 Names and labels are those of the JMX exporter's usual Kafka rules (lowercased MBean names,
-`...PerSec` counters as `..._total`), plus kafka-exporter's `kafka_consumergroup_lag`.
+`...PerSec` counters as `..._total`), plus kafka-exporter's `kafka_consumergroup_lag` and its
+share-group counterpart `kafka_sharegroup_lag`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .counters import LATENCY_BUCKETS_MS, RequestTimes, TopicTraffic
+from .counters import LATENCY_BUCKETS_MS, RequestTimes, ShareAcknowledgements, ShareRequests, TopicTraffic
 
 
 def _per_topic_counter(name: str, documentation: str, total: int, per_topic: dict[str, int]) -> Metric:
@@ -172,4 +173,80 @@ class ConsumerLagCollector(Collector):
             end = self.end_offset(c.topic, c.partition)
             if end is not None:
                 family.add_metric([c.group, c.topic, str(c.partition)], max(end - c.offset, 0))
+        yield family
+
+
+GROUP_PROTOCOLS = ("classic", "consumer", "share")
+SHARE_GROUP_STATES = ("Empty", "Stable", "Dead")
+
+
+class GroupCoordinatorCollector(Collector):
+    """group-coordinator-metrics of the groups this broker coordinates: `group-count` per protocol,
+    `share-group-count` per state and `share-group-rebalance-count` (a cumulative count Kafka's
+    JMX exports as a gauge)."""
+
+    def __init__(self, groups: Callable[[], Iterable[tuple[str, str]]], share_rebalances: Callable[[], int]) -> None:
+        self.groups = groups  # (group type, state) of each group
+        self.share_rebalances = share_rebalances
+
+    def collect(self) -> Iterator[Metric]:
+        per_protocol = dict.fromkeys(GROUP_PROTOCOLS, 0)
+        share_states = dict.fromkeys(SHARE_GROUP_STATES, 0)
+        for group_type, state in self.groups():
+            per_protocol[group_type] = per_protocol.get(group_type, 0) + 1
+            if group_type == "share":
+                share_states[state] = share_states.get(state, 0) + 1
+        count = GaugeMetricFamily("kafka_server_groupcoordinatormetrics_group_count",
+                                  "Groups this broker coordinates, per protocol.", labels=["protocol"])
+        for protocol, value in per_protocol.items():
+            count.add_metric([protocol], value)
+        yield count
+        states = GaugeMetricFamily("kafka_server_groupcoordinatormetrics_share_group_count",
+                                   "Share groups this broker coordinates, per state.", labels=["state"])
+        for state, value in share_states.items():
+            states.add_metric([state], value)
+        yield states
+        yield GaugeMetricFamily("kafka_server_groupcoordinatormetrics_share_group_rebalance_count",
+                                "Share group rebalances (group epoch bumps) since the broker started.",
+                                value=self.share_rebalances())
+
+
+@dataclass(frozen=True, slots=True)
+class ShareLag:
+    group: str
+    topic: str
+    partition: int
+    lag: int
+
+
+class ShareGroupCollector(Collector):
+    """BrokerTopicMetrics' share request meters, ShareGroupMetrics' RecordAcknowledgementsPerSec,
+    and `kafka_sharegroup_lag`: per share
+    group and partition this broker leads, the records from the share-partition start offset to the
+    high watermark not yet delivered for good (KIP-1226's lag, as DescribeShareGroupOffsets
+    answers it)."""
+
+    def __init__(self, acknowledgements: ShareAcknowledgements, requests: ShareRequests,
+                 lags: Callable[[], Iterable[ShareLag]]) -> None:
+        self.acknowledgements = acknowledgements
+        self.requests = requests
+        self.lags = lags
+
+    def collect(self) -> Iterator[Metric]:
+        for (kind, failed), total in self.requests.total.items():
+            name = f"{'Failed' if failed else 'Total'}Share{kind.capitalize()}Requests"  # Kafka's, less PerSec
+            yield _per_topic_counter(f"kafka_server_brokertopicmetrics_{name.lower()}",
+                                     f"Topics of share {kind} requests{' that failed' if failed else ''} "
+                                     f"({name}PerSec).", total, self.requests.per_topic[(kind, failed)])
+        acks = CounterMetricFamily("kafka_server_sharegroupmetrics_recordacknowledgements",
+                                   "Records acknowledged by share group members, per type "
+                                   "(RecordAcknowledgementsPerSec).", labels=["acktype"])
+        for name, value in self.acknowledgements.by_type.items():
+            acks.add_metric([name], value)
+        yield acks
+        family = GaugeMetricFamily("kafka_sharegroup_lag", "High watermark minus share-partition start offset, "
+                                   "less the records after it already delivered for good.",
+                                   labels=["sharegroup", "topic", "partition"])
+        for s in self.lags():
+            family.add_metric([s.group, s.topic, str(s.partition)], s.lag)
         yield family

@@ -65,3 +65,40 @@ class RequestTimes:
             if histogram is None:
                 histogram = self.by_name[name] = LatencyHistogram()
             histogram.observe(ms)
+
+
+class ShareAcknowledgements:
+    """Kafka's ShareGroupMetrics RecordAcknowledgementsPerSec: records acknowledged by share group
+    members (ShareFetch and ShareAcknowledge), per acknowledge type as Kafka names it; gaps are not
+    counted, as in Kafka."""
+
+    NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
+
+    def __init__(self) -> None:
+        self.by_type = dict.fromkeys(self.NAMES.values(), 0)
+
+    def acknowledged(self, ack_type: int, records: int) -> None:
+        name = self.NAMES.get(ack_type)
+        if name is not None:
+            self.by_type[name] += records
+
+
+class ShareRequests:
+    """BrokerTopicMetrics' share request meters (Total/FailedShareFetchRequestsPerSec,
+    Total/FailedShareAcknowledgementRequestsPerSec): each topic of a ShareFetch (its
+    acknowledgements counting as an acknowledgement request) or ShareAcknowledge marked once, and
+    once more as failed when a partition of it failed, in total and per topic, as Kafka's
+    SharePartitionManager marks them."""
+
+    KINDS = ("fetch", "acknowledgement")
+
+    def __init__(self) -> None:
+        self.total = {(kind, failed): 0 for kind in self.KINDS for failed in (False, True)}
+        self.per_topic: dict[tuple[str, bool], dict[str, int]] = {key: {} for key in self.total}
+
+    def mark(self, kind: str, topics: set[str], failed: set[str]) -> None:
+        for key, names in (((kind, False), topics), ((kind, True), failed)):
+            counts = self.per_topic[key]
+            for topic in names:
+                counts[topic] = counts.get(topic, 0) + 1
+            self.total[key] += len(names)

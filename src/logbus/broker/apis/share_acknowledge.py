@@ -25,6 +25,7 @@ from ..context import RequestContext
 from ..share_requests import (
     acknowledge_all,
     check_request,
+    count_requests,
     current_leader,
     finish,
     node_endpoints,
@@ -65,6 +66,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             answers.append(make(module.PartitionData, partition_index=part.partition_index, error_code=outcome.code,
                                 error_message=outcome.message, current_leader=leader))
         topics.append(make(module.ShareAcknowledgeTopicResponse, topic_id=topic.topic_id, partitions=tuple(answers)))
+    count_requests(ctx, "acknowledgement", outcomes.items())
     finish(ctx, session, request.share_session_epoch)
     lock_ms = ctx.broker.share_partitions.settings(session.group_id).config.lock_duration_ms
     return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, responses=tuple(topics),

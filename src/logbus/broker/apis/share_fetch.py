@@ -44,6 +44,7 @@ from ..share_requests import (
     Outcome,
     acknowledge_all,
     check_request,
+    count_requests,
     current_leader,
     finish,
     load_all,
@@ -84,6 +85,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     else:  # the acknowledgements' writes and the fetch at once (their records are not acquirable)
         fetched = await _fetch(ctx, request, session, readable)
         acked = await acking
+        count_requests(ctx, "fetch", ((key, outcome) for key, (outcome, _) in fetched.items()))
+    if acked:
+        count_requests(ctx, "acknowledgement", acked.items())
     return _response(ctx, request, session, acked, fetched)
 
 

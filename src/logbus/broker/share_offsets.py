@@ -1,0 +1,80 @@
+"""What DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets share: the
+checks of the group they name and where a share-partition's state is.
+
+A share-partition's state is persisted by its share coordinator (`__share_group_state`,
+cluster/share_persister.py); its leader holds a copy with the records in flight
+(cluster/share_partitions.py). These APIs go to the group's coordinator, which reads the
+persisted state (ReadShareGroupStateSummary) and re-initializes or deletes it
+(InitializeShareGroupState, DeleteShareGroupState) wherever the partition is led. The topics a
+group has state of are those its members ever subscribed to (`ShareGroup.topics_seen`).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster.partition import Partition
+from ..coordinator import group_coordinator
+from ..coordinator.share_records import ShareKey, ShareState
+from ..errors import KafkaApiError
+from .context import RequestContext
+
+ZERO_UUID = uuid.UUID(int=0)
+UNINITIALIZED = -1  # the start offset (and lag) of a share-partition without state
+
+
+def check_empty_share_group(ctx: RequestContext, group_id: str | None) -> None:
+    """Alter and Delete need an empty share group (Kafka's validateEmptyGroup): KafkaApiError
+    INVALID_GROUP_ID, NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS, GROUP_ID_NOT_FOUND (unknown,
+    or a group of another type) or NON_EMPTY_GROUP."""
+    if not group_id:
+        raise KafkaApiError(ErrorCode.invalid_group_id, "The group id is empty.")
+    coordinator = group_coordinator(ctx.broker)
+    error = coordinator.coordinator_error(group_id)
+    if error is not None:
+        raise KafkaApiError(error)
+    group = coordinator.share_group(group_id)
+    if group is None:
+        raise KafkaApiError(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
+    if group.members:
+        raise KafkaApiError(ErrorCode.non_empty_group, f"Share group {group_id} is not empty.")
+
+
+def led_here(ctx: RequestContext, topic: str, index: int) -> Partition | None:
+    """The partition, when this broker leads it."""
+    try:
+        return ctx.broker.replicas.partition_to_read(topic, index)
+    except KafkaApiError:
+        return None
+
+
+def group_topics(ctx: RequestContext, group_id: str) -> set[str]:
+    """The topics the share group may have state of (those its members subscribed to), that exist."""
+    group = group_coordinator(ctx.broker).share_group(group_id)
+    seen = group.topics_seen if group is not None else set()
+    return {name for name in seen if ctx.broker.metadata.topic(name) is not None}
+
+
+def remember_topic(ctx: RequestContext, group_id: str, topic: str) -> None:
+    """State was initialized for `topic` (AlterShareGroupOffsets): the group's deletion deletes it too."""
+    group = group_coordinator(ctx.broker).share_group(group_id)
+    if group is not None:
+        group.topics_seen.add(topic)
+
+
+def forget_topic(ctx: RequestContext, group_id: str, topic: str) -> None:
+    """The group's state of `topic` was deleted (DeleteShareGroupOffsets)."""
+    group = group_coordinator(ctx.broker).share_group(group_id)
+    if group is not None:
+        group.topics_seen.discard(topic)
+
+
+async def persisted_state(ctx: RequestContext, group_id: str, topic: str, index: int) -> ShareState | None:
+    """The share-partition's persisted state (None: never initialized, or an unknown topic);
+    KafkaApiError when its share coordinator cannot answer."""
+    metadata = ctx.broker.metadata.topic(topic)
+    if metadata is None:
+        return None
+    return await ctx.broker.share_partitions.persister.summary(ShareKey(group_id, metadata.uuid, index))
