@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import RawConnection, wait_until
+from helpers import RawConnection, create_topic, group_broker, wait_until
 from kio.schema.alter_share_group_offsets.v0.request import (
     AlterShareGroupOffsetsRequestPartition,
     AlterShareGroupOffsetsRequestTopic,
@@ -25,19 +25,17 @@ from kio.schema.describe_share_group_offsets.v1.request import (
 )
 from kio.schema.errors import ErrorCode
 from test_metrics import scrape, value
-from test_share_groups import CONFIG, create_topic, join_when_loaded, new_group, poll_until, produce, share_consumer
+from test_share_groups import CONFIG, new_group, poll_until, produce, share_consumer
 
 from logbus.cli.main import main
-from logbus.testing import BrokerProcess, running_broker
+from logbus.testing import BrokerProcess
 
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS, HEARTBEAT, DELETE_GROUPS = 90, 91, 92, 76, 42
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[BrokerProcess]:
-    with running_broker(config={**CONFIG, "metrics.port": "0"}) as process:
-        with RawConnection(process.bootstrap) as connection:
-            join_when_loaded(connection, "warm-up", "m", "no-such-topic")
+    with group_broker({**CONFIG, "metrics.port": "0"}, HEARTBEAT) as process:
         yield process
 
 
