@@ -41,6 +41,15 @@ from logbus.coordinator.consumer_records import (
     encode_consumer_value,
 )
 from logbus.coordinator.records import RecordFormatError
+from logbus.coordinator.share_group_records import (
+    SHARE_GROUP_METADATA,
+    SHARE_STATE_PARTITION_METADATA,
+    ShareGroupEpochValue,
+    ShareGroupKey,
+    StatePartitionMetadataValue,
+    StateTopic,
+    encode_share_value,
+)
 from logbus.coordinator.store import decode_entry, encode_entry
 from logbus.errors import KafkaApiError
 
@@ -55,6 +64,9 @@ VALUES = [
     (ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, GROUP, "m"), TargetAssignmentValue(((TOPIC_ID, (0, 2)),))),
     (ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, GROUP, "m"), CurrentAssignmentValue(
         7, 6, 1, ((TOPIC_ID, (0,)),), ((TOPIC_ID, (1, 3)),))),
+    (ShareGroupKey(SHARE_GROUP_METADATA, GROUP), ShareGroupEpochValue(3)),
+    (ShareGroupKey(SHARE_STATE_PARTITION_METADATA, GROUP), StatePartitionMetadataValue(
+        initialized=(StateTopic(TOPIC_ID, "t", (0, 1), 1700),), deleting=(StateTopic(TOPIC_ID, "u"),))),
 ]
 
 
@@ -62,7 +74,7 @@ VALUES = [
 
 
 @pytest.mark.parametrize(("key", "value"), VALUES, ids=lambda v: type(v).__name__)
-def test_each_record_round_trips(key: ConsumerGroupKey, value: object) -> None:
+def test_each_record_round_trips(key: ConsumerGroupKey | ShareGroupKey, value: object) -> None:
     raw_key, raw_value = encode_entry(key, value)
     assert decode_entry(raw_key, raw_value) == (key, value)
     assert decode_entry(raw_key, None) == (key, None)  # a tombstone
@@ -76,6 +88,22 @@ def test_keys_and_values_are_laid_out_as_kafka_writes_them() -> None:
     assert encode_consumer_value(CurrentAssignmentValue(2, 1, 0, ((TOPIC_ID, (5,)),), ())) == (
         b"\x00\x00" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x01" + b"\x00"
         + b"\x02" + TOPIC_ID.bytes + b"\x02\x00\x00\x00\x05" + b"\x00" + b"\x01" + b"\x00")
+
+
+def test_share_group_records_are_laid_out_as_kafka_4_2_writes_them() -> None:
+    """ShareGroupMetadataKey/Value (11) and ShareGroupStatePartitionMetadataKey/Value (15)."""
+    assert encode_entry(ShareGroupKey(SHARE_GROUP_METADATA, "g"), None)[0] == b"\x00\x0b\x00\x01g"
+    assert encode_entry(ShareGroupKey(SHARE_STATE_PARTITION_METADATA, "g"), None)[0] == b"\x00\x0f\x00\x01g"
+    # Epoch, MetadataHash
+    assert encode_share_value(ShareGroupEpochValue(7)) == b"\x00\x00" + b"\x00\x00\x00\x07" + bytes(8) + b"\x00"
+    # InitializingTopics, InitializedTopics [TopicId, TopicName, Partitions, CreateTimestamp, tags],
+    # DeletingTopics [TopicId, TopicName, tags]
+    value = StatePartitionMetadataValue(initialized=(StateTopic(TOPIC_ID, "t", (5,), 9),),
+                                        deleting=(StateTopic(TOPIC_ID, "u"),))
+    assert encode_share_value(value) == (
+        b"\x00\x00" + b"\x01"
+        + b"\x02" + TOPIC_ID.bytes + b"\x02t" + b"\x02\x00\x00\x00\x05" + (9).to_bytes(8, "big") + b"\x00"
+        + b"\x02" + TOPIC_ID.bytes + b"\x02u" + b"\x00" + b"\x00")
 
 
 def test_tagged_fields_of_newer_kafkas_are_skipped() -> None:
