@@ -41,6 +41,7 @@ from logbus.coordinator.consumer_records import (
     encode_consumer_value,
 )
 from logbus.coordinator.records import RecordFormatError
+from logbus.coordinator.share_group import ShareHeartbeat
 from logbus.coordinator.share_group_records import (
     SHARE_GROUP_METADATA,
     SHARE_STATE_PARTITION_METADATA,
@@ -319,3 +320,47 @@ async def test_hostile_records_in_the_log_do_not_stop_the_load(tmp_path: Path) -
     async with consumer_env(tmp_path) as env:
         assert env.records() == before
         assert env.coordinator.consumer_groups.get("orphans") is None  # members without the group's epoch
+
+
+# ---------------------------------------------------------------- share groups' records
+
+
+async def share_join(env: Env, group: str, member: str) -> HeartbeatResult:
+    return await env.coordinator.share_heartbeat(ShareHeartbeat(group, member, 0, subscribed_topics=("t",)))
+
+
+@in_loop
+async def test_a_share_groups_topics_are_written_first_and_survive_a_reload(tmp_path: Path) -> None:
+    """ShareGroupMetadata and ShareGroupStatePartitionMetadata are written before the heartbeat
+    that first subscribes the group to a topic counts; a reload rebuilds the group, Empty, with its
+    epoch and topics; deleting a topic's state (DeleteShareGroupOffsets' path) and the group
+    (DeleteGroups) delete the state of exactly those topics, then leave tombstones."""
+    deleted: list[tuple[str, set[str]]] = []
+
+    async def delete_state(group_id: str, topics: set[str]) -> None:
+        deleted.append((group_id, set(topics)))
+
+    async with consumer_env(tmp_path) as env:
+        env.store.failing = True
+        with pytest.raises(KafkaApiError):
+            await share_join(env, "unwritten", "m")
+        assert env.coordinator.share_groups.get("unwritten") is None  # the failed write changed nothing
+        env.store.failing = False
+        joined = await share_join(env, GROUP, "m")
+        assert joined.member_epoch == 1
+    async with consumer_env(tmp_path) as env:
+        share = env.coordinator.share_groups.get(GROUP)
+        assert share is not None and (share.group_epoch, share.topics_seen, share.members) == (1, {"t"}, {})
+        await env.coordinator.share_writes.delete_topics(GROUP, {"t", "never"}, delete_state)
+        assert deleted == [(GROUP, {"t"})] and share.topics_seen == set()
+        await share_join(env, GROUP, "m2")
+        await env.coordinator.share_heartbeat(ShareHeartbeat(GROUP, "m2", -1))
+    async with consumer_env(tmp_path) as env:
+        env.coordinator.delete_share_state = delete_state
+        assert env.coordinator.share_groups.get(GROUP).topics_seen == {"t"}
+        assert await env.coordinator.delete_group(GROUP) == ErrorCode.none
+        assert deleted[-1] == (GROUP, {"t"})
+        survivors = [e async for chunk in env.store.read_state(0) for e in chunk]
+        assert [e.key for e in survivors if isinstance(e.key, ShareGroupKey) and e.value is not None] == []
+    async with consumer_env(tmp_path) as env:
+        assert env.coordinator.share_groups.get(GROUP) is None

@@ -100,16 +100,39 @@ class ShareGroupWrites:
     async def delete(self, group_id: str, delete_state: DeleteState) -> None:
         """DeleteGroups of an empty share group: its share state, then its records, then the group."""
         async with self._writing:
-            self._check_coordinator(group_id)
-            group = self.groups.get(group_id)
-            if group is None:
-                return
-            deleting = tuple(StateTopic(t.topic_id, t.name) for t in self._initialized(group.topics_seen))
-            key = ShareGroupKey(SHARE_STATE_PARTITION_METADATA, group_id)
-            await self._write(group_id, [(key, StatePartitionMetadataValue(deleting=deleting))])
-            await delete_state(group_id, group.topics_seen)
-            await self._write(group_id, [(key, None), (ShareGroupKey(SHARE_GROUP_METADATA, group_id), None)])
+            group = self._group(group_id)
+            await self._delete_state(group, set(group.topics_seen), delete_state)
+            await self._write(group_id, [(ShareGroupKey(SHARE_STATE_PARTITION_METADATA, group_id), None),
+                                         (ShareGroupKey(SHARE_GROUP_METADATA, group_id), None)])
             self.groups.delete(group_id)
+
+    async def delete_topics(self, group_id: str, topics: set[str], delete_state: DeleteState) -> None:
+        """The group's share state of `topics` is deleted (DeleteShareGroupOffsets), and the group
+        no longer counts them among its topics; KafkaApiError (GROUP_ID_NOT_FOUND for no share
+        group, the coordinator's or the deletion's error) leaves them counted."""
+        async with self._writing:
+            group = self._group(group_id)
+            deleting = topics & group.topics_seen
+            await self._delete_state(group, deleting, delete_state)
+            remaining = group.topics_seen - deleting
+            await self._write(group_id, [(ShareGroupKey(SHARE_STATE_PARTITION_METADATA, group_id),
+                                          StatePartitionMetadataValue(initialized=self._initialized(remaining)))])
+            group.topics_seen = remaining
+
+    async def _delete_state(self, group: ShareGroup, topics: set[str], delete_state: DeleteState) -> None:
+        """Kafka's steps: the topics move to the deleting list (written), then their state goes."""
+        kept = self._initialized(group.topics_seen - topics)
+        deleting = tuple(StateTopic(t.topic_id, t.name) for t in self._initialized(topics))
+        await self._write(group.group_id, [(ShareGroupKey(SHARE_STATE_PARTITION_METADATA, group.group_id),
+                                            StatePartitionMetadataValue(initialized=kept, deleting=deleting))])
+        await delete_state(group.group_id, topics)
+
+    def _group(self, group_id: str) -> ShareGroup:
+        self._check_coordinator(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            raise KafkaApiError(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
+        return group
 
     def adopt(self, group_id: str, records: ShareGroupRecords) -> None:
         """A group loaded from its partition's records."""
