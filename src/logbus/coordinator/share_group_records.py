@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from .consumer_records import NO_TAGS, ConsumerRecordReader, _compact_array, _compact_string
+from .consumer_records import NO_TAGS, ConsumerRecordReader, compact_array, compact_string
 from .records import I16, I32, I64, RecordFormatError, RecordReader, encode_string
 
 SHARE_GROUP_METADATA = 11
@@ -80,13 +80,13 @@ def encode_share_value(value: ShareGroupValue) -> bytes:
         body = I32.pack(value.epoch) + I64.pack(value.metadata_hash)
     else:
         body = (_partitions_info(value.initializing) + _partitions_info(value.initialized)
-                + _compact_array([t.topic_id.bytes + _compact_string(t.name) + NO_TAGS for t in value.deleting]))
+                + compact_array([t.topic_id.bytes + compact_string(t.name) + NO_TAGS for t in value.deleting]))
     return I16.pack(VALUE_VERSION) + body + NO_TAGS
 
 
 def _partitions_info(topics: tuple[StateTopic, ...]) -> bytes:
-    return _compact_array([
-        t.topic_id.bytes + _compact_string(t.name) + _compact_array([I32.pack(p) for p in t.partitions])
+    return compact_array([
+        t.topic_id.bytes + compact_string(t.name) + compact_array([I32.pack(p) for p in t.partitions])
         + I64.pack(t.create_timestamp) + NO_TAGS
         for t in topics
     ])
