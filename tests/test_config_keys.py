@@ -284,6 +284,8 @@ EFFECT_TESTS: dict[str, tuple[str, ...]] = {
        for name in ("share.coordinator.state.topic.num.partitions", "share.coordinator.state.topic.replication.factor",
                     "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.min.isr",
                     "share.coordinator.snapshot.update.records.per.snapshot")},
+    "share.coordinator.state.topic.prune.interval.ms": (
+        "test_share_group_durability.py::test_the_state_topic_is_pruned_below_the_oldest_snapshot_and_still_loads",),
     "transaction.partition.verification.enable": (
         "test_validation.py::test_a_transactional_batch_needs_its_partition_in_the_open_transaction",
         "test_validation.py::test_without_verification_a_transactional_batch_opens_its_transaction",

@@ -41,6 +41,16 @@ from logbus.coordinator.consumer_records import (
     encode_consumer_value,
 )
 from logbus.coordinator.records import RecordFormatError
+from logbus.coordinator.share_group import ShareHeartbeat
+from logbus.coordinator.share_group_records import (
+    SHARE_GROUP_METADATA,
+    SHARE_STATE_PARTITION_METADATA,
+    ShareGroupEpochValue,
+    ShareGroupKey,
+    StatePartitionMetadataValue,
+    StateTopic,
+    encode_share_value,
+)
 from logbus.coordinator.store import decode_entry, encode_entry
 from logbus.errors import KafkaApiError
 
@@ -55,6 +65,9 @@ VALUES = [
     (ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, GROUP, "m"), TargetAssignmentValue(((TOPIC_ID, (0, 2)),))),
     (ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, GROUP, "m"), CurrentAssignmentValue(
         7, 6, 1, ((TOPIC_ID, (0,)),), ((TOPIC_ID, (1, 3)),))),
+    (ShareGroupKey(SHARE_GROUP_METADATA, GROUP), ShareGroupEpochValue(3)),
+    (ShareGroupKey(SHARE_STATE_PARTITION_METADATA, GROUP), StatePartitionMetadataValue(
+        initialized=(StateTopic(TOPIC_ID, "t", (0, 1), 1700),), deleting=(StateTopic(TOPIC_ID, "u"),))),
 ]
 
 
@@ -62,7 +75,7 @@ VALUES = [
 
 
 @pytest.mark.parametrize(("key", "value"), VALUES, ids=lambda v: type(v).__name__)
-def test_each_record_round_trips(key: ConsumerGroupKey, value: object) -> None:
+def test_each_record_round_trips(key: ConsumerGroupKey | ShareGroupKey, value: object) -> None:
     raw_key, raw_value = encode_entry(key, value)
     assert decode_entry(raw_key, raw_value) == (key, value)
     assert decode_entry(raw_key, None) == (key, None)  # a tombstone
@@ -76,6 +89,22 @@ def test_keys_and_values_are_laid_out_as_kafka_writes_them() -> None:
     assert encode_consumer_value(CurrentAssignmentValue(2, 1, 0, ((TOPIC_ID, (5,)),), ())) == (
         b"\x00\x00" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x01" + b"\x00"
         + b"\x02" + TOPIC_ID.bytes + b"\x02\x00\x00\x00\x05" + b"\x00" + b"\x01" + b"\x00")
+
+
+def test_share_group_records_are_laid_out_as_kafka_4_2_writes_them() -> None:
+    """ShareGroupMetadataKey/Value (11) and ShareGroupStatePartitionMetadataKey/Value (15)."""
+    assert encode_entry(ShareGroupKey(SHARE_GROUP_METADATA, "g"), None)[0] == b"\x00\x0b\x00\x01g"
+    assert encode_entry(ShareGroupKey(SHARE_STATE_PARTITION_METADATA, "g"), None)[0] == b"\x00\x0f\x00\x01g"
+    # Epoch, MetadataHash
+    assert encode_share_value(ShareGroupEpochValue(7)) == b"\x00\x00" + b"\x00\x00\x00\x07" + bytes(8) + b"\x00"
+    # InitializingTopics, InitializedTopics [TopicId, TopicName, Partitions, CreateTimestamp, tags],
+    # DeletingTopics [TopicId, TopicName, tags]
+    value = StatePartitionMetadataValue(initialized=(StateTopic(TOPIC_ID, "t", (5,), 9),),
+                                        deleting=(StateTopic(TOPIC_ID, "u"),))
+    assert encode_share_value(value) == (
+        b"\x00\x00" + b"\x01"
+        + b"\x02" + TOPIC_ID.bytes + b"\x02t" + b"\x02\x00\x00\x00\x05" + (9).to_bytes(8, "big") + b"\x00"
+        + b"\x02" + TOPIC_ID.bytes + b"\x02u" + b"\x00" + b"\x00")
 
 
 def test_tagged_fields_of_newer_kafkas_are_skipped() -> None:
@@ -291,3 +320,47 @@ async def test_hostile_records_in_the_log_do_not_stop_the_load(tmp_path: Path) -
     async with consumer_env(tmp_path) as env:
         assert env.records() == before
         assert env.coordinator.consumer_groups.get("orphans") is None  # members without the group's epoch
+
+
+# ---------------------------------------------------------------- share groups' records
+
+
+async def share_join(env: Env, group: str, member: str) -> HeartbeatResult:
+    return await env.coordinator.share_heartbeat(ShareHeartbeat(group, member, 0, subscribed_topics=("t",)))
+
+
+@in_loop
+async def test_a_share_groups_topics_are_written_first_and_survive_a_reload(tmp_path: Path) -> None:
+    """ShareGroupMetadata and ShareGroupStatePartitionMetadata are written before the heartbeat
+    that first subscribes the group to a topic counts; a reload rebuilds the group, Empty, with its
+    epoch and topics; deleting a topic's state (DeleteShareGroupOffsets' path) and the group
+    (DeleteGroups) delete the state of exactly those topics, then leave tombstones."""
+    deleted: list[tuple[str, set[str]]] = []
+
+    async def delete_state(group_id: str, topics: set[str]) -> None:
+        deleted.append((group_id, set(topics)))
+
+    async with consumer_env(tmp_path) as env:
+        env.store.failing = True
+        with pytest.raises(KafkaApiError):
+            await share_join(env, "unwritten", "m")
+        assert env.coordinator.share_groups.get("unwritten") is None  # the failed write changed nothing
+        env.store.failing = False
+        joined = await share_join(env, GROUP, "m")
+        assert joined.member_epoch == 1
+    async with consumer_env(tmp_path) as env:
+        share = env.coordinator.share_groups.get(GROUP)
+        assert share is not None and (share.group_epoch, share.topics_seen, share.members) == (1, {"t"}, {})
+        await env.coordinator.share_writes.delete_topics(GROUP, {"t", "never"}, delete_state)
+        assert deleted == [(GROUP, {"t"})] and share.topics_seen == set()
+        await share_join(env, GROUP, "m2")
+        await env.coordinator.share_heartbeat(ShareHeartbeat(GROUP, "m2", -1))
+    async with consumer_env(tmp_path) as env:
+        env.coordinator.delete_share_state = delete_state
+        assert env.coordinator.share_groups.get(GROUP).topics_seen == {"t"}
+        assert await env.coordinator.delete_group(GROUP) == ErrorCode.none
+        assert deleted[-1] == (GROUP, {"t"})
+        survivors = [e async for chunk in env.store.read_state(0) for e in chunk]
+        assert [e.key for e in survivors if isinstance(e.key, ShareGroupKey) and e.value is not None] == []
+    async with consumer_env(tmp_path) as env:
+        assert env.coordinator.share_groups.get(GROUP) is None

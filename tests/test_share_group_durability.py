@@ -157,6 +157,83 @@ def test_a_restarted_broker_keeps_every_acknowledgement() -> None:
         _assert_state_topic(broker.bootstrap)
 
 
+def state_topic_starts(bootstrap: str) -> list[int]:
+    """The log start offset of each `__share_group_state` partition (ListOffsets earliest)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("watermarks"), **QUIET})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition("__share_group_state", index), timeout=30)[0]
+                for index in range(3)]
+    finally:
+        consumer.close()
+
+
+def test_the_state_topic_is_pruned_below_the_oldest_snapshot_and_still_loads() -> None:
+    """The share coordinator deletes the records its newer snapshots overrode (its prune job,
+    every 200 ms here), and a broker restarted afterwards loads the state from what is left:
+    nothing accepted comes again, nothing is lost."""
+    with running_broker(config={**CONFIG, "share.coordinator.state.topic.prune.interval.ms": "200"}) as broker:
+        topic = create_topic(broker.bootstrap, 1)
+        group = new_group(broker.bootstrap)
+        values = [b"p%04d" % n for n in range(60)]
+        tally = Tally(broker.bootstrap, group, topic)
+        try:
+            tally.feed(broker.bootstrap, topic, values[:40], per_round=4)  # 10+ writes: two snapshots or more
+            pruned = wait_until(lambda: max(state_topic_starts(broker.bootstrap)), timeout=DEADLINE_S,
+                                message="a __share_group_state partition pruned")
+            tally.take_without_commit(broker.bootstrap, topic, values[40:50])
+            broker.stop()
+            broker.restart()
+            assert max(state_topic_starts(broker.bootstrap)) >= pruned  # the load began past the pruned records
+            tally.feed(broker.bootstrap, topic, values[50:])
+            tally.poll_until(accepted_all(tally, values))
+            tally.check_complete(values)
+        finally:
+            tally.close()
+        _assert_nothing_more(broker.bootstrap, group, topic)
+
+
+def delete_group(bootstrap: str, group: str) -> bool:
+    """DeleteGroups; False while the coordinator loads (which librdkafka does not retry)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    try:
+        admin.delete_consumer_groups([group])[group].result(30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+            raise
+        return False
+    return True
+
+
+def test_deleting_a_share_group_after_a_restart_deletes_its_state() -> None:
+    """The topics whose share state a group may have live in `__consumer_offsets`
+    (ShareGroupMetadata, ShareGroupStatePartitionMetadata), so that after a coordinator restart
+    DeleteGroups deletes that state too, and the same group id starts afresh."""
+    with running_broker(config=CONFIG) as broker:
+        topic = create_topic(broker.bootstrap, 1)
+        group = new_group(broker.bootstrap)
+        values = [b"r%d" % n for n in range(5)]
+        tally = Tally(broker.bootstrap, group, topic)
+        try:
+            tally.feed(broker.bootstrap, topic, values)
+        finally:
+            tally.close()
+        kinds = {m.key()[:2] for m in _read_all(broker.bootstrap, "__consumer_offsets", 1)}
+        assert {b"\x00\x0b", b"\x00\x0f"} <= kinds  # ShareGroupMetadata, ShareGroupStatePartitionMetadata
+        broker.stop()
+        broker.restart()
+        wait_until(lambda: delete_group(broker.bootstrap, group), timeout=DEADLINE_S, message="the group deleted")
+        with RawConnection(broker.bootstrap) as connection:
+            metadata = connection.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                                       include_topic_authorized_operations=False)
+            topic_id = next(t.topic_id for t in metadata.topics if t.name == topic)
+            assert summary(connection, group, topic_id).start_offset == -1  # its state deleted
+        again = Tally(broker.bootstrap, group, topic)  # the same id starts afresh, at the earliest record
+        try:
+            again.poll_until(lambda: set(values) <= set(again.delivered))
+        finally:
+            again.close()
+
+
 def _assert_state_topic(bootstrap: str) -> None:
     """`__share_group_state` as its keys say (replicas and min.isr capped by the one broker), not
     compacted, holding a snapshot every 5 updates of the share-partition's state."""

@@ -15,7 +15,7 @@ from manual_clock import ManualClock
 
 from logbus.cluster.share_partition import AckBatch, AckType, RecordState, SharePartition, SharePartitionConfig
 from logbus.coordinator.records import RecordFormatError, coordinator_partition
-from logbus.coordinator.share_coordinator import ShareStates
+from logbus.coordinator.share_coordinator import RedundantOffsets, ShareStates
 from logbus.coordinator.share_records import (
     SNAPSHOT,
     UPDATE,
@@ -139,6 +139,48 @@ def test_a_snapshot_and_its_updates_replay_to_the_written_state() -> None:
     # a tombstone deletes; records that do not decode are skipped
     replay(loaded, (b"\x00", b"junk"), (encode_key(SNAPSHOT, KEY), None))
     assert KEY not in loaded.states
+
+
+def test_the_redundant_prefix_ends_at_the_oldest_latest_snapshot() -> None:
+    """Kafka's ShareCoordinatorOffsetsManager: below the oldest of the share-partitions' latest
+    snapshots every record is overridden; a share-partition deleted needs nothing after its
+    tombstone; a share-partition that stopped writing holds the prefix back."""
+    one, two, three = (ShareKey("g", TOPIC_ID, n) for n in range(3))
+    redundant = RedundantOffsets()
+    assert redundant.prune_below() is None
+    redundant.record(one, 0, deleted=False)
+    assert redundant.prune_below() is None  # (offset 0: nothing below it)
+    redundant.record(two, 1, deleted=False)
+    redundant.record(three, 2, deleted=False)
+    redundant.record(two, 4, deleted=False)
+    redundant.record(three, 5, deleted=False)
+    assert redundant.prune_below() is None  # `one` at 0 still needed
+    redundant.record(one, 6, deleted=False)
+    assert redundant.prune_below() == 4
+    redundant.record(two, 7, deleted=True)  # the tombstone is needed until it is pruned itself
+    assert redundant.prune_below() == 5
+    redundant.record(three, 8, deleted=False)
+    redundant.record(one, 9, deleted=False)
+    assert redundant.prune_below() == 8 and set(redundant.snapshots) == {one, three}
+    redundant.record(one, 10, deleted=True)
+    redundant.record(three, 11, deleted=True)
+    assert redundant.prune_below() == 11 and not redundant.snapshots
+
+
+def test_a_replay_names_the_snapshots_that_bound_the_redundant_prefix() -> None:
+    written = ShareStates(updates_per_snapshot=2)
+    changes = [written.initialize(KEY, 0, 0, now_ms=1)]
+    written.apply(KEY, changes[-1])
+    for n in range(3):
+        changes.append(written.write(KEY, 0, 0, -1, (StateBatch(n, n, 2, 1),), now_ms=2))
+        written.apply(KEY, changes[-1])
+    changes.append(written.delete(KEY))
+    assert [change.snapshot for change in changes] == [True, False, True, False, False]
+    loaded = ShareStates(updates_per_snapshot=2)
+    snapshots = [loaded.replay(*change.record) for change in changes]
+    assert snapshots == [KEY, None, KEY, None, KEY]  # the last: the tombstone
+    assert loaded.replay(encode_key(UPDATE, KEY), None) is None
+    assert loaded.replay(b"\x00", b"junk") is None
 
 
 def test_writes_merge_as_ranges_and_bad_batches_are_refused() -> None:

@@ -1,5 +1,5 @@
 """Fuzz target: the keys and values of the coordinators' internal topics (`__consumer_offsets`,
-with its KIP-848 consumer group records, and `__transaction_state`), which a coordinator reads
+with its KIP-848 consumer group and KIP-932 share group records, and `__transaction_state`), which a coordinator reads
 back from a log that may hold anything.
 
 Any input must end in RecordFormatError (or UnicodeDecodeError, which the loaders treat the
@@ -14,6 +14,7 @@ import uuid
 
 from logbus.coordinator import consumer_records as consumer
 from logbus.coordinator import records, txn_records
+from logbus.coordinator import share_group_records as share
 from logbus.coordinator.records import GroupValue, MemberValue, OffsetKey, OffsetValue, RecordFormatError
 
 REJECTIONS = (RecordFormatError, UnicodeDecodeError)
@@ -31,6 +32,10 @@ SEEDS: list[bytes] = [
     consumer.encode_consumer_value(
         consumer.CurrentAssignmentValue(3, 2, 1, ((_TOPIC_ID, (0, 1)),), ((_TOPIC_ID, (2,)),))),
     consumer.encode_consumer_value(consumer.PartitionMetadataValue((consumer.TopicMetadataValue(_TOPIC_ID, "t", 3),))),
+    share.encode_share_key(share.ShareGroupKey(share.SHARE_STATE_PARTITION_METADATA, "g")),
+    share.encode_share_value(share.ShareGroupEpochValue(4)),
+    share.encode_share_value(share.StatePartitionMetadataValue(
+        initialized=(share.StateTopic(_TOPIC_ID, "t", (0, 1), 9),), deleting=(share.StateTopic(_TOPIC_ID, "u"),))),
 ]
 
 
@@ -45,6 +50,12 @@ def fuzz_one(data: bytes) -> None:
         with contextlib.suppress(REJECTIONS):
             value = consumer.decode_consumer_value(kind, data)
             assert consumer.decode_consumer_value(kind, consumer.encode_consumer_value(value)) == value, value
+    with contextlib.suppress(REJECTIONS):
+        share.decode_share_key(data)
+    for kind in sorted(share.KINDS):
+        with contextlib.suppress(REJECTIONS):
+            value = share.decode_share_value(kind, data)
+            assert share.decode_share_value(kind, share.encode_share_value(value)) == value, value
     try:
         value = txn_records.decode_value(data)
     except REJECTIONS:

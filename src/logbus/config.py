@@ -299,6 +299,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "__share_group_state (capped by its replication factor).", minimum=1),
         _key("share.coordinator.snapshot.update.records.per.snapshot", INT, 500, "Update records of a "
              "share-partition's state between two snapshot records.", minimum=0, maximum=500),
+        _key("share.coordinator.state.topic.prune.interval.ms", INT, 300000, "How often the share coordinator "
+             "deletes the records of __share_group_state that newer snapshots made redundant.", minimum=1),
         _key("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout a producer may ask for.",
              minimum=1),
         _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, "How often transactions "

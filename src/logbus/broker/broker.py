@@ -102,7 +102,8 @@ class Broker:
         self._group_configs_cache: dict[str, tuple[object, dict[str, Any]]] = {}
         self.share_coordinator = ShareCoordinator(
             ShareStateTopic(config, self.metadata, self.replicas, clock), clock,
-            config["share.coordinator.snapshot.update.records.per.snapshot"])
+            config["share.coordinator.snapshot.update.records.per.snapshot"],
+            config["share.coordinator.state.topic.prune.interval.ms"])
         self.replicas.add_leadership_listener(self.share_coordinator.on_leadership)
         self.share_partitions = SharePartitions(
             clock, self._share_read_settings,

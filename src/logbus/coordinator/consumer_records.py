@@ -114,14 +114,14 @@ VALUE_TYPES: dict[int, type] = {
 # ---------------------------------------------------------------- encoding
 
 
-def _compact_string(text: str | None) -> bytes:
+def compact_string(text: str | None) -> bytes:
     if text is None:
         return b"\x00"
     data = text.encode("utf-8")
     return encode_uvarint(len(data) + 1) + data
 
 
-def _compact_array(items: list[bytes]) -> bytes:
+def compact_array(items: list[bytes]) -> bytes:
     return encode_uvarint(len(items) + 1) + b"".join(items)
 
 
@@ -129,8 +129,8 @@ NO_TAGS = b"\x00"
 
 
 def _topic_partitions(topics: TopicIdPartitions) -> bytes:
-    return _compact_array([
-        topic_id.bytes + _compact_array([I32.pack(p) for p in partitions]) + NO_TAGS
+    return compact_array([
+        topic_id.bytes + compact_array([I32.pack(p) for p in partitions]) + NO_TAGS
         for topic_id, partitions in topics
     ])
 
@@ -148,16 +148,16 @@ def _body(value: ConsumerGroupValue) -> bytes:
     if isinstance(value, GroupEpochValue):
         return I32.pack(value.epoch)
     if isinstance(value, PartitionMetadataValue):
-        return _compact_array([
-            t.topic_id.bytes + _compact_string(t.name) + I32.pack(t.partitions) + _compact_array([]) + NO_TAGS
+        return compact_array([
+            t.topic_id.bytes + compact_string(t.name) + I32.pack(t.partitions) + compact_array([]) + NO_TAGS
             for t in value.topics
         ])
     if isinstance(value, MemberMetadataValue):
         return (
-            _compact_string(value.instance_id) + _compact_string(value.rack_id) + _compact_string(value.client_id)
-            + _compact_string(value.client_host) + _compact_array([_compact_string(t) for t in value.subscribed_topics])
-            + _compact_string(value.subscribed_regex) + I32.pack(value.rebalance_timeout_ms)
-            + _compact_string(value.server_assignor)
+            compact_string(value.instance_id) + compact_string(value.rack_id) + compact_string(value.client_id)
+            + compact_string(value.client_host) + compact_array([compact_string(t) for t in value.subscribed_topics])
+            + compact_string(value.subscribed_regex) + I32.pack(value.rebalance_timeout_ms)
+            + compact_string(value.server_assignor)
         )
     if isinstance(value, AssignmentEpochValue):
         return I32.pack(value.assignment_epoch)

@@ -42,6 +42,7 @@ from .migration import MigrationPolicy
 from .offsets import Offsets
 from .records import GroupKey
 from .share_group import ShareGroups
+from .share_group_persistence import ShareGroupWrites
 from .store import TOPIC as OFFSETS_TOPIC
 from .store import OffsetsTopic
 
@@ -128,6 +129,10 @@ class GroupCoordinator(GroupTypes):
             clock, partition_count,
             held_by_other_type=lambda group_id: self._is_classic(group_id) or self.consumer_groups.active(group_id)
             is not None)
+        self.share_writes = ShareGroupWrites(
+            self.share_groups, store, clock, partition_for=self.partition_for, coordinator_error=self.coordinator_error,
+            partition_count=partition_count, topic_id=topic_id, topic_name=topic_name)
+        self.loader.adopt_share_group = self.share_writes.adopt
         self.delete_share_state = _keep_share_state
         self.loaded_partitions = self.loader.loads.epochs  # partition index -> leader epoch, once read
         # what the API handlers call

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .consumer_persistence import ConsumerGroupWrites
     from .membership import JoinRequest, Membership
     from .offsets import Offsets
+    from .share_group_persistence import ShareGroupWrites
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class GroupTypes:
     consumer_groups: ConsumerGroups
     consumer_writes: ConsumerGroupWrites
     share_groups: ShareGroups
+    share_writes: ShareGroupWrites
     membership: Membership
     offsets: Offsets
     coordinator_error: Callable[[str], ErrorCode | None]
@@ -151,7 +153,7 @@ class GroupTypes:
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and consumer.is_empty and self.share_groups.get(request.group_id) is None:
             await self.consumer_writes.delete(request.group_id)
-        return self.share_groups.heartbeat(request)
+        return await self.share_writes.heartbeat(request)
 
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members takes the member in as a classic member; an
@@ -267,10 +269,9 @@ class GroupTypes:
             if self.share_groups.active(group_id) is not None:
                 return ErrorCode.non_empty_group
             try:  # its share state first: if that fails, the group stays for a retry
-                await self.delete_share_state(group_id, self.share_groups.get(group_id).topics_seen)
+                await self.share_writes.delete(group_id, self.delete_share_state)
             except KafkaApiError as exc:
                 return exc.code
-            self.share_groups.delete(group_id)
             return ErrorCode.none
         if not self._is_consumer(group_id) or self.coordinator_error(group_id) is not None:
             return await self.offsets.delete_group(group_id)

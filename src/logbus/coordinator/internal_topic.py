@@ -5,7 +5,7 @@ replica manager's one append pipeline (`ReplicaManager.append_records`: as leade
 the topic's flush policy says so), and answered once every in-sync replica has it (acks=all,
 as Kafka writes its coordinators' records), so a write survives the coordinator's death. The
 topic is created on first use, as Kafka does (compacted, with the partitions, replication and
-segment size its keys give; `__share_group_state` is not compacted but kept: see
+segment size its keys give; `__share_group_state` is not compacted but pruned: see
 share_coordinator.py); the log cleaner keeps the latest record per key. Reads walk a
 partition a chunk at a time, handing the event loop back between chunks, so loading a big
 partition does not stall the broker's clients.

@@ -39,6 +39,7 @@ from .consumer_records import ConsumerGroupKey, ConsumerGroupValue
 from .group import ClassicGroup, CommittedOffset, GroupState, Member, TopicPartition
 from .partition_loads import PartitionLoads
 from .records import GroupValue, OffsetKey, OffsetValue, coordinator_partition
+from .share_group_records import ShareGroupKey, ShareGroupValue
 from .store import TOPIC as OFFSETS_TOPIC
 from .store import LoadedEntry, OffsetsTopic
 
@@ -60,6 +61,8 @@ class Loader:
         self.groups = groups
         self.adopt = adopt
         self.adopt_consumer_group = adopt_consumer_group
+        self.adopt_share_group: Callable[[str, dict[ShareGroupKey, ShareGroupValue]], None] = (
+            lambda _group_id, _records: None)
         self.evict = evict
         self.spawn = spawn
         self.loads = PartitionLoads(store, self._load, spawn)
@@ -133,6 +136,8 @@ class Loader:
             self.groups[group_id] = group
         for group_id, records in loaded.consumer_groups.items():
             self.adopt_consumer_group(group_id, records)
+        for group_id, share_records in loaded.share_groups.items():
+            self.adopt_share_group(group_id, share_records)
         for producer_id, commit in self._ended_while_loading.pop(index, []):
             self._complete_txn(index, producer_id, commit)
         log.info("loaded %s: %d groups in total", self.store.partition(index), len(self.groups))
@@ -146,12 +151,20 @@ class _LoadedGroups:
         self.pending: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}  # by producer id
         self.metadata: dict[str, GroupValue | None] = {}
         self.consumer_groups: dict[str, dict[ConsumerGroupKey, ConsumerGroupValue]] = {}  # their live records
+        self.share_groups: dict[str, dict[ShareGroupKey, ShareGroupValue]] = {}
 
     def add(self, entry: LoadedEntry) -> None:
         key, value = entry.key, entry.value
         if isinstance(key, ConsumerGroupKey):
             if value is not None:
                 self.consumer_groups.setdefault(key.group, {})[key] = value
+            return
+        if isinstance(key, ShareGroupKey):
+            records = self.share_groups.setdefault(key.group, {})
+            if value is None:
+                records.pop(key, None)
+            else:
+                records[key] = value
             return
         if not isinstance(key, OffsetKey):
             self.metadata[key.group] = value if isinstance(value, GroupValue) else None

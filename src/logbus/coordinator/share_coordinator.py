@@ -20,8 +20,10 @@ leader's late writes are refused.
 
 The topic is created on first use like the other internal topics, but with Kafka's
 cleanup.policy=delete (a share-partition's state is a snapshot plus the updates after it: keeping
-only the latest record per key would lose updates). Kafka prunes it below the oldest snapshot
-still needed; logbus keeps it (retention.ms=-1) and does not prune yet (docs/architecture.md).
+only the latest record per key would lose updates) and retention.ms=-1. As Kafka's, the
+coordinator prunes it instead: every `share.coordinator.state.topic.prune.interval.ms` it
+deletes (DeleteRecords, so followers follow) what lies below the oldest latest snapshot of the
+partition's share-partitions (`RedundantOffsets`): every record below it was overridden.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaApiError
-from .internal_topic import InternalTopic, Record, TopicSpec
+from .internal_topic import WRITE_TIMEOUT_S, InternalTopic, Record, TopicSpec
 from .partition_loads import PartitionLoads
 from .records import RecordFormatError, coordinator_partition
 from .share_records import (
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from ..cluster.partition import Partition
     from ..cluster.replica_manager import ReplicaManager
     from ..config import BrokerConfig
-    from .clock import Clock
+    from .clock import Clock, Timer
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,30 @@ class Change:
     snapshot: bool = False
 
 
+class RedundantOffsets:
+    """Kafka's ShareCoordinatorOffsetsManager for one `__share_group_state` partition: the offset of
+    each share-partition's latest snapshot (or tombstone). A snapshot holds its share-partition's
+    whole state, so only the updates after it are needed besides it: every record below the
+    lowest of these offsets is redundant. A tombstone counts once, when written, then its
+    share-partition needs nothing more."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[ShareKey, int] = {}
+        self.lowest_needed = -1  # -1: nothing recorded yet
+
+    def record(self, key: ShareKey, offset: int, deleted: bool) -> None:
+        """`key`'s snapshot (or tombstone, when `deleted`) was written at `offset`; offsets come in
+        log order."""
+        self.snapshots[key] = offset
+        self.lowest_needed = min(self.snapshots.values())
+        if deleted:
+            del self.snapshots[key]
+
+    def prune_below(self) -> int | None:
+        """The offset below which every record is redundant (None: none is)."""
+        return self.lowest_needed if self.lowest_needed > 0 else None
+
+
 class ShareStates:
     """The share-partitions' states of the `__share_group_state` partitions read here (sans-I/O):
     a load replays records into it, a request plans a `Change` and applies it once written."""
@@ -95,8 +121,9 @@ class ShareStates:
         self.states: dict[ShareKey, ShareState] = {}
         self.updates: dict[ShareKey, int] = {}  # update records since the key's snapshot
 
-    def replay(self, key_bytes: bytes, value: bytes | None) -> None:
-        """One record of the topic, in log order; records that do not decode are skipped."""
+    def replay(self, key_bytes: bytes, value: bytes | None) -> ShareKey | None:
+        """One record of the topic, in log order; records that do not decode are skipped. Returns
+        the share-partition whose snapshot (or snapshot tombstone) the record is, else None."""
         try:
             kind, key = decode_key(key_bytes)
             if value is None:
@@ -109,6 +136,8 @@ class ShareStates:
                 self.updates[key] += 1
         except (RecordFormatError, UnicodeDecodeError) as exc:
             log.warning("skipping a %s record that does not decode: %s", TOPIC, exc)
+            return None
+        return key if kind == SNAPSHOT else None
 
     def forget(self, key: ShareKey) -> None:
         self.states.pop(key, None)
@@ -173,19 +202,26 @@ class ShareStates:
 
 
 class ShareCoordinator:
-    def __init__(self, store: ShareStateTopic, clock: Clock, updates_per_snapshot: int) -> None:
+    def __init__(self, store: ShareStateTopic, clock: Clock, updates_per_snapshot: int,
+                 prune_interval_ms: int = 300_000) -> None:
         self.store = store
         self.clock = clock
         self.shares = ShareStates(updates_per_snapshot)
+        self.redundant: dict[int, RedundantOffsets] = {}  # per partition served here
+        self.prune_interval_ms = prune_interval_ms
+        self._prune_timer: Timer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._writing: dict[int, asyncio.Lock] = {}
         self.loads = PartitionLoads(store, self._load, self._spawn)
 
     def start(self) -> None:
         self.loads.start()
+        self._schedule_prune()
 
     def stop(self) -> None:
         self.loads.stop()
+        if self._prune_timer is not None:
+            self._prune_timer.cancel()
         for task in self._tasks:
             task.cancel()
 
@@ -205,18 +241,27 @@ class ShareCoordinator:
             return
         index = partition.index
         self.loads.unload(index)
-        for key in [k for k in self.shares.states if self._index(k) == index]:
-            self.shares.forget(key)
+        self._forget_partition(index)
         if leads:
             self.loads.ensure_loaded(index)
 
-    async def _load(self, index: int, _epoch: int) -> None:
+    def _forget_partition(self, index: int) -> None:
         for key in [k for k in self.shares.states if self._index(k) == index]:
             self.shares.forget(key)
+        self.redundant.pop(index, None)
+
+    async def _load(self, index: int, _epoch: int) -> None:
+        """Replay the partition; a snapshot counts at its batch's base offset (each change is a
+        batch of its own, so the two are one; for a batch of other writers' keeping the whole
+        batch is the safe side)."""
+        self._forget_partition(index)
+        redundant = self.redundant[index] = RedundantOffsets()
         async for batches in self.store.read_batches(index):
-            for _header, records, _marker in batches:
+            for header, records, _marker in batches:
                 for key, value in records:
-                    self.shares.replay(key, value)
+                    snapshot_of = self.shares.replay(key, value)
+                    if snapshot_of is not None:
+                        redundant.record(snapshot_of, header.base_offset, value is None)
         log.info("loaded %s-%d: %d share-partitions in total", TOPIC, index, len(self.shares.states))
 
     def _index(self, key: ShareKey) -> int:
@@ -250,10 +295,40 @@ class ShareCoordinator:
             records = [change.record]
             if change.state is None:
                 records.append((encode_key(UPDATE, key), None))
-            await self.store.append(index, records)
+            offset = await self.store.append(index, records)
             if self.loads.epochs.get(index) is not None:
                 self.shares.apply(key, change)
+                if change.snapshot or change.state is None:
+                    self.redundant.setdefault(index, RedundantOffsets()).record(key, offset, change.state is None)
             return change.state
+
+    # ---------------------------------------------------------------- pruning
+
+    def _schedule_prune(self) -> None:
+        self._prune_timer = self.clock.call_later(self.prune_interval_ms, lambda: self._spawn(self._prune()))
+
+    async def _prune(self) -> None:
+        """Kafka's record pruning job: delete the redundant prefix of every partition served here."""
+        try:
+            for index, redundant in list(self.redundant.items()):
+                below = redundant.prune_below()
+                if below is not None and self.loads.epochs.get(index) is not None:
+                    try:
+                        await self._delete_below(index, below)
+                    except (KafkaApiError, OSError) as exc:  # (the disk): the next round tries again
+                        log.warning("cannot prune %s-%d: %s", TOPIC, index, exc)
+        finally:
+            self._schedule_prune()
+
+    async def _delete_below(self, index: int, offset: int) -> None:
+        partition = self.store.partition(index)
+        if partition is None or partition.log.log_start_offset >= offset:
+            return
+        error, start = await self.store.replicas.delete_records(TOPIC, index, offset, WRITE_TIMEOUT_S)
+        if error == ErrorCode.none:
+            log.debug("pruned %s-%d below %d", TOPIC, index, start)
+        else:
+            log.info("cannot prune %s-%d below %d yet: %s", TOPIC, index, offset, error.name)
 
     # ---------------------------------------------------------------- the RPCs
 

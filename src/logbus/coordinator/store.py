@@ -2,7 +2,8 @@
 
 An `InternalTopic` (internal_topic.py: creation, acks=all writes, chunked reads) with the record
 format of records.py: offsets (OffsetCommitKey/Value) and group metadata (GroupMetadataKey/Value)
-as Kafka writes them, and consumer_records.py's records of KIP-848 consumer groups. The topic is
+as Kafka writes them, consumer_records.py's records of KIP-848 consumer groups and
+share_group_records.py's of KIP-932 share groups. The topic is
 compacted with `offsets.topic.num.partitions` partitions,
 `offsets.topic.replication.factor` replicas (capped by the live brokers) and
 `offsets.topic.segment.bytes` segments.
@@ -45,6 +46,15 @@ from .records import (
     encode_offset_key,
     encode_offset_value,
 )
+from .share_group_records import (
+    ShareGroupKey,
+    ShareGroupValue,
+    decode_share_key,
+    decode_share_value,
+    encode_share_key,
+    encode_share_value,
+    is_share_group_key,
+)
 
 if TYPE_CHECKING:
     from ..cluster.metadata import MetadataStore
@@ -56,8 +66,8 @@ TOPIC = "__consumer_offsets"
 LOAD_DECODE_STEP = 512
 OFFSET_KEY_PREFIX = OFFSET_KEY_VERSION.to_bytes(2, "big")
 
-Key = OffsetKey | GroupKey | ConsumerGroupKey
-Value = OffsetValue | GroupValue | ConsumerGroupValue
+Key = OffsetKey | GroupKey | ConsumerGroupKey | ShareGroupKey
+Value = OffsetValue | GroupValue | ConsumerGroupValue | ShareGroupValue
 Entry = tuple[Key, Value | None]
 
 
@@ -187,6 +197,8 @@ def _canonical_key(key: bytes) -> bytes:
 def encode_entry(key: Key, value: Value | None) -> tuple[bytes, bytes | None]:
     if isinstance(key, ConsumerGroupKey):
         return encode_consumer_key(key), None if value is None else encode_consumer_value(value)
+    if isinstance(key, ShareGroupKey):
+        return encode_share_key(key), None if value is None else encode_share_value(value)
     if isinstance(key, OffsetKey):
         return encode_offset_key(key), None if value is None else encode_offset_value(value)
     return encode_group_key(key), None if value is None else encode_group_value(value)
@@ -196,6 +208,9 @@ def decode_entry(key_bytes: bytes, value_bytes: bytes | None) -> Entry | None:
     if is_consumer_group_key(key_bytes):
         consumer_key = decode_consumer_key(key_bytes)
         return consumer_key, None if value_bytes is None else decode_consumer_value(consumer_key.kind, value_bytes)
+    if is_share_group_key(key_bytes):
+        share_key = decode_share_key(key_bytes)
+        return share_key, None if value_bytes is None else decode_share_value(share_key.kind, value_bytes)
     key = decode_key(key_bytes)
     if key is None:
         return None
