@@ -57,20 +57,6 @@ def group_topics(ctx: RequestContext, group_id: str) -> set[str]:
     return {name for name in seen if ctx.broker.metadata.topic(name) is not None}
 
 
-def remember_topic(ctx: RequestContext, group_id: str, topic: str) -> None:
-    """State was initialized for `topic` (AlterShareGroupOffsets): the group's deletion deletes it too."""
-    group = group_coordinator(ctx.broker).share_group(group_id)
-    if group is not None:
-        group.topics_seen.add(topic)
-
-
-def forget_topic(ctx: RequestContext, group_id: str, topic: str) -> None:
-    """The group's state of `topic` was deleted (DeleteShareGroupOffsets)."""
-    group = group_coordinator(ctx.broker).share_group(group_id)
-    if group is not None:
-        group.topics_seen.discard(topic)
-
-
 async def persisted_state(ctx: RequestContext, group_id: str, topic: str, index: int) -> ShareState | None:
     """The share-partition's persisted state (None: never initialized, or an unknown topic);
     KafkaApiError when its share coordinator cannot answer."""

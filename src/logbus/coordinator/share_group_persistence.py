@@ -127,6 +127,19 @@ class ShareGroupWrites:
                                             StatePartitionMetadataValue(initialized=kept, deleting=deleting))])
         await delete_state(group.group_id, topics)
 
+    async def add_topics(self, group_id: str, topics: set[str]) -> None:
+        """State was initialized for `topics` (AlterShareGroupOffsets): the group counts them among
+        its topics, written first, so that deleting it deletes their state too; KafkaApiError
+        (GROUP_ID_NOT_FOUND for no share group, the coordinator's or the write's error)."""
+        async with self._writing:
+            group = self._group(group_id)
+            if topics <= group.topics_seen:
+                return
+            seen = group.topics_seen | topics
+            await self._write(group_id, [(ShareGroupKey(SHARE_STATE_PARTITION_METADATA, group_id),
+                                          StatePartitionMetadataValue(initialized=self._initialized(seen)))])
+            group.topics_seen = seen
+
     def _group(self, group_id: str) -> ShareGroup:
         self._check_coordinator(group_id)
         group = self.groups.get(group_id)

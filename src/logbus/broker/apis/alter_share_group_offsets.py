@@ -21,12 +21,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...coordinator import group_coordinator
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorized_names
 from ..context import RequestContext
-from ..share_offsets import UNINITIALIZED, check_empty_share_group, led_here, remember_topic
+from ..share_offsets import UNINITIALIZED, check_empty_share_group, led_here
 
 API_KEY = 91
 MIN_VERSION = 0
@@ -72,8 +73,8 @@ async def _alter(ctx: RequestContext, group_id: str, topic: str, index: int, sta
         else:
             partition = led_here(ctx, topic, index)
             end = partition.high_watermark if partition is not None else start_offset
+            await group_coordinator(ctx.broker).share_writes.add_topics(group_id, {topic})
             await shares.reset_start_offset(group_id, topic, index, min(start_offset, end))
-            remember_topic(ctx, group_id, topic)
     except KafkaApiError as exc:
         return exc.code
     return ErrorCode.none

@@ -2,8 +2,7 @@
 
 Only an Empty group can go (NON_EMPTY_GROUP otherwise; GROUP_ID_NOT_FOUND when unknown):
 tombstones for its offsets and its metadata are written to __consumer_offsets; a share group's
-share-partitions here lose their state. With an
-authorizer each group needs Delete (GROUP_AUTHORIZATION_FAILED).
+persisted share state is deleted first (DeleteShareGroupState). With an authorizer each group needs Delete (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -31,12 +30,3 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         results.append(make(module.DeletableGroupResult, group_id=group_id, error_code=code))
     return make(response_class(API_KEY, ctx.api_version), results=tuple(results))
 
-
-async def _delete(ctx: RequestContext, group_id: str) -> ErrorCode:
-    """A share group goes with its share-partitions' state here, as Kafka deletes its share state."""
-    coordinator = group_coordinator(ctx.broker)
-    share = coordinator.share_group(group_id) is not None
-    error = await coordinator.delete_group(group_id)
-    if share and error is ErrorCode.none:
-        ctx.broker.share_partitions.forget(group_id)
-    return error

@@ -6,23 +6,24 @@ each of their partitions where share.auto.offset.reset says. Needs DELETE on the
 Kafka's handler checks. The group must be a known share group (GROUP_ID_NOT_FOUND) without
 members (NON_EMPTY_GROUP), answered for the whole request, as INVALID_GROUP_ID, NOT_COORDINATOR
 and COORDINATOR_LOAD_IN_PROGRESS are; a topic that does not exist, or of which the group has no
-state, is UNKNOWN_TOPIC_OR_PARTITION. Each partition's state is deleted from its share coordinator
-(DeleteShareGroupState). See broker/share_offsets.py.
+state, is UNKNOWN_TOPIC_OR_PARTITION. Each partition's state is deleted from its share
+coordinator (DeleteShareGroupState) through the group's deleting list, as Kafka
+(coordinator/share_group_persistence.py). See broker/share_offsets.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...coordinator import group_coordinator
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorized_names
 from ..context import RequestContext
-from ..share_offsets import check_empty_share_group, forget_topic, group_topics
+from ..share_offsets import check_empty_share_group, group_topics
 
 API_KEY = 92
 MIN_VERSION = 0
@@ -57,10 +58,9 @@ async def _topic(ctx: RequestContext, module: Any, group_id: str, name: str, rea
         return answer(ErrorCode.unknown_topic_or_partition)
     if name not in group_topics(ctx, group_id):
         return answer(ErrorCode.unknown_topic_or_partition, "There is no offset information to delete.")
-    shares = ctx.broker.share_partitions
+    coordinator = group_coordinator(ctx.broker)
     try:
-        await asyncio.gather(*(shares.delete_state(group_id, name, index) for index in range(len(metadata.partitions))))
+        await coordinator.share_writes.delete_topics(group_id, {name}, coordinator.delete_share_state)
     except KafkaApiError as exc:
         return answer(exc.code, exc.message)
-    forget_topic(ctx, group_id, name)
     return answer(ErrorCode.none)
