@@ -30,6 +30,7 @@ from logbus.coordinator.consumer_group import Heartbeat
 from logbus.coordinator.group import ClassicGroup, GroupState, JoinResult
 from logbus.coordinator.membership import JoinRequest
 from logbus.coordinator.offsets import OffsetCommit
+from logbus.errors import KafkaApiError, code_of
 from logbus.protocol.consumer_protocol import encode_assignment, parse_assignment
 from logbus.security.listeners import ListenerEndpoint
 from logbus.storage.manager import LogManager
@@ -190,10 +191,20 @@ async def answered(task: asyncio.Task[Any]) -> Any:
 
 async def sync(env: Env, result: JoinResult, assignments: dict[str, bytes] | None = None,
                instance_id: str | None = None) -> asyncio.Task[tuple[ErrorCode, bytes, Any]]:
-    task = asyncio.create_task(env.coordinator.sync(GROUP, result.generation, result.member_id, instance_id,
-                                                    "consumer", "range", assignments or {}))
+    task = asyncio.create_task(sync_outcome(env, result.generation, result.member_id, instance_id, assignments or {}))
     await _let_run()
     return task
+
+
+async def sync_outcome(env: Env, generation: int, member_id: str, instance_id: str | None,
+                       assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes, Any]:
+    """SyncGroup's (error, assignment, group), as its response has them."""
+    try:
+        assignment, group = await env.coordinator.sync(GROUP, generation, member_id, instance_id, "consumer",
+                                                       "range", assignments)
+    except KafkaApiError as refused:
+        return refused.code, b"", None
+    return ErrorCode.none, assignment, group
 
 
 async def joined_group(env: Env, members: int = 2, **kw: Any) -> list[JoinResult]:
@@ -228,8 +239,8 @@ async def stable_group(env: Env, members: int = 2, **kw: Any) -> list[JoinResult
 
 
 def heartbeat(env: Env, result: JoinResult, generation: int | None = None, instance_id: str | None = None) -> int:
-    return env.coordinator.heartbeat(GROUP, result.generation if generation is None else generation,
-                                     result.member_id, instance_id)
+    return code_of(lambda: env.coordinator.heartbeat(GROUP, result.generation if generation is None else generation,
+                                                     result.member_id, instance_id))
 
 
 async def commit(env: Env, generation: int, member_id: str, offset: int = 5, instance_id: str | None = None,
@@ -371,8 +382,7 @@ async def test_leave_during_rebalance_completes_the_join_for_the_others(tmp_path
         leader, follower = (first, second) if first.leader == first.member_id else (second, first)
         rejoin = await join(env, leader.member_id, topics=("t", "u"))
         assert not rejoin.done()
-        error, errors = await env.coordinator.leave(GROUP, [(follower.member_id, None)])
-        assert (error, errors) == (ErrorCode.none, [ErrorCode.none])
+        assert await env.coordinator.leave(GROUP, [(follower.member_id, None)]) == [ErrorCode.none]
         result = await answered(rejoin)  # at once: no need to wait for the rebalance timeout
         assert (result.generation, [m[0] for m in result.members]) == (leader.generation + 1, [leader.member_id])
 
@@ -381,8 +391,8 @@ async def test_leave_during_rebalance_completes_the_join_for_the_others(tmp_path
 async def test_leave_of_every_member_empties_the_group(tmp_path: Path) -> None:
     async with coordinator_env(tmp_path) as env:
         first, second = await stable_group(env)
-        error, errors = await env.coordinator.leave(GROUP, [(first.member_id, None), (second.member_id, None),
-                                                            ("nobody", None)])
+        errors = await env.coordinator.leave(GROUP, [(first.member_id, None), (second.member_id, None),
+                                                     ("nobody", None)])
         assert errors == [ErrorCode.none, ErrorCode.none, ErrorCode.unknown_member_id]
         assert env.group().state is GroupState.EMPTY
         assert env.group().generation == first.generation + 1
@@ -479,7 +489,7 @@ async def test_groups_and_offsets_are_rebuilt_from_consumer_offsets(tmp_path: Pa
         first, second = await stable_group(env)
         assert await commit(env, first.generation, first.member_id, offset=99) == ErrorCode.none
     async with coordinator_env(tmp_path, clock=clock) as env:
-        assert env.coordinator.heartbeat(GROUP, first.generation, first.member_id, None) == (
+        assert code_of(lambda: env.coordinator.heartbeat(GROUP, first.generation, first.member_id, None)) == (
             ErrorCode.coordinator_load_in_progress)  # the partition loads in the background
         await until(lambda: 0 in env.coordinator.loaded_partitions, "the load")
         group = env.group()
@@ -557,7 +567,7 @@ async def test_consumer_groups_leave_memory_with_their_partition(tmp_path: Path)
         env.coordinator.on_leadership(partition, False)
         assert env.coordinator.consumer_groups.get(GROUP) is None
         # led again, loaded afresh from its records: the member goes on at its epoch
-        await until(lambda: env.coordinator.coordinator_error(GROUP) is None, "the partition loaded again")
+        await until(lambda: env.coordinator.serves(GROUP), "the partition loaded again")
         assert (await env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "m", 1))).member_epoch == 1
 
 
@@ -608,8 +618,7 @@ async def test_a_classic_group_is_upgraded_reconciled_through_rejoins_and_downgr
         rejoined = await classic_rejoin(env, first.member_id, 0, 1, 2)
         assert (rejoined.error, rejoined.generation, rejoined.leader, rejoined.members) == (
             ErrorCode.none, generation, "", ())  # it gives one partition to c: revoked first, at its epoch
-        error, assignment, _ = await env.coordinator.sync(GROUP, generation, first.member_id, None, "consumer",
-                                                          "range", {})
+        error, assignment, _ = await sync_outcome(env, generation, first.member_id, None, {})
         assert (error, len(parse_assignment(assignment)["t"])) == (ErrorCode.none, 2)
         kept = sorted(parse_assignment(assignment)["t"])
         revoked = await classic_rejoin(env, first.member_id, *kept)
