@@ -262,8 +262,7 @@ async def test_join_sync_heartbeat_commit_happy_path(tmp_path: Path) -> None:
         assert second.members == ()
         assert heartbeat(env, first) == heartbeat(env, second) == ErrorCode.none
         assert await commit(env, 1, second.member_id, offset=42) == ErrorCode.none
-        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0, 1])])
-        assert error == ErrorCode.none
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0, 1])])
         assert [(f.partition, f.offset, f.metadata) for f in fetched] == [(0, 42, "meta"), (1, -1, "")]
 
 
@@ -422,7 +421,7 @@ async def test_offset_commit_from_a_stale_generation_or_during_a_rebalance_is_re
         assert env.group().state is GroupState.COMPLETING_REBALANCE
         assert await commit(env, results[0].generation, first.member_id) == ErrorCode.rebalance_in_progress
         assert await commit(env, first.generation, first.member_id) == ErrorCode.rebalance_in_progress
-        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
         assert fetched[0].offset == -1  # nothing refused was stored
 
 
@@ -432,7 +431,7 @@ async def test_commit_outside_group_management_only_for_an_empty_group(tmp_path:
         assert await commit(env, -1, "", offset=7) == ErrorCode.none  # admin tools, assign()
         (member,) = await stable_group(env, members=1)
         assert await commit(env, -1, "", offset=8) == ErrorCode.unknown_member_id
-        _, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
         assert fetched[0].offset == 7
 
 
@@ -496,7 +495,7 @@ async def test_groups_and_offsets_are_rebuilt_from_consumer_offsets(tmp_path: Pa
         assert (group.state, group.generation) == (GroupState.STABLE, first.generation)
         assert set(group.members) == {first.member_id, second.member_id}
         assert group.members[second.member_id].assignment == f"assignment-{second.member_id}".encode()
-        _, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
         assert fetched[0].offset == 99
         await env.clock.advance(SESSION_MS)  # the loaded members' sessions run from the load
         await until(lambda: group.state is GroupState.EMPTY, "the loaded members to expire")
@@ -537,8 +536,7 @@ async def test_offsets_of_an_empty_group_expire_after_the_retention_then_the_gro
         assert ("t", 0) in env.group().offsets
         await advance_in_checks(env, 1000)
         assert GROUP not in env.coordinator.groups
-        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
-        assert (error, fetched[0].offset) == (ErrorCode.none, -1)
+        assert env.coordinator.fetch_offsets(GROUP, [("t", [0])])[0].offset == -1
 
 
 @in_loop

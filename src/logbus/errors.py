@@ -257,3 +257,11 @@ class GroupSubscribedToTopic(_NamedRefusal):  # noqa: N818 - Kafka's GroupSubscr
 
 class InconsistentGroupProtocol(_NamedRefusal):  # noqa: N818 - Kafka's InconsistentGroupProtocolException
     code = ErrorCode.inconsistent_group_protocol
+
+
+class InvalidReplicaAssignment(_NamedRefusal):  # noqa: N818 - Kafka's InvalidReplicaAssignmentException
+    code = ErrorCode.invalid_replica_assignment
+
+
+class NoReassignmentInProgress(_NamedRefusal):  # noqa: N818 - Kafka's NoReassignmentInProgressException
+    code = ErrorCode.no_reassignment_in_progress

@@ -249,13 +249,11 @@ class GroupTypes:
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False,
                       member_id: str | None = None, member_epoch: int = -1
-                      ) -> tuple[ErrorCode, list[FetchedOffset]]:
+                      ) -> list[FetchedOffset]:
         """OffsetFetch; v9 names the member of a consumer group, whose epoch must be current."""
         if self._is_consumer(group_id) and self.serves(group_id) and (
                 member_id is not None or member_epoch >= 0):
-            error = code_of(lambda: self.consumer_groups.check_commit(group_id, member_id or "", member_epoch))
-            if error is not ErrorCode.none:
-                return error, []
+            self.consumer_groups.check_commit(group_id, member_id or "", member_epoch)
         return self.offsets.fetch_offsets(group_id, wanted, require_stable)
 
     def _check_consumer_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:

@@ -236,19 +236,18 @@ class Offsets:
     # ================================================================ OffsetFetch
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False
-                      ) -> tuple[ErrorCode, list[FetchedOffset]]:
+                      ) -> list[FetchedOffset]:
         """Committed offsets of `wanted` partitions (None: all the group has committed); -1 when
         none. With `require_stable`, a partition with pending transactional offsets answers
-        UNSTABLE_OFFSET_COMMIT instead (the group's error stays NONE, as in Kafka)."""
-        error = code_of(lambda: self.check_coordinator(group_id))
-        if error is not ErrorCode.none:
-            return error, []
+        UNSTABLE_OFFSET_COMMIT instead (the group's error stays NONE, as in Kafka). Refused when
+        this broker cannot serve the group."""
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             group = ClassicGroup(group_id)
         keys = sorted(group.offsets) if wanted is None else [
             (topic, partition) for topic, partitions in wanted for partition in partitions]
-        return ErrorCode.none, [_fetched(group, key, require_stable) for key in keys]
+        return [_fetched(group, key, require_stable) for key in keys]
 
     # ================================================================ OffsetDelete, DeleteGroups
 
