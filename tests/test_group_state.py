@@ -176,10 +176,10 @@ async def join(env: Env, member_id: str = "", instance_id: str | None = None, **
     """Send JoinGroup (a new dynamic member first gets its id with MEMBER_ID_REQUIRED); the
     returned task completes when the coordinator answers."""
     if not member_id and instance_id is None:
-        first = await env.coordinator.join(join_request(**kw))
+        first = await join_outcome(env, join_request(**kw))
         assert first.error == ErrorCode.member_id_required
         member_id = first.member_id
-    task = asyncio.create_task(env.coordinator.join(join_request(member_id, instance_id, **kw)))
+    task = asyncio.create_task(join_outcome(env, join_request(member_id, instance_id, **kw)))
     await _let_run()
     return task
 
@@ -194,6 +194,14 @@ async def sync(env: Env, result: JoinResult, assignments: dict[str, bytes] | Non
     task = asyncio.create_task(sync_outcome(env, result.generation, result.member_id, instance_id, assignments or {}))
     await _let_run()
     return task
+
+
+async def join_outcome(env: Env, request: JoinRequest) -> JoinResult:
+    """JoinGroup's answer: a refusal is answered with the request's member id, as the handler does."""
+    try:
+        return await env.coordinator.join(request)
+    except KafkaApiError as refused:
+        return JoinResult(refused.code, request.member_id)
 
 
 async def sync_outcome(env: Env, generation: int, member_id: str, instance_id: str | None,
@@ -439,7 +447,7 @@ async def test_commit_outside_group_management_only_for_an_empty_group(tmp_path:
 async def test_pending_member_that_never_rejoins_expires_after_its_session_timeout(tmp_path: Path) -> None:
     async with coordinator_env(tmp_path) as env:
         (only,) = await stable_group(env, members=1)
-        pending = await env.coordinator.join(join_request())  # gets an id, never comes back
+        pending = await join_outcome(env, join_request())  # gets an id, never comes back
         assert pending.error == ErrorCode.member_id_required
         rejoin = await join(env, only.member_id, topics=("t", "u"))
         assert not rejoin.done()  # a pending member holds the join...
@@ -449,7 +457,7 @@ async def test_pending_member_that_never_rejoins_expires_after_its_session_timeo
         result = await answered(rejoin)
         assert (result.error, result.generation, [m[0] for m in result.members]) == (
             ErrorCode.none, only.generation + 1, [only.member_id])
-        late = await env.coordinator.join(join_request(pending.member_id))
+        late = await join_outcome(env, join_request(pending.member_id))
         assert late.error == ErrorCode.unknown_member_id
 
 
@@ -593,7 +601,7 @@ def owning(topic: str, *partitions: int) -> bytes:
 def classic_rejoin(env: Env, member_id: str, *owned: int) -> Awaitable[JoinResult]:
     request = join_request(member_id)
     request.protocols = [("range", owning("t", *owned))]
-    return env.coordinator.join(request)
+    return join_outcome(env, request)
 
 
 @in_loop
@@ -659,13 +667,13 @@ async def test_a_static_classic_member_restarting_takes_its_place_in_a_consumer_
         env.coordinator.consumer_groups.partition_count = {"t": 2}.get
         await env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", 0, rebalance_timeout_ms=30_000,
                                                      subscribed_topics=("t",), owned={}))
-        first = await env.coordinator.join(join_request(instance_id="i"))  # static: no MEMBER_ID_REQUIRED
+        first = await join_outcome(env, join_request(instance_id="i"))  # static: no MEMBER_ID_REQUIRED
         assert first.error == ErrorCode.none
         members = env.coordinator.consumer_groups.get(GROUP).members
         assert members[first.member_id].classic is not None
-        again = await env.coordinator.join(join_request(instance_id="i"))  # restarted: a new member id
+        again = await join_outcome(env, join_request(instance_id="i"))  # restarted: a new member id
         assert again.error == ErrorCode.none and again.member_id != first.member_id
         assert set(members) == {"c", again.member_id}
         assert heartbeat(env, first, instance_id="i") == ErrorCode.fenced_instance_id
-        fenced = await env.coordinator.join(join_request(first.member_id, "i"))
+        fenced = await join_outcome(env, join_request(first.member_id, "i"))
         assert fenced.error == ErrorCode.fenced_instance_id

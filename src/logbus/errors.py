@@ -265,3 +265,11 @@ class InvalidReplicaAssignment(_NamedRefusal):  # noqa: N818 - Kafka's InvalidRe
 
 class NoReassignmentInProgress(_NamedRefusal):  # noqa: N818 - Kafka's NoReassignmentInProgressException
     code = ErrorCode.no_reassignment_in_progress
+
+
+class InvalidSessionTimeout(_NamedRefusal):  # noqa: N818 - Kafka's InvalidSessionTimeoutException
+    code = ErrorCode.invalid_session_timeout
+
+
+class GroupMaxSizeReached(_NamedRefusal):  # noqa: N818 - Kafka's GroupMaxSizeReachedException
+    code = ErrorCode.group_max_size_reached

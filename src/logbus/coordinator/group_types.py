@@ -152,26 +152,19 @@ class GroupTypes:
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members takes the member in as a classic member; an
         empty one gives its id up to the classic group, as an empty share group does (one with
-        members keeps it)."""
+        members keeps it). Refused with the member id it came with."""
         if self.serves(request.group_id):
-            try:
-                self._take_from_share_group(request.group_id, ErrorCode.inconsistent_group_protocol)
-            except KafkaApiError as exc:
-                return JoinResult(exc.code, request.member_id)
+            self._take_from_share_group(request.group_id, ErrorCode.inconsistent_group_protocol)
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.serves(request.group_id):
             if not consumer.is_empty:
                 return await self.consumer_writes.change(request.group_id,
                                                          lambda: self._classic_join(consumer, request))
-            try:
-                await self.consumer_writes.delete(request.group_id)
-            except KafkaApiError as exc:
-                return JoinResult(exc.code, request.member_id)
+            await self.consumer_writes.delete(request.group_id)
         return await self.membership.join(request)
 
     def _classic_join(self, consumer: ConsumerGroup, request: JoinRequest) -> JoinResult:
-        if not self.membership.min_session_ms <= request.session_timeout_ms <= self.membership.max_session_ms:
-            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
+        self.membership.check_session_timeout(request)
         return self.classic_members.join(consumer, request)
 
     def _mixed(self, group_id: str) -> ConsumerGroup | None:

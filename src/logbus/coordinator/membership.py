@@ -43,9 +43,11 @@ from kio.schema.errors import ErrorCode
 from ..errors import (
     CoordinatorNotAvailable,
     FencedInstanceId,
+    GroupMaxSizeReached,
     IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidGroupId,
+    InvalidSessionTimeout,
     KafkaApiError,
     RebalanceInProgress,
     UnknownMemberId,
@@ -94,24 +96,26 @@ class Membership:
     # ================================================================ JoinGroup
 
     async def join(self, request: JoinRequest) -> JoinResult:
-        try:
-            self._check_group_id(request.group_id)
-        except KafkaApiError as exc:
-            return JoinResult(exc.code, request.member_id)
-        if not self.min_session_ms <= request.session_timeout_ms <= self.max_session_ms:
-            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
+        """The member's JoinGroup answer once the rebalance completes (or MEMBER_ID_REQUIRED with
+        the id to join with); refused with the member id it came with."""
+        self._check_group_id(request.group_id)
+        self.check_session_timeout(request)
         group = self.groups.get(request.group_id)
         if group is None:
             if request.member_id:
-                return JoinResult(ErrorCode.unknown_member_id, request.member_id)
+                raise UnknownMemberId
             group = self.groups[request.group_id] = ClassicGroup(request.group_id, state_timestamp=self.clock.now_ms())
         if group.is_in(GroupState.DEAD):
-            return JoinResult(ErrorCode.coordinator_not_available, request.member_id)
+            raise CoordinatorNotAvailable
         if not group.supports(request.protocol_type, request.protocols):
-            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
+            raise InconsistentGroupProtocol
         if request.member_id:
             return await self._join_known(group, request)
         return await self._join_unknown(group, request)
+
+    def check_session_timeout(self, request: JoinRequest) -> None:
+        if not self.min_session_ms <= request.session_timeout_ms <= self.max_session_ms:
+            raise InvalidSessionTimeout
 
     async def _join_unknown(self, group: ClassicGroup, request: JoinRequest) -> JoinResult:
         new_id = f"{request.client_id}-{uuid.uuid4()}"
@@ -119,7 +123,7 @@ class Membership:
         if instance_id is not None and group.static_member_id(instance_id) is not None:
             return await self._rejoin_static(group, request, new_id)
         if len(group.members) >= self.max_group_size:
-            return JoinResult(ErrorCode.group_max_size_reached, "")
+            raise GroupMaxSizeReached  # answered with the request's member id: none
         if instance_id is None and request.require_known_member_id:
             group.pending_members.add(new_id)
             self._schedule_pending_expiry(group, new_id, request.session_timeout_ms)
@@ -129,13 +133,13 @@ class Membership:
     async def _join_known(self, group: ClassicGroup, request: JoinRequest) -> JoinResult:
         member_id = request.member_id
         if group.is_fenced(member_id, request.group_instance_id):
-            return JoinResult(ErrorCode.fenced_instance_id, member_id)
+            raise FencedInstanceId
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
             return await self._add_and_rebalance(group, request, member_id)
         member = group.members.get(member_id)
         if member is None:
-            return JoinResult(ErrorCode.unknown_member_id, member_id)
+            raise UnknownMemberId
         if group.is_in(GroupState.COMPLETING_REBALANCE) and member.matches(request.protocols):
             return self._current_generation(group, member)  # the join response got lost: send it again
         if (group.is_in(GroupState.STABLE) and member_id != group.leader_id
