@@ -19,10 +19,10 @@ Semantics follow Kafka's GroupCoordinator for classic groups (see `group.py` for
 
 Depends on: the `group.*` config values; the `Clock` (sessions and rebalance timers); the groups
 dict it shares with `offsets.py` and `loading.py` (which add and remove groups); a
-`check_coordinator(group_id)` callable (`loading.py`: refuses unless this broker is the group's
-coordinator, with its partition loaded); a `store_group` coroutine (writes a group's metadata record to
-__consumer_offsets: the leader's assignment, a static member's new id, a group a rebalance left
-Empty); and a `spawn` for the writes nobody waits for. It exposes `reset_session`,
+`check_coordinator(group_id)` callable (`loading.py`: refuses unless this broker is the
+group's coordinator, with its partition loaded); a `store_group` coroutine (writes a group's
+metadata record to __consumer_offsets: the leader's assignment, a static member's new id, a
+group a rebalance left Empty); and a `spawn` for the writes nobody waits for. It exposes `reset_session`,
 `cancel_timers`, `adopt` and `evict` to the other two: a commit keeps a member alive, a deletion
 stops a group's timers, a loaded group's members start their sessions, an unloaded group's
 waiting requests are answered.
