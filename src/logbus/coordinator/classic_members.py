@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from ..errors import (
     FencedInstanceId,
+    GroupMaxSizeReached,
     IllegalGeneration,
     InconsistentGroupProtocol,
     KafkaApiError,
@@ -79,15 +80,15 @@ class ClassicMembers:
         member_id = request.member_id or str(uuid.uuid4())
         if member_id not in group.members and request.group_instance_id not in group.static_members and (
                 len(group.members) >= self.groups.config.max_size):
-            raise KafkaApiError(ErrorCode.group_max_size_reached)
+            raise GroupMaxSizeReached
         if not supports(group, request.protocol_type, request.protocols):
-            raise KafkaApiError(ErrorCode.inconsistent_group_protocol)
+            raise InconsistentGroupProtocol
         if not request.member_id and request.group_instance_id is None and request.require_known_member_id:
             return JoinResult(ErrorCode.member_id_required, member_id)
         try:
             subscription = parse_subscription(request.protocols[0][1])
         except ValueError:
-            raise KafkaApiError(ErrorCode.inconsistent_group_protocol) from None
+            raise InconsistentGroupProtocol from None
         member, added = self._member(group, request, member_id)
         topics = tuple(sorted(set(subscription.topics)))
         changed = added or topics != member.subscribed_topics
