@@ -18,7 +18,7 @@ from logbus.coordinator.consumer_group import (
     Heartbeat,
     MemberState,
 )
-from logbus.errors import KafkaApiError
+from logbus.errors import KafkaApiError, code_of
 
 GROUP = "g"
 
@@ -271,12 +271,14 @@ def test_a_new_partition_bumps_the_group_epoch() -> None:
 def test_commit_checks_member_and_epoch() -> None:
     groups, _ = make()
     join(groups, "a")
-    assert groups.commit_error(GROUP, "a", 1) is None
-    assert groups.commit_error(GROUP, "a", 0) is ErrorCode.stale_member_epoch
-    assert groups.commit_error(GROUP, "zz", 1) is ErrorCode.unknown_member_id
-    assert groups.commit_error(GROUP, "", -1) is ErrorCode.unknown_member_id  # not empty
+    def commit_error(member_id: str, member_epoch: int) -> ErrorCode:
+        return code_of(lambda: groups.check_commit(GROUP, member_id, member_epoch))
+    assert commit_error("a", 1) is ErrorCode.none
+    assert commit_error("a", 0) is ErrorCode.stale_member_epoch
+    assert commit_error("zz", 1) is ErrorCode.unknown_member_id
+    assert commit_error("", -1) is ErrorCode.unknown_member_id  # not empty
     groups.heartbeat(Heartbeat(GROUP, "a", -1))
-    assert groups.commit_error(GROUP, "", -1) is None
+    assert commit_error("", -1) is ErrorCode.none
 
 
 def test_uniform_is_balanced_and_sticky_with_mixed_subscriptions() -> None:

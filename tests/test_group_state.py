@@ -30,6 +30,7 @@ from logbus.coordinator.consumer_group import Heartbeat
 from logbus.coordinator.group import ClassicGroup, GroupState, JoinResult
 from logbus.coordinator.membership import JoinRequest
 from logbus.coordinator.offsets import OffsetCommit
+from logbus.errors import KafkaApiError, code_of
 from logbus.protocol.consumer_protocol import encode_assignment, parse_assignment
 from logbus.security.listeners import ListenerEndpoint
 from logbus.storage.manager import LogManager
@@ -175,10 +176,10 @@ async def join(env: Env, member_id: str = "", instance_id: str | None = None, **
     """Send JoinGroup (a new dynamic member first gets its id with MEMBER_ID_REQUIRED); the
     returned task completes when the coordinator answers."""
     if not member_id and instance_id is None:
-        first = await env.coordinator.join(join_request(**kw))
+        first = await join_outcome(env, join_request(**kw))
         assert first.error == ErrorCode.member_id_required
         member_id = first.member_id
-    task = asyncio.create_task(env.coordinator.join(join_request(member_id, instance_id, **kw)))
+    task = asyncio.create_task(join_outcome(env, join_request(member_id, instance_id, **kw)))
     await _let_run()
     return task
 
@@ -190,10 +191,28 @@ async def answered(task: asyncio.Task[Any]) -> Any:
 
 async def sync(env: Env, result: JoinResult, assignments: dict[str, bytes] | None = None,
                instance_id: str | None = None) -> asyncio.Task[tuple[ErrorCode, bytes, Any]]:
-    task = asyncio.create_task(env.coordinator.sync(GROUP, result.generation, result.member_id, instance_id,
-                                                    "consumer", "range", assignments or {}))
+    task = asyncio.create_task(sync_outcome(env, result.generation, result.member_id, instance_id, assignments or {}))
     await _let_run()
     return task
+
+
+async def join_outcome(env: Env, request: JoinRequest) -> JoinResult:
+    """JoinGroup's answer: a refusal is answered with the request's member id, as the handler does."""
+    try:
+        return await env.coordinator.join(request)
+    except KafkaApiError as refused:
+        return JoinResult(refused.code, request.member_id)
+
+
+async def sync_outcome(env: Env, generation: int, member_id: str, instance_id: str | None,
+                       assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes, Any]:
+    """SyncGroup's (error, assignment, group), as its response has them."""
+    try:
+        assignment, group = await env.coordinator.sync(GROUP, generation, member_id, instance_id, "consumer",
+                                                       "range", assignments)
+    except KafkaApiError as refused:
+        return refused.code, b"", None
+    return ErrorCode.none, assignment, group
 
 
 async def joined_group(env: Env, members: int = 2, **kw: Any) -> list[JoinResult]:
@@ -228,8 +247,8 @@ async def stable_group(env: Env, members: int = 2, **kw: Any) -> list[JoinResult
 
 
 def heartbeat(env: Env, result: JoinResult, generation: int | None = None, instance_id: str | None = None) -> int:
-    return env.coordinator.heartbeat(GROUP, result.generation if generation is None else generation,
-                                     result.member_id, instance_id)
+    return code_of(lambda: env.coordinator.heartbeat(GROUP, result.generation if generation is None else generation,
+                                                     result.member_id, instance_id))
 
 
 async def commit(env: Env, generation: int, member_id: str, offset: int = 5, instance_id: str | None = None,
@@ -251,8 +270,7 @@ async def test_join_sync_heartbeat_commit_happy_path(tmp_path: Path) -> None:
         assert second.members == ()
         assert heartbeat(env, first) == heartbeat(env, second) == ErrorCode.none
         assert await commit(env, 1, second.member_id, offset=42) == ErrorCode.none
-        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0, 1])])
-        assert error == ErrorCode.none
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0, 1])])
         assert [(f.partition, f.offset, f.metadata) for f in fetched] == [(0, 42, "meta"), (1, -1, "")]
 
 
@@ -371,8 +389,7 @@ async def test_leave_during_rebalance_completes_the_join_for_the_others(tmp_path
         leader, follower = (first, second) if first.leader == first.member_id else (second, first)
         rejoin = await join(env, leader.member_id, topics=("t", "u"))
         assert not rejoin.done()
-        error, errors = await env.coordinator.leave(GROUP, [(follower.member_id, None)])
-        assert (error, errors) == (ErrorCode.none, [ErrorCode.none])
+        assert await env.coordinator.leave(GROUP, [(follower.member_id, None)]) == [ErrorCode.none]
         result = await answered(rejoin)  # at once: no need to wait for the rebalance timeout
         assert (result.generation, [m[0] for m in result.members]) == (leader.generation + 1, [leader.member_id])
 
@@ -381,8 +398,8 @@ async def test_leave_during_rebalance_completes_the_join_for_the_others(tmp_path
 async def test_leave_of_every_member_empties_the_group(tmp_path: Path) -> None:
     async with coordinator_env(tmp_path) as env:
         first, second = await stable_group(env)
-        error, errors = await env.coordinator.leave(GROUP, [(first.member_id, None), (second.member_id, None),
-                                                            ("nobody", None)])
+        errors = await env.coordinator.leave(GROUP, [(first.member_id, None), (second.member_id, None),
+                                                     ("nobody", None)])
         assert errors == [ErrorCode.none, ErrorCode.none, ErrorCode.unknown_member_id]
         assert env.group().state is GroupState.EMPTY
         assert env.group().generation == first.generation + 1
@@ -412,7 +429,7 @@ async def test_offset_commit_from_a_stale_generation_or_during_a_rebalance_is_re
         assert env.group().state is GroupState.COMPLETING_REBALANCE
         assert await commit(env, results[0].generation, first.member_id) == ErrorCode.rebalance_in_progress
         assert await commit(env, first.generation, first.member_id) == ErrorCode.rebalance_in_progress
-        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
         assert fetched[0].offset == -1  # nothing refused was stored
 
 
@@ -422,7 +439,7 @@ async def test_commit_outside_group_management_only_for_an_empty_group(tmp_path:
         assert await commit(env, -1, "", offset=7) == ErrorCode.none  # admin tools, assign()
         (member,) = await stable_group(env, members=1)
         assert await commit(env, -1, "", offset=8) == ErrorCode.unknown_member_id
-        _, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
         assert fetched[0].offset == 7
 
 
@@ -430,7 +447,7 @@ async def test_commit_outside_group_management_only_for_an_empty_group(tmp_path:
 async def test_pending_member_that_never_rejoins_expires_after_its_session_timeout(tmp_path: Path) -> None:
     async with coordinator_env(tmp_path) as env:
         (only,) = await stable_group(env, members=1)
-        pending = await env.coordinator.join(join_request())  # gets an id, never comes back
+        pending = await join_outcome(env, join_request())  # gets an id, never comes back
         assert pending.error == ErrorCode.member_id_required
         rejoin = await join(env, only.member_id, topics=("t", "u"))
         assert not rejoin.done()  # a pending member holds the join...
@@ -440,7 +457,7 @@ async def test_pending_member_that_never_rejoins_expires_after_its_session_timeo
         result = await answered(rejoin)
         assert (result.error, result.generation, [m[0] for m in result.members]) == (
             ErrorCode.none, only.generation + 1, [only.member_id])
-        late = await env.coordinator.join(join_request(pending.member_id))
+        late = await join_outcome(env, join_request(pending.member_id))
         assert late.error == ErrorCode.unknown_member_id
 
 
@@ -479,14 +496,14 @@ async def test_groups_and_offsets_are_rebuilt_from_consumer_offsets(tmp_path: Pa
         first, second = await stable_group(env)
         assert await commit(env, first.generation, first.member_id, offset=99) == ErrorCode.none
     async with coordinator_env(tmp_path, clock=clock) as env:
-        assert env.coordinator.heartbeat(GROUP, first.generation, first.member_id, None) == (
+        assert code_of(lambda: env.coordinator.heartbeat(GROUP, first.generation, first.member_id, None)) == (
             ErrorCode.coordinator_load_in_progress)  # the partition loads in the background
         await until(lambda: 0 in env.coordinator.loaded_partitions, "the load")
         group = env.group()
         assert (group.state, group.generation) == (GroupState.STABLE, first.generation)
         assert set(group.members) == {first.member_id, second.member_id}
         assert group.members[second.member_id].assignment == f"assignment-{second.member_id}".encode()
-        _, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
+        fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
         assert fetched[0].offset == 99
         await env.clock.advance(SESSION_MS)  # the loaded members' sessions run from the load
         await until(lambda: group.state is GroupState.EMPTY, "the loaded members to expire")
@@ -527,8 +544,7 @@ async def test_offsets_of_an_empty_group_expire_after_the_retention_then_the_gro
         assert ("t", 0) in env.group().offsets
         await advance_in_checks(env, 1000)
         assert GROUP not in env.coordinator.groups
-        error, fetched = env.coordinator.fetch_offsets(GROUP, [("t", [0])])
-        assert (error, fetched[0].offset) == (ErrorCode.none, -1)
+        assert env.coordinator.fetch_offsets(GROUP, [("t", [0])])[0].offset == -1
 
 
 @in_loop
@@ -557,7 +573,7 @@ async def test_consumer_groups_leave_memory_with_their_partition(tmp_path: Path)
         env.coordinator.on_leadership(partition, False)
         assert env.coordinator.consumer_groups.get(GROUP) is None
         # led again, loaded afresh from its records: the member goes on at its epoch
-        await until(lambda: env.coordinator.coordinator_error(GROUP) is None, "the partition loaded again")
+        await until(lambda: env.coordinator.serves(GROUP), "the partition loaded again")
         assert (await env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "m", 1))).member_epoch == 1
 
 
@@ -585,7 +601,7 @@ def owning(topic: str, *partitions: int) -> bytes:
 def classic_rejoin(env: Env, member_id: str, *owned: int) -> Awaitable[JoinResult]:
     request = join_request(member_id)
     request.protocols = [("range", owning("t", *owned))]
-    return env.coordinator.join(request)
+    return join_outcome(env, request)
 
 
 @in_loop
@@ -608,8 +624,7 @@ async def test_a_classic_group_is_upgraded_reconciled_through_rejoins_and_downgr
         rejoined = await classic_rejoin(env, first.member_id, 0, 1, 2)
         assert (rejoined.error, rejoined.generation, rejoined.leader, rejoined.members) == (
             ErrorCode.none, generation, "", ())  # it gives one partition to c: revoked first, at its epoch
-        error, assignment, _ = await env.coordinator.sync(GROUP, generation, first.member_id, None, "consumer",
-                                                          "range", {})
+        error, assignment, _ = await sync_outcome(env, generation, first.member_id, None, {})
         assert (error, len(parse_assignment(assignment)["t"])) == (ErrorCode.none, 2)
         kept = sorted(parse_assignment(assignment)["t"])
         revoked = await classic_rejoin(env, first.member_id, *kept)
@@ -652,13 +667,13 @@ async def test_a_static_classic_member_restarting_takes_its_place_in_a_consumer_
         env.coordinator.consumer_groups.partition_count = {"t": 2}.get
         await env.coordinator.consumer_heartbeat(Heartbeat(GROUP, "c", 0, rebalance_timeout_ms=30_000,
                                                      subscribed_topics=("t",), owned={}))
-        first = await env.coordinator.join(join_request(instance_id="i"))  # static: no MEMBER_ID_REQUIRED
+        first = await join_outcome(env, join_request(instance_id="i"))  # static: no MEMBER_ID_REQUIRED
         assert first.error == ErrorCode.none
         members = env.coordinator.consumer_groups.get(GROUP).members
         assert members[first.member_id].classic is not None
-        again = await env.coordinator.join(join_request(instance_id="i"))  # restarted: a new member id
+        again = await join_outcome(env, join_request(instance_id="i"))  # restarted: a new member id
         assert again.error == ErrorCode.none and again.member_id != first.member_id
         assert set(members) == {"c", again.member_id}
         assert heartbeat(env, first, instance_id="i") == ErrorCode.fenced_instance_id
-        fenced = await env.coordinator.join(join_request(first.member_id, "i"))
+        fenced = await join_outcome(env, join_request(first.member_id, "i"))
         assert fenced.error == ErrorCode.fenced_instance_id

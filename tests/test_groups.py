@@ -8,6 +8,7 @@ is 0 so that rebalances finish quickly; everything else waits on conditions (`wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -981,3 +982,45 @@ def test_big_consumer_offsets_loads_in_the_background_while_other_requests_are_s
         reply = connection.call(9, 1, group_id=group, topics=(_fetch_topic_v1(topic, (0,)),))
         assert reply.topics[0].partitions[0].committed_offset == 1234  # the last record was loaded too
         print(f"Metadata + Produce answered in {[round(t * 1000) for t in latencies]} ms, load {loaded_in:.1f} s")
+
+
+def test_group_refusals_keep_each_responses_shape(broker: BrokerProcess) -> None:
+    """A refusal of the whole group is answered in the fields each API carries it: INVALID_GROUP_ID
+    for an empty id (JoinGroup echoing the member id; SyncGroup without assignment or protocol;
+    LeaveGroup v3+ and OffsetDelete without items; OffsetCommit per partition; DeleteGroups per
+    group), UNKNOWN_MEMBER_ID and GROUP_ID_NOT_FOUND for a group this coordinator does not hold."""
+    invalid, unknown_member = ErrorCode.invalid_group_id, ErrorCode.unknown_member_id
+    group, topic = unique("refused"), create_topic(broker.bootstrap)
+    find_coordinator(broker.bootstrap, group)
+    with contextlib.closing(RawConnection(broker.bootstrap)) as connection:
+        joined = connection.call(11, 9, **join_fields("", member_id="m-1"))
+        assert (joined.error_code, joined.member_id, joined.generation_id, joined.members) == (invalid, "m-1", -1, ())
+        assert connection.call(12, 4, group_id="", generation_id=1, member_id="m-1",
+                               group_instance_id=None).error_code == invalid
+        for group_id, code in (("", invalid), (group, unknown_member)):
+            synced = connection.call(14, 5, group_id=group_id, generation_id=1, member_id="m-1", group_instance_id=None,
+                                     protocol_type="consumer", protocol_name="range", assignments=())
+            assert (synced.error_code, synced.assignment, synced.protocol_type, synced.protocol_name) == (
+                code, b"", None, None)
+        assert connection.call(13, 0, group_id="", member_id="m-1").error_code == invalid
+        assert connection.call(13, 0, group_id=group, member_id="m-1").error_code == unknown_member
+        left = connection.call(13, 5, group_id="", members=(MemberIdentity(member_id="m-1", group_instance_id=None,
+                                                                           reason=None),))
+        assert (left.error_code, left.members) == (invalid, ())
+        left = connection.call(13, 5, group_id=group, members=(MemberIdentity(member_id="m-1", group_instance_id=None,
+                                                                              reason=None),))
+        assert (left.error_code, [m.error_code for m in left.members]) == (ErrorCode.none, [unknown_member])
+        committed = connection.call(8, 9, group_id="", generation_id_or_member_epoch=-1, member_id="",
+                                    group_instance_id=None, topics=(OffsetCommitRequestTopic(
+                                        name=topic, partitions=(OffsetCommitRequestPartition(
+                                            partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                                            committed_metadata=""),)),))
+        assert [p.error_code for t in committed.topics for p in t.partitions] == [invalid]
+        for group_id, code in (("", invalid), (group, ErrorCode.group_id_not_found)):
+            deleted = connection.call(47, 0, group_id=group_id, topics=(OffsetDeleteRequestTopic(
+                name=topic, partitions=(OffsetDeleteRequestPartition(partition_index=0),)),))
+            assert (deleted.error_code, deleted.topics) == (code, ())
+        assert [r.error_code for r in connection.call(42, 2, groups_names=("", group)).results] == [
+            invalid, ErrorCode.group_id_not_found]
+        described = connection.call(15, 5, groups=(group,), include_authorized_operations=False).groups[0]
+        assert (described.error_code, described.group_state) == (ErrorCode.none, "Dead")

@@ -70,7 +70,7 @@ async def txn_env(data_dir: Path, clock: ManualClock | None = None, markers: Mar
                                              allocate_producer_id=metadata.allocate_producer_id,
                                              write_markers=markers.write)
         coordinator.start()
-        await until(lambda: coordinator.coordinator_error(TXN) is None, "the state topic loaded")
+        await until(lambda: coordinator.serves(TXN), "the state topic loaded")
         try:
             yield Env(coordinator, clock, markers)
         finally:

@@ -7,6 +7,12 @@ class: storage, the cluster, the coordinators and security raise them, and a han
 catches `KafkaApiError` puts `exc.code` and `exc.message` into its response for that topic,
 partition, group or resource. Nothing translates one exception type into a code by hand.
 
+A function with one outcome that refuses raises its named refusal rather than returning an
+`ErrorCode` (`None` for "fine"); a handler catches `KafkaApiError` once and puts `exc.code` in
+its response. Only per-item outcome maps (a code per partition or per member of one request, as
+Kafka's `Map[TopicPartition, Errors]`) are values, and each value comes from a refusal:
+`code_of(check)` where an item is checked, or a refusal class's `code`.
+
 An API maps a code to another only where Kafka does for that API and version
 (`producer_fenced_as`; a coordinator answering NOT_COORDINATOR where a producer gets
 NOT_LEADER_OR_FOLLOWER).
@@ -18,6 +24,7 @@ one traceback, and keeps the connection (broker/server.py, protocol/error_respon
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
@@ -38,6 +45,16 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaApiError):
         return exc.code
     return ErrorCode.unknown_server_error
+
+
+def code_of(check: Callable[[], object]) -> ErrorCode:
+    """One item's code in a per-item outcome map: NONE when `check` passes, else its refusal's.
+    (Anything else it raises is a bug and escapes.)"""
+    try:
+        check()
+    except KafkaApiError as exc:
+        return exc.code
+    return ErrorCode.none
 
 
 def producer_fenced_as(code: ErrorCode, version: int, fenced_from: int) -> ErrorCode:
@@ -178,3 +195,81 @@ class SecurityDisabledError(_NamedRefusal):
 
     def __init__(self) -> None:
         super().__init__("No Authorizer is configured on the broker")
+
+
+class CoordinatorNotAvailable(_NamedRefusal):  # noqa: N818 - Kafka's CoordinatorNotAvailableException
+    """No coordinator state to serve the key from: its internal topic is missing, or the group died."""
+
+    code = ErrorCode.coordinator_not_available
+
+
+class NotCoordinator(_NamedRefusal):  # noqa: N818 - Kafka's NotCoordinatorException
+    """This broker does not lead the internal-topic partition of the key."""
+
+    code = ErrorCode.not_coordinator
+
+
+class CoordinatorLoadInProgress(_NamedRefusal):  # noqa: N818 - Kafka's CoordinatorLoadInProgressException
+    """This broker leads the key's partition but is still reading it."""
+
+    code = ErrorCode.coordinator_load_in_progress
+
+
+class InvalidGroupId(_NamedRefusal):  # noqa: N818 - Kafka's InvalidGroupIdException
+    code = ErrorCode.invalid_group_id
+
+
+class UnknownMemberId(_NamedRefusal):  # noqa: N818 - Kafka's UnknownMemberIdException
+    code = ErrorCode.unknown_member_id
+
+
+class IllegalGeneration(_NamedRefusal):  # noqa: N818 - Kafka's IllegalGenerationException
+    code = ErrorCode.illegal_generation
+
+
+class RebalanceInProgress(_NamedRefusal):  # noqa: N818 - Kafka's RebalanceInProgressException
+    code = ErrorCode.rebalance_in_progress
+
+
+class FencedInstanceId(_NamedRefusal):  # noqa: N818 - Kafka's FencedInstanceIdException
+    code = ErrorCode.fenced_instance_id
+
+
+class NonEmptyGroup(_NamedRefusal):  # noqa: N818 - Kafka's GroupNotEmptyException
+    code = ErrorCode.non_empty_group
+
+
+class GroupIdNotFound(_NamedRefusal):  # noqa: N818 - Kafka's GroupIdNotFoundException
+    code = ErrorCode.group_id_not_found
+
+
+class InvalidProducerIdMapping(_NamedRefusal):  # noqa: N818 - Kafka's InvalidPidMappingException
+    code = ErrorCode.invalid_producer_id_mapping
+
+
+class StaleMemberEpoch(_NamedRefusal):  # noqa: N818 - Kafka's StaleMemberEpochException
+    code = ErrorCode.stale_member_epoch
+
+
+class GroupSubscribedToTopic(_NamedRefusal):  # noqa: N818 - Kafka's GroupSubscribedToTopicException
+    code = ErrorCode.group_subscribed_to_topic
+
+
+class InconsistentGroupProtocol(_NamedRefusal):  # noqa: N818 - Kafka's InconsistentGroupProtocolException
+    code = ErrorCode.inconsistent_group_protocol
+
+
+class InvalidReplicaAssignment(_NamedRefusal):  # noqa: N818 - Kafka's InvalidReplicaAssignmentException
+    code = ErrorCode.invalid_replica_assignment
+
+
+class NoReassignmentInProgress(_NamedRefusal):  # noqa: N818 - Kafka's NoReassignmentInProgressException
+    code = ErrorCode.no_reassignment_in_progress
+
+
+class InvalidSessionTimeout(_NamedRefusal):  # noqa: N818 - Kafka's InvalidSessionTimeoutException
+    code = ErrorCode.invalid_session_timeout
+
+
+class GroupMaxSizeReached(_NamedRefusal):  # noqa: N818 - Kafka's GroupMaxSizeReachedException
+    code = ErrorCode.group_max_size_reached

@@ -32,9 +32,7 @@ def check_empty_share_group(ctx: RequestContext, group_id: str | None) -> None:
     if not group_id:
         raise KafkaApiError(ErrorCode.invalid_group_id, "The group id is empty.")
     coordinator = group_coordinator(ctx.broker)
-    error = coordinator.coordinator_error(group_id)
-    if error is not None:
-        raise KafkaApiError(error)
+    coordinator.check_coordinator(group_id)
     group = coordinator.share_group(group_id)
     if group is None:
         raise KafkaApiError(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import InvalidReplicaAssignment, NoReassignmentInProgress, UnknownTopicError, code_of
 from .metadata import NO_LEADER, PartitionState
 
 
@@ -71,12 +72,21 @@ def without_broker(state: PartitionState, broker_id: int, live: set[int],
     return None
 
 
-def reassignment_error(state: PartitionState, target: list[int] | None, live: set[int]) -> ErrorCode | None:
-    """Why AlterPartitionReassignments refuses `target` for a partition in `state` (None: accepted).
-    A null target cancels, which needs a reassignment in progress."""
+def reassignment_outcome(state: PartitionState | None, target: list[int] | None, live: set[int]) -> int | None:
+    """AlterPartitionReassignments' answer for one partition (`state` None: no such partition):
+    None when `target` is accepted, else the refusal's code."""
+    code = code_of(lambda: check_reassignment(state, target, live))
+    return None if code is ErrorCode.none else code
+
+
+def check_reassignment(state: PartitionState | None, target: list[int] | None, live: set[int]) -> None:
+    """Refuse `target` for a partition in `state` unless AlterPartitionReassignments takes it. A
+    null target cancels, which needs a reassignment in progress."""
+    if state is None:
+        raise UnknownTopicError
     if target is None:
-        in_progress = state.adding_replicas or state.removing_replicas
-        return None if in_progress else ErrorCode.no_reassignment_in_progress
+        if not (state.adding_replicas or state.removing_replicas):
+            raise NoReassignmentInProgress
+        return
     if not target or len(set(target)) != len(target) or not set(target) <= live:
-        return ErrorCode.invalid_replica_assignment
-    return None
+        raise InvalidReplicaAssignment

@@ -635,14 +635,12 @@ class EmbeddedMetadataStore(MetadataStore):
     ) -> dict[PartitionKey, int | None]:
         """One broker: the only assignment it can hold is itself, which is already in place; a
         target naming another broker is INVALID_REPLICA_ASSIGNMENT, a cancel finds nothing in progress."""
-        from .elections import reassignment_error
+        from .elections import reassignment_outcome
 
         live = {b.broker_id for b in self._brokers.values()}
         results: dict[PartitionKey, int | None] = {}
         for key, target in changes.items():
-            state = self.partition_state(*key)
-            results[key] = ErrorCode.unknown_topic_or_partition if state is None else \
-                reassignment_error(state, target, live)
+            results[key] = reassignment_outcome(self.partition_state(*key), target, live)
         return results
 
     async def _commit_partitions(self, topic: TopicMetadata, states: dict[int, PartitionState]) -> TopicMetadata:

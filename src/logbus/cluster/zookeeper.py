@@ -561,14 +561,13 @@ class ZooKeeperMetadataStore(MetadataStore):
     ) -> dict[PartitionKey, int | None]:
         """Check each change against the view, then hand the valid ones to the controller
         (/admin/reassign_partitions; null replicas cancel) and return once it took them."""
-        from .elections import reassignment_error
+        from .elections import reassignment_outcome
 
         live = set(self._view.brokers)
         results: dict[PartitionKey, int | None] = {}
         accepted = []
         for (name, index), target in changes.items():
-            state = self.partition_state(name, index)
-            error = ErrorCode.unknown_topic_or_partition if state is None else reassignment_error(state, target, live)
+            error = reassignment_outcome(self.partition_state(name, index), target, live)
             results[(name, index)] = error
             if error is None:
                 accepted.append({"topic": name, "partition": index, "replicas": target})

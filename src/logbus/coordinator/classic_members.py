@@ -28,7 +28,15 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import (
+    FencedInstanceId,
+    GroupMaxSizeReached,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    KafkaApiError,
+    RebalanceInProgress,
+    UnknownMemberId,
+)
 from ..protocol.consumer_protocol import encode_assignment, parse_subscription, protocol_version
 from .consumer_group import ClassicProtocol, ConsumerGroup, ConsumerGroups, ConsumerMember, MemberState
 from .group import JoinResult
@@ -72,15 +80,15 @@ class ClassicMembers:
         member_id = request.member_id or str(uuid.uuid4())
         if member_id not in group.members and request.group_instance_id not in group.static_members and (
                 len(group.members) >= self.groups.config.max_size):
-            raise KafkaApiError(ErrorCode.group_max_size_reached)
+            raise GroupMaxSizeReached
         if not supports(group, request.protocol_type, request.protocols):
-            raise KafkaApiError(ErrorCode.inconsistent_group_protocol)
+            raise InconsistentGroupProtocol
         if not request.member_id and request.group_instance_id is None and request.require_known_member_id:
             return JoinResult(ErrorCode.member_id_required, member_id)
         try:
             subscription = parse_subscription(request.protocols[0][1])
         except ValueError:
-            raise KafkaApiError(ErrorCode.inconsistent_group_protocol) from None
+            raise InconsistentGroupProtocol from None
         member, added = self._member(group, request, member_id)
         topics = tuple(sorted(set(subscription.topics)))
         changed = added or topics != member.subscribed_topics
@@ -105,7 +113,7 @@ class ClassicMembers:
         if request.group_instance_id is not None and request.group_instance_id in group.static_members:
             current = group.members[group.static_members[request.group_instance_id]]
             if request.member_id and request.member_id != current.member_id:
-                raise KafkaApiError(ErrorCode.fenced_instance_id)
+                raise FencedInstanceId
             if current.member_id != member_id:  # Kafka copies it under the new id, at epoch 0
                 del group.members[current.member_id]
                 group.target[member_id] = group.target.pop(current.member_id, {})
@@ -116,7 +124,7 @@ class ClassicMembers:
         member = group.members.get(member_id)
         if member is not None:
             if member.classic is None:
-                raise KafkaApiError(ErrorCode.unknown_member_id)
+                raise UnknownMemberId
             return member, False
         member = ConsumerMember(member_id, request.group_instance_id, None, request.client_id, request.client_host,
                                 request.rebalance_timeout_ms)
@@ -128,47 +136,40 @@ class ClassicMembers:
     # ================================================================ SyncGroup, Heartbeat, LeaveGroup
 
     def sync(self, group: ConsumerGroup, generation: int, member_id: str, instance_id: str | None,
-             protocol_type: str | None, protocol_name: str | None) -> tuple[ErrorCode, bytes]:
-        try:
-            member = self._classic_member(group, member_id, instance_id, generation)
-        except KafkaApiError as exc:
-            return exc.code, b""
+             protocol_type: str | None, protocol_name: str | None) -> bytes:
+        """The member's assignment, encoded for its protocol version."""
+        member = self._classic_member(group, member_id, instance_id, generation)
         assert member.classic is not None
         if (protocol_type is not None and protocol_type != PROTOCOL_TYPE) or (
                 protocol_name is not None and protocol_name != member.classic.protocol_name):
-            return ErrorCode.inconsistent_group_protocol, b""
+            raise InconsistentGroupProtocol
         if self._must_rejoin_now(group, member):
-            return ErrorCode.rebalance_in_progress, b""
+            raise RebalanceInProgress
         self._cancel_deadline(member)
         self.groups._reset_session(group, member)
         version = protocol_version(member.classic.protocols[0][1])
-        return ErrorCode.none, encode_assignment(member.assigned, version)
+        return encode_assignment(member.assigned, version)
 
-    def heartbeat(self, group: ConsumerGroup, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        try:
-            member = self._classic_member(group, member_id, instance_id, generation)
-        except KafkaApiError as exc:
-            return exc.code
+    def heartbeat(self, group: ConsumerGroup, generation: int, member_id: str, instance_id: str | None) -> None:
+        member = self._classic_member(group, member_id, instance_id, generation)
         self.groups._reset_session(group, member)
         if (member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS
                 or (member.state is MemberState.UNRELEASED_PARTITIONS and not _waiting_on_unreleased(group, member))):
             self._deadline(group, member, "did not rejoin within its rebalance timeout", replace=False)
-            return ErrorCode.rebalance_in_progress
-        return ErrorCode.none
+            raise RebalanceInProgress
 
-    def leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ErrorCode:
+    def leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> None:
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is None:
-                return ErrorCode.unknown_member_id
+                raise UnknownMemberId
             if member_id and member_id != current:
-                return ErrorCode.fenced_instance_id
+                raise FencedInstanceId
             member_id = current
         member = group.members.get(member_id)
         if member is None or member.classic is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         self.groups._remove(group, member)
-        return ErrorCode.none
 
     def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
                         generation: int) -> ConsumerMember:
@@ -176,14 +177,14 @@ class ClassicMembers:
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is None:
-                raise KafkaApiError(ErrorCode.unknown_member_id)
+                raise UnknownMemberId
             if current != member_id:
-                raise KafkaApiError(ErrorCode.fenced_instance_id)
+                raise FencedInstanceId
         member = group.members.get(member_id)
         if member is None or member.classic is None:
-            raise KafkaApiError(ErrorCode.unknown_member_id)
+            raise UnknownMemberId
         if generation != member.member_epoch:
-            raise KafkaApiError(ErrorCode.illegal_generation)
+            raise IllegalGeneration
         return member
 
     def _must_rejoin_now(self, group: ConsumerGroup, member: ConsumerMember) -> bool:

@@ -40,7 +40,7 @@ from enum import Enum
 import re2
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import IllegalGeneration, KafkaApiError, StaleMemberEpoch, UnknownMemberId
 from .assignors import ASSIGNORS, Assignment
 from .clock import Clock, Timer
 
@@ -558,18 +558,18 @@ class ConsumerGroups:
 
     # ================================================================ offsets and admin
 
-    def commit_error(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
-        """May this member commit offsets at this epoch (Kafka's ConsumerGroup.validateOffsetCommit)?
-        A commit with epoch -1 (admin tools, `assign()`) is taken by an empty group only."""
+    def check_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
+        """Refuse this member's offset commit at this epoch unless Kafka's
+        ConsumerGroup.validateOffsetCommit takes it. A commit with epoch -1 (admin tools,
+        `assign()`) is taken by an empty group only."""
         group = self.groups[group_id]
         if member_epoch < 0 and group.is_empty:
-            return None
+            return
         member = group.members.get(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         if member_epoch != member.member_epoch:  # a classic member's epoch is its generation
-            return ErrorCode.illegal_generation if member.classic is not None else ErrorCode.stale_member_epoch
-        return None
+            raise IllegalGeneration if member.classic is not None else StaleMemberEpoch
 
     def active(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group that holds this id (one with members), if any."""

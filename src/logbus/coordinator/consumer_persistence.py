@@ -29,8 +29,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
-from kio.schema.errors import ErrorCode
-
 from ..errors import KafkaApiError
 from .assignors import Assignment
 from .consumer_group import ConsumerGroup, ConsumerGroups, ConsumerMember, Heartbeat, HeartbeatResult, MemberState
@@ -190,12 +188,14 @@ class ConsumerGroupWrites:
     heartbeat costs what the member holds, not what the group holds)."""
 
     def __init__(self, groups: ConsumerGroups, store: OffsetsTopic, *, partition_for: Callable[[str], int],
-                 coordinator_error: Callable[[str], ErrorCode | None], topic_id: TopicIdOf, topic_name: TopicNameOf,
+                 check_coordinator: Callable[[str], None],
+                 serves: Callable[[str], bool], topic_id: TopicIdOf, topic_name: TopicNameOf,
                  spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
         self.groups = groups
         self.store = store
         self.partition_for = partition_for
-        self.coordinator_error = coordinator_error
+        self.check_coordinator = check_coordinator
+        self.serves = serves
         self.topic_id = topic_id
         self.topic_name = topic_name
         self.spawn = spawn
@@ -243,8 +243,7 @@ class ConsumerGroupWrites:
 
     async def _change(self, group_id: str, apply: Callable[[], T], member_id: str | None) -> T:
         async with self._lock(group_id):
-            if (error := self.coordinator_error(group_id)) is not None:
-                raise KafkaApiError(error)
+            self.check_coordinator(group_id)
             before = self._written.get(group_id, {})
             shape = _shape(self.groups.groups.get(group_id))
             try:
@@ -276,7 +275,7 @@ class ConsumerGroupWrites:
     def _restore(self, group_id: str, before: GroupRecords) -> None:
         """Put the group back as its records describe it (unless its partition has moved away
         meanwhile: then it is not this coordinator's any more)."""
-        if self.coordinator_error(group_id) is not None:
+        if not self.serves(group_id):
             return
         if group_from_records(group_id, before, self.topic_name) is not None:
             self.adopt(group_id, before)

@@ -6,7 +6,7 @@ only through the few callables each is built with:
   timers, DescribeGroups and ListGroups.
 - `offsets.py`: OffsetCommit/OffsetFetch/OffsetDelete, TxnOffsetCommit, DeleteGroups, offset expiry.
 - `loading.py`: which `__consumer_offsets` partitions this broker leads and has read, so whether
-  it may serve a group now (`coordinator_error`), the groups loaded and unloaded with them, and
+  it may serve a group now (`check_coordinator`), the groups loaded and unloaded with them, and
   the transaction markers that complete their pending offsets (`on_txn_marker`).
 
 Consumer groups of the next-generation protocol (KIP-848) are `consumer_groups`
@@ -26,8 +26,6 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from kio.schema.errors import ErrorCode
 
 from .assignors import assignor_name
 from .classic_members import ClassicMembers
@@ -98,17 +96,17 @@ class GroupCoordinator(GroupTypes):
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
         self._tasks: set[asyncio.Task] = set()
-        # membership and offsets reach the loader through this object's coordinator_error and
+        # membership and offsets reach the loader through this object's check_coordinator and
         # partition_for: the loader is built after them, from membership's adopt and evict
         self.membership = Membership(
             clock, self.groups, min_session_ms=config.min_session_ms, max_session_ms=config.max_session_ms,
             initial_delay_ms=config.initial_delay_ms, max_group_size=config.max_group_size,
-            coordinator_error=self.coordinator_error, store_group=self._store_group, spawn=self._spawn,
+            check_coordinator=self.check_coordinator, store_group=self._store_group, spawn=self._spawn,
         )
         self.offsets = Offsets(
             clock, self.groups, retention_ms=config.retention_ms, retention_check_ms=config.retention_check_ms,
-            coordinator_error=self.coordinator_error, partition_for=self.partition_for, append=store.write,
-            append_txn=store.write_transactional,
+            check_coordinator=self.check_coordinator, serves=self.serves, partition_for=self.partition_for,
+            append=store.write, append_txn=store.write_transactional,
             reset_session=self.membership.reset_session, cancel_timers=self.membership.cancel_timers,
             spawn=self._spawn,
         )
@@ -118,8 +116,8 @@ class GroupCoordinator(GroupTypes):
         self.classic_members = ClassicMembers(self.consumer_groups)
         self.migration_policy = config.migration_policy
         self.consumer_writes = ConsumerGroupWrites(
-            self.consumer_groups, store, partition_for=self.partition_for, coordinator_error=self.coordinator_error,
-            topic_id=topic_id, topic_name=topic_name, spawn=self._spawn,
+            self.consumer_groups, store, partition_for=self.partition_for, check_coordinator=self.check_coordinator,
+            serves=self.serves, topic_id=topic_id, topic_name=topic_name, spawn=self._spawn,
         )
         self.loader = Loader(store, clock, self.groups, adopt=self.membership.adopt, evict=self.membership.evict,
                              spawn=self._spawn, adopt_consumer_group=self.consumer_writes.adopt)
@@ -130,7 +128,7 @@ class GroupCoordinator(GroupTypes):
             held_by_other_type=lambda group_id: self._is_classic(group_id) or self.consumer_groups.active(group_id)
             is not None)
         self.share_writes = ShareGroupWrites(
-            self.share_groups, store, clock, partition_for=self.partition_for, coordinator_error=self.coordinator_error,
+            self.share_groups, store, clock, partition_for=self.partition_for, check_coordinator=self.check_coordinator,
             partition_count=partition_count, topic_id=topic_id, topic_name=topic_name)
         self.loader.adopt_share_group = self.share_writes.adopt
         self.delete_share_state = _keep_share_state
@@ -168,9 +166,13 @@ class GroupCoordinator(GroupTypes):
     def partition_for(self, group_id: str) -> int:
         return self.loader.partition_for(group_id)
 
-    def coordinator_error(self, group_id: str) -> ErrorCode | None:
-        """Why this broker cannot serve `group_id` now, or None when it can."""
-        return self.loader.coordinator_error(group_id)
+    def check_coordinator(self, group_id: str) -> None:
+        """Refuse `group_id` when this broker cannot serve it now (NOT_COORDINATOR & co.)."""
+        self.loader.check_coordinator(group_id)
+
+    def serves(self, group_id: str) -> bool:
+        """May this broker serve `group_id` now?"""
+        return self.loader.serves(group_id)
 
     @property
     def loading(self) -> bool:

@@ -15,18 +15,19 @@ group keeps its id the same way from both (GROUP_ID_NOT_FOUND, INCONSISTENT_GROU
 takes it from an empty group of either type; DescribeGroups answers it as an unknown group too.
 
 `GroupCoordinator` inherits these methods; they reach its groups, `consumer_groups`,
-`membership`, `offsets` and `coordinator_error`.
+`membership`, `offsets`, `check_coordinator` and `serves`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import KafkaApiError, NonEmptyGroup, code_of
 from .classic_members import ClassicMembers
 from .consumer_group import ConsumerGroup, ConsumerGroups, ConsumerMember, Heartbeat, HeartbeatResult
 from .group import ClassicGroup, GroupState, JoinResult
@@ -64,7 +65,8 @@ class GroupTypes:
     share_writes: ShareGroupWrites
     membership: Membership
     offsets: Offsets
-    coordinator_error: Callable[[str], ErrorCode | None]
+    check_coordinator: Callable[[str], None]
+    serves: Callable[[str], bool]
     clock: Clock
     classic_members: ClassicMembers
     migration_policy: MigrationPolicy
@@ -90,9 +92,7 @@ class GroupTypes:
         """ConsumerGroupHeartbeat: the request's checks, then may this broker serve the group; answered
         once its changes are written."""
         self.consumer_groups.validate(request)
-        error = self.coordinator_error(request.group_id)
-        if error is not None:
-            raise KafkaApiError(error)
+        self.check_coordinator(request.group_id)
         def upgrade_and_heartbeat() -> HeartbeatResult:
             self._take_from_share_group(request.group_id, ErrorCode.group_id_not_found)
             if request.member_epoch == 0 and self._is_classic(request.group_id):
@@ -147,9 +147,7 @@ class GroupTypes:
         """ShareGroupHeartbeat (KIP-932): the request's checks, may this broker serve the group; an
         empty consumer group gives its id up to the share group."""
         self.share_groups.validate(request)
-        error = self.coordinator_error(request.group_id)
-        if error is not None:
-            raise KafkaApiError(error)
+        self.check_coordinator(request.group_id)
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and consumer.is_empty and self.share_groups.get(request.group_id) is None:
             await self.consumer_writes.delete(request.group_id)
@@ -158,66 +156,61 @@ class GroupTypes:
     async def join(self, request: JoinRequest) -> JoinResult:
         """JoinGroup. A consumer group with members takes the member in as a classic member; an
         empty one gives its id up to the classic group, as an empty share group does (one with
-        members keeps it)."""
-        if self.coordinator_error(request.group_id) is None:
-            try:
-                self._take_from_share_group(request.group_id, ErrorCode.inconsistent_group_protocol)
-            except KafkaApiError as exc:
-                return JoinResult(exc.code, request.member_id)
+        members keeps it). Refused with the member id it came with."""
+        if self.serves(request.group_id):
+            self._take_from_share_group(request.group_id, ErrorCode.inconsistent_group_protocol)
         consumer = self.consumer_groups.get(request.group_id)
-        if consumer is not None and self.coordinator_error(request.group_id) is None:
+        if consumer is not None and self.serves(request.group_id):
             if not consumer.is_empty:
                 return await self.consumer_writes.change(request.group_id,
                                                          lambda: self._classic_join(consumer, request))
-            try:
-                await self.consumer_writes.delete(request.group_id)
-            except KafkaApiError as exc:
-                return JoinResult(exc.code, request.member_id)
+            await self.consumer_writes.delete(request.group_id)
         return await self.membership.join(request)
 
     def _classic_join(self, consumer: ConsumerGroup, request: JoinRequest) -> JoinResult:
-        if not self.membership.min_session_ms <= request.session_timeout_ms <= self.membership.max_session_ms:
-            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
+        self.membership.check_session_timeout(request)
         return self.classic_members.join(consumer, request)
 
     def _mixed(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group with members that serves the classic requests of this id, if one does."""
-        if not group_id or self.coordinator_error(group_id) is not None:
+        if not group_id or not self.serves(group_id):
             return None
         return self.consumer_groups.active(group_id)
 
     async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None,
-                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes, ClassicGroup | None]:
+                   assignments: dict[str, bytes]) -> tuple[bytes, ClassicGroup | None]:
         """SyncGroup (for a classic member of a consumer group: its assignment, and no classic group)."""
         consumer = self._mixed(group_id)
         if consumer is None:
             return await self.membership.sync(group_id, generation, member_id, instance_id, protocol_type,
                                               protocol_name, assignments)
-        error, assignment = self.classic_members.sync(consumer, generation, member_id, instance_id, protocol_type,
-                                                      protocol_name)
-        return error, assignment, None
+        return self.classic_members.sync(consumer, generation, member_id, instance_id, protocol_type,
+                                         protocol_name), None
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         consumer = self._mixed(group_id)
         if consumer is None:
-            return self.membership.heartbeat(group_id, generation, member_id, instance_id)
-        return self.classic_members.heartbeat(consumer, generation, member_id, instance_id)
+            self.membership.heartbeat(group_id, generation, member_id, instance_id)
+        else:
+            self.classic_members.heartbeat(consumer, generation, member_id, instance_id)
 
-    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
-        """LeaveGroup (classic members of a consumer group leave through its write path)."""
+    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        """LeaveGroup: an error per leaving member (classic members of a consumer group leave
+        through its write path); a refusal of the whole group is raised."""
         consumer = self._mixed(group_id)
         if consumer is None:
             return self.membership.leave(group_id, leaving)
-        return await self.consumer_writes.change(group_id, lambda: (ErrorCode.none, [
-            self.classic_members.leave(consumer, member_id, instance_id) for member_id, instance_id in leaving]))
+        return await self.consumer_writes.change(group_id, lambda: [
+            code_of(functools.partial(self.classic_members.leave, consumer, member_id, instance_id))
+            for member_id, instance_id in leaving])
 
-    def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
+    def describe(self, group_id: str) -> ClassicGroup | None:
         """DescribeGroups: a consumer group is not a classic group (answered as an unknown one)."""
-        error, group = self.membership.describe(group_id)
-        if error is None and (self._is_consumer(group_id) or self.share_group(group_id) is not None):
-            return None, None
-        return error, group
+        group = self.membership.describe(group_id)
+        if self._is_consumer(group_id) or self.share_group(group_id) is not None:
+            return None
+        return group
 
     def list_groups(self) -> list[ListedGroup]:
         consumer = {g.group_id: ListedGroup(g.group_id, g.state.value, "consumer", "consumer")
@@ -234,8 +227,8 @@ class GroupTypes:
         if not self._is_consumer(group_id):
             return await self.offsets.commit_offsets(group_id, generation, member_id, instance_id, commits,
                                                      expire_timestamp)
-        error = self.coordinator_error(group_id) or self.consumer_groups.commit_error(group_id, member_id, generation)
-        if error is not None:
+        error = code_of(lambda: self._check_consumer_commit(group_id, member_id, generation))
+        if error is not ErrorCode.none:
             return [error] * len(commits)
         return await self.offsets.commit_offsets(group_id, -1, "", None, commits, expire_timestamp)
 
@@ -244,9 +237,8 @@ class GroupTypes:
                                  ) -> list[ErrorCode]:
         """TxnOffsetCommit; in a consumer group `generation` is the member epoch, checked as OffsetCommit's."""
         if self._is_consumer(group_id) and (member_id or generation >= 0):
-            error = self.coordinator_error(group_id) or self.consumer_groups.commit_error(group_id, member_id,
-                                                                                          generation)
-            if error is not None:
+            error = code_of(lambda: self._check_consumer_commit(group_id, member_id, generation))
+            if error is not ErrorCode.none:
                 return [error] * len(commits)
             generation, member_id, instance_id = -1, "", None
         return await self.offsets.commit_txn_offsets(group_id, producer_id, producer_epoch, generation, member_id,
@@ -254,33 +246,32 @@ class GroupTypes:
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False,
                       member_id: str | None = None, member_epoch: int = -1
-                      ) -> tuple[ErrorCode, list[FetchedOffset]]:
+                      ) -> list[FetchedOffset]:
         """OffsetFetch; v9 names the member of a consumer group, whose epoch must be current."""
-        if self._is_consumer(group_id) and self.coordinator_error(group_id) is None and (
+        if self._is_consumer(group_id) and self.serves(group_id) and (
                 member_id is not None or member_epoch >= 0):
-            error = self.consumer_groups.commit_error(group_id, member_id or "", member_epoch)
-            if error is not None:
-                return error, []
+            self.consumer_groups.check_commit(group_id, member_id or "", member_epoch)
         return self.offsets.fetch_offsets(group_id, wanted, require_stable)
 
-    async def delete_group(self, group_id: str) -> ErrorCode:
+    def _check_consumer_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
+        """May this broker take a commit of this consumer group's member at this epoch?"""
+        self.check_coordinator(group_id)
+        self.consumer_groups.check_commit(group_id, member_id, member_epoch)
+
+    async def delete_group(self, group_id: str) -> None:
         """DeleteGroups: an empty consumer or share group goes with its offsets (a non-empty one: NON_EMPTY_GROUP)."""
-        if self.share_group(group_id) is not None and self.coordinator_error(group_id) is None:
+        if self.share_group(group_id) is not None and self.serves(group_id):
             if self.share_groups.active(group_id) is not None:
-                return ErrorCode.non_empty_group
-            try:  # its share state first: if that fails, the group stays for a retry
-                await self.share_writes.delete(group_id, self.delete_share_state)
-            except KafkaApiError as exc:
-                return exc.code
-            return ErrorCode.none
-        if not self._is_consumer(group_id) or self.coordinator_error(group_id) is not None:
-            return await self.offsets.delete_group(group_id)
+                raise NonEmptyGroup
+            # its share state first: if that fails, the group stays for a retry
+            await self.share_writes.delete(group_id, self.delete_share_state)
+            return
+        if not self._is_consumer(group_id) or not self.serves(group_id):
+            await self.offsets.delete_group(group_id)
+            return
         if self.consumer_groups.active(group_id) is not None:
-            return ErrorCode.non_empty_group
-        try:  # its records first: if the offsets' deletion fails, a retry finds them in a classic group
-            await self.consumer_writes.delete(group_id)
-        except KafkaApiError as exc:
-            return exc.code
+            raise NonEmptyGroup
+        # its records first: if the offsets' deletion fails, a retry finds them in a classic group
+        await self.consumer_writes.delete(group_id)
         if group_id in self.groups:  # the holder of its offsets
-            return await self.offsets.delete_group(group_id)
-        return ErrorCode.none
+            await self.offsets.delete_group(group_id)

@@ -5,7 +5,7 @@ that partition is its coordinator. State lives in memory and in that partition (
 Kafka writes them): the groups of a partition this broker leads are rebuilt from its records,
 in the background, at start-up or at the first request after it becomes the leader
 (partition_loads.py, shared with the transaction coordinator); until then their requests get
-COORDINATOR_LOAD_IN_PROGRESS (`coordinator_error`), as in Kafka. When it
+COORDINATOR_LOAD_IN_PROGRESS (`check_coordinator`), as in Kafka. When it
 stops leading a partition, that partition's groups leave memory and a later leadership loads
 them afresh from the log.
 
@@ -78,9 +78,13 @@ class Loader:
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.store.partition_count())
 
-    def coordinator_error(self, group_id: str) -> ErrorCode | None:
-        """Why this broker cannot serve `group_id` now, or None when it can."""
-        return self.loads.error(self.partition_for(group_id))
+    def check_coordinator(self, group_id: str) -> None:
+        """Refuse `group_id` when this broker cannot serve it now (PartitionLoads.check)."""
+        self.loads.check(self.partition_for(group_id))
+
+    def serves(self, group_id: str) -> bool:
+        """May this broker serve `group_id` now?"""
+        return self.loads.serves(self.partition_for(group_id))
 
     def is_loaded(self, index: int) -> bool:
         return index in self.loads.epochs

@@ -19,10 +19,10 @@ Semantics follow Kafka's GroupCoordinator for classic groups (see `group.py` for
 
 Depends on: the `group.*` config values; the `Clock` (sessions and rebalance timers); the groups
 dict it shares with `offsets.py` and `loading.py` (which add and remove groups); a
-`coordinator_error(group_id)` callable (`loading.py`: is this broker the group's coordinator,
-with its partition loaded); a `store_group` coroutine (writes a group's metadata record to
-__consumer_offsets: the leader's assignment, a static member's new id, a group a rebalance left
-Empty); and a `spawn` for the writes nobody waits for. It exposes `reset_session`,
+`check_coordinator(group_id)` callable (`loading.py`: refuses unless this broker is the
+group's coordinator, with its partition loaded); a `store_group` coroutine (writes a group's
+metadata record to __consumer_offsets: the leader's assignment, a static member's new id, a
+group a rebalance left Empty); and a `spawn` for the writes nobody waits for. It exposes `reset_session`,
 `cancel_timers`, `adopt` and `evict` to the other two: a commit keeps a member alive, a deletion
 stops a group's timers, a loaded group's members start their sessions, an unloaded group's
 waiting requests are answered.
@@ -31,6 +31,7 @@ waiting requests are answered.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -39,7 +40,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import (
+    CoordinatorNotAvailable,
+    FencedInstanceId,
+    GroupMaxSizeReached,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    InvalidSessionTimeout,
+    KafkaApiError,
+    RebalanceInProgress,
+    UnknownMemberId,
+    code_of,
+)
 from .clock import Clock
 from .group import ClassicGroup, GroupState, JoinResult, Member
 
@@ -63,7 +76,7 @@ class JoinRequest:
 class Membership:
     def __init__(self, clock: Clock, groups: dict[str, ClassicGroup], *, min_session_ms: int,
                  max_session_ms: int, initial_delay_ms: int, max_group_size: int,
-                 coordinator_error: Callable[[str], ErrorCode | None],
+                 check_coordinator: Callable[[str], None],
                  store_group: Callable[[ClassicGroup], Coroutine[Any, Any, None]],
                  spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
         self.clock = clock
@@ -72,7 +85,7 @@ class Membership:
         self.max_session_ms = max_session_ms
         self.initial_delay_ms = initial_delay_ms
         self.max_group_size = max_group_size
-        self.coordinator_error = coordinator_error
+        self.check_coordinator = check_coordinator
         self.store_group = store_group
         self.spawn = spawn
 
@@ -83,25 +96,26 @@ class Membership:
     # ================================================================ JoinGroup
 
     async def join(self, request: JoinRequest) -> JoinResult:
-        if not request.group_id:
-            return JoinResult(ErrorCode.invalid_group_id, request.member_id)
-        error = self.coordinator_error(request.group_id)
-        if error is not None:
-            return JoinResult(error, request.member_id)
-        if not self.min_session_ms <= request.session_timeout_ms <= self.max_session_ms:
-            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
+        """The member's JoinGroup answer once the rebalance completes (or MEMBER_ID_REQUIRED with
+        the id to join with); refused with the member id it came with."""
+        self._check_group_id(request.group_id)
+        self.check_session_timeout(request)
         group = self.groups.get(request.group_id)
         if group is None:
             if request.member_id:
-                return JoinResult(ErrorCode.unknown_member_id, request.member_id)
+                raise UnknownMemberId
             group = self.groups[request.group_id] = ClassicGroup(request.group_id, state_timestamp=self.clock.now_ms())
         if group.is_in(GroupState.DEAD):
-            return JoinResult(ErrorCode.coordinator_not_available, request.member_id)
+            raise CoordinatorNotAvailable
         if not group.supports(request.protocol_type, request.protocols):
-            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
+            raise InconsistentGroupProtocol
         if request.member_id:
             return await self._join_known(group, request)
         return await self._join_unknown(group, request)
+
+    def check_session_timeout(self, request: JoinRequest) -> None:
+        if not self.min_session_ms <= request.session_timeout_ms <= self.max_session_ms:
+            raise InvalidSessionTimeout
 
     async def _join_unknown(self, group: ClassicGroup, request: JoinRequest) -> JoinResult:
         new_id = f"{request.client_id}-{uuid.uuid4()}"
@@ -109,7 +123,7 @@ class Membership:
         if instance_id is not None and group.static_member_id(instance_id) is not None:
             return await self._rejoin_static(group, request, new_id)
         if len(group.members) >= self.max_group_size:
-            return JoinResult(ErrorCode.group_max_size_reached, "")
+            raise GroupMaxSizeReached  # answered with the request's member id: none
         if instance_id is None and request.require_known_member_id:
             group.pending_members.add(new_id)
             self._schedule_pending_expiry(group, new_id, request.session_timeout_ms)
@@ -119,13 +133,13 @@ class Membership:
     async def _join_known(self, group: ClassicGroup, request: JoinRequest) -> JoinResult:
         member_id = request.member_id
         if group.is_fenced(member_id, request.group_instance_id):
-            return JoinResult(ErrorCode.fenced_instance_id, member_id)
+            raise FencedInstanceId
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
             return await self._add_and_rebalance(group, request, member_id)
         member = group.members.get(member_id)
         if member is None:
-            return JoinResult(ErrorCode.unknown_member_id, member_id)
+            raise UnknownMemberId
         if group.is_in(GroupState.COMPLETING_REBALANCE) and member.matches(request.protocols):
             return self._current_generation(group, member)  # the join response got lost: send it again
         if (group.is_in(GroupState.STABLE) and member_id != group.leader_id
@@ -293,29 +307,28 @@ class Membership:
 
     async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None,
-                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes, ClassicGroup | None]:
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error, b"", None
-        group = self.groups.get(group_id)
-        error = self._member_error(group, member_id, instance_id, generation)
-        if error is not None:
-            return error, b"", group
+                   assignments: dict[str, bytes]) -> tuple[bytes, ClassicGroup]:
+        """The member's assignment, once the leader's is written, and its group; refused with
+        the checks' refusal, or the code the rebalance answered its waiting request with."""
+        self._check_group_id(group_id)
+        group = self._member_group(self.groups.get(group_id), member_id, instance_id, generation)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
-            return ErrorCode.inconsistent_group_protocol, b"", group
+            raise InconsistentGroupProtocol
         member = group.members[member_id]
         if group.is_in(GroupState.PREPARING_REBALANCE):
-            return ErrorCode.rebalance_in_progress, b"", group
+            raise RebalanceInProgress
         self.reset_session(group, member)
         self._mark_synced(group, member_id)
         if group.is_in(GroupState.STABLE):
-            return ErrorCode.none, member.assignment, group
+            return member.assignment, group
         waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
         if member_id == group.leader_id:
             await self._apply_assignment(group, assignments)
         error, assignment = await asyncio.shield(waiter)
-        return error, assignment, group
+        if error is not ErrorCode.none:
+            raise KafkaApiError(error)  # the refusal a rebalance, fencing or unloading answered it with
+        return assignment, group
 
     async def _apply_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
         generation = group.generation
@@ -346,67 +359,67 @@ class Membership:
             if member.awaiting_sync:
                 member.sync_waiter.set_result((code, b""))
 
-    def _member_error(self, group: ClassicGroup | None, member_id: str, instance_id: str | None,
-                      generation: int) -> ErrorCode | None:
-        """The checks SyncGroup and Heartbeat share, in Kafka's order."""
+    def _check_group_id(self, group_id: str) -> None:
+        """What every classic group request checks first: an id, that this broker may serve."""
+        if not group_id:
+            raise InvalidGroupId
+        self.check_coordinator(group_id)
+
+    @staticmethod
+    def _member_group(group: ClassicGroup | None, member_id: str, instance_id: str | None,
+                      generation: int) -> ClassicGroup:
+        """The group, once the checks SyncGroup and Heartbeat share pass, in Kafka's order."""
         if group is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         if group.is_in(GroupState.DEAD):
-            return ErrorCode.coordinator_not_available
+            raise CoordinatorNotAvailable
         if group.is_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
+            raise FencedInstanceId
         if member_id not in group.members or group.is_in(GroupState.EMPTY):
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         if generation != group.generation:
-            return ErrorCode.illegal_generation
-        return None
+            raise IllegalGeneration
+        return group
 
     # ================================================================ Heartbeat
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error
-        group = self.groups.get(group_id)
-        error = self._member_error(group, member_id, instance_id, generation)
-        if error is not None:
-            return error
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
+        """The member is alive; refused (REBALANCE_IN_PROGRESS: rejoin) while the group rebalances."""
+        self._check_group_id(group_id)
+        group = self._member_group(self.groups.get(group_id), member_id, instance_id, generation)
         self.reset_session(group, group.members[member_id])
         if group.is_in(GroupState.PREPARING_REBALANCE):
-            return ErrorCode.rebalance_in_progress
-        return ErrorCode.none
+            raise RebalanceInProgress
 
     # ================================================================ LeaveGroup
 
-    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
-        """(group-level error, an error per leaving member)."""
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error, [error] * len(leaving)
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        """An error per leaving member; a refusal of the whole group is raised."""
+        self._check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(leaving)
+            return [UnknownMemberId.code] * len(leaving)
         if group.is_in(GroupState.DEAD):
-            return ErrorCode.coordinator_not_available, [ErrorCode.coordinator_not_available] * len(leaving)
-        return ErrorCode.none, [self._leave_one(group, member_id, instance_id) for member_id, instance_id in leaving]
+            raise CoordinatorNotAvailable
+        return [code_of(functools.partial(self._leave_one, group, member_id, instance_id))
+                for member_id, instance_id in leaving]
 
-    def _leave_one(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode:
+    def _leave_one(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> None:
         if instance_id is not None:
             current = group.static_member_id(instance_id)
             if current is None:
-                return ErrorCode.unknown_member_id
+                raise UnknownMemberId
             if member_id and member_id != current:
-                return ErrorCode.fenced_instance_id
+                raise FencedInstanceId
             member_id = current
         elif member_id in group.pending_members:
             group.pending_members.discard(member_id)
             self._maybe_complete_join(group)
-            return ErrorCode.none
+            return
         member = group.members.get(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         self._remove_member_and_rebalance(group, member)
-        return ErrorCode.none
 
     def _remove_member_and_rebalance(self, group: ClassicGroup, member: Member) -> None:
         self._cancel_session(member)
@@ -422,13 +435,11 @@ class Membership:
 
     # ================================================================ DescribeGroups, ListGroups
 
-    def describe(self, group_id: str) -> tuple[ErrorCode | None, ClassicGroup | None]:
-        """(coordinator error, the group or None when unknown)."""
-        error = self.coordinator_error(group_id)
-        if error is not None:
-            return error, None
+    def describe(self, group_id: str) -> ClassicGroup | None:
+        """The group, None when unknown; refused when this broker cannot serve it."""
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
-        return None, group if group is not None and not group.is_in(GroupState.DEAD) else None
+        return group if group is not None and not group.is_in(GroupState.DEAD) else None
 
     def list_groups(self) -> list[ClassicGroup]:
         return [g for g in self.groups.values() if not g.is_in(GroupState.DEAD)]

@@ -23,8 +23,8 @@ Semantics follow Kafka's GroupCoordinator for classic groups:
 
 Depends on: the retention config values; the `Clock` (commit timestamps, the expiry check's
 timer); the groups dict it shares with `membership.py` and `loading.py`; a
-`coordinator_error(group_id)` callable and `partition_for(group_id)` (`loading.py`: may this
-broker serve the group, and which __consumer_offsets partition holds it); `append(index,
+`check_coordinator(group_id)` and `serves(group_id)` callables and `partition_for(group_id)`
+(`loading.py`: may this broker serve the group, and which __consumer_offsets partition holds it); `append(index,
 entries)` and `append_txn(index, entries, producer, on_appended)`, the offsets topic's writes;
 from `membership.py`, `reset_session` (a commit is a sign of life) and `cancel_timers` (a deleted
 group's); and a `spawn` for the expiry checks.
@@ -40,7 +40,20 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import (
+    CoordinatorNotAvailable,
+    FencedInstanceId,
+    GroupIdNotFound,
+    GroupSubscribedToTopic,
+    IllegalGeneration,
+    InvalidGroupId,
+    InvalidProducerIdMapping,
+    KafkaApiError,
+    NonEmptyGroup,
+    RebalanceInProgress,
+    UnknownMemberId,
+    code_of,
+)
 from .clock import Clock, Timer
 from .group import ClassicGroup, CommittedOffset, GroupState, Member, TopicPartition
 from .internal_topic import ProducerFields
@@ -76,7 +89,8 @@ class FetchedOffset:
 
 class Offsets:
     def __init__(self, clock: Clock, groups: dict[str, ClassicGroup], *, retention_ms: int,
-                 retention_check_ms: int, coordinator_error: Callable[[str], ErrorCode | None],
+                 retention_check_ms: int, check_coordinator: Callable[[str], None],
+                 serves: Callable[[str], bool],
                  partition_for: Callable[[str], int],
                  append: Callable[[int, list[Entry]], Coroutine[Any, Any, int]], append_txn: AppendTxn,
                  reset_session: Callable[[ClassicGroup, Member], None],
@@ -86,7 +100,8 @@ class Offsets:
         self.groups = groups
         self.retention_ms = retention_ms
         self.retention_check_ms = retention_check_ms
-        self.coordinator_error = coordinator_error
+        self.check_coordinator = check_coordinator
+        self.serves = serves
         self.partition_for = partition_for
         self.append = append
         self.append_txn = append_txn
@@ -109,8 +124,8 @@ class Offsets:
     async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                              commits: list[OffsetCommit], expire_timestamp: int = -1) -> list[ErrorCode]:
         """Write the offsets; an error per commit, in order."""
-        error = self._commit_error(group_id, generation, member_id, instance_id)
-        if error is not None:
+        error = code_of(lambda: self._check_commit(group_id, generation, member_id, instance_id))
+        if error is not ErrorCode.none:
             return [error] * len(commits)
         group = self.groups[group_id]
         errors, entries = self._entries(group_id, commits, expire_timestamp)
@@ -140,41 +155,39 @@ class Offsets:
             entries.append((OffsetKey(group_id, commit.topic, commit.partition), value))
         return errors, entries
 
-    def _commit_group(self, group_id: str, generation: int) -> tuple[ErrorCode | None, ClassicGroup | None]:
+    def _commit_group(self, group_id: str, generation: int) -> ClassicGroup | None:
         """What every commit checks first: may this broker take it, and which group it goes to.
-        (error, None) when refused; (None, None) when it creates the group (generation -1 only:
-        admin tools, `assign()`); (None, group) for the member checks that follow."""
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error, None
+        Refused, or None when it creates the group (generation -1 only: admin tools, `assign()`),
+        or the group for the member checks that follow."""
+        if not group_id:
+            raise InvalidGroupId
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None:
             if generation >= 0:
-                return ErrorCode.illegal_generation, None
+                raise IllegalGeneration
             self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.now_ms())
-            return None, None
+            return None
         if group.is_in(GroupState.DEAD):
-            return ErrorCode.coordinator_not_available, None
-        return None, group
+            raise CoordinatorNotAvailable
+        return group
 
-    def _commit_error(self, group_id: str, generation: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
-        error, group = self._commit_group(group_id, generation)
+    def _check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
+        group = self._commit_group(group_id, generation)
         if group is None:
-            return error
+            return
         if group.is_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
+            raise FencedInstanceId
         if generation < 0 and group.is_in(GroupState.EMPTY):
-            return None  # a commit outside group management (admin tools, assign())
+            return  # a commit outside group management (admin tools, assign())
         if group.is_in(GroupState.COMPLETING_REBALANCE):
-            return ErrorCode.rebalance_in_progress
+            raise RebalanceInProgress
         member = group.members.get(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         if generation != group.generation:
-            return ErrorCode.illegal_generation
+            raise IllegalGeneration
         self.reset_session(group, member)
-        return None
 
     # ================================================================ TxnOffsetCommit
 
@@ -183,8 +196,8 @@ class Offsets:
                                  ) -> list[ErrorCode]:
         """Write the offsets as part of `producer_id`'s transaction: pending until its marker. An
         error per commit, in order."""
-        error = self._txn_commit_error(group_id, producer_id, generation, member_id, instance_id)
-        if error is not None:
+        error = code_of(lambda: self._check_txn_commit(group_id, producer_id, generation, member_id, instance_id))
+        if error is not ErrorCode.none:
             return [error] * len(commits)
         group = self.groups[group_id]
         errors, entries = self._entries(group_id, commits, -1)
@@ -204,80 +217,70 @@ class Offsets:
             return [exc.code if e is ErrorCode.none else e for e in errors]
         return errors
 
-    def _txn_commit_error(self, group_id: str, producer_id: int, generation: int, member_id: str,
-                          instance_id: str | None) -> ErrorCode | None:
+    def _check_txn_commit(self, group_id: str, producer_id: int, generation: int, member_id: str,
+                          instance_id: str | None) -> None:
         """Kafka's validateTransactionalOffsetCommit and ClassicGroup.validateOffsetCommit(isTransactional)."""
-        if producer_id < 0 and self.coordinator_error(group_id) is None and group_id:
-            return ErrorCode.invalid_producer_id_mapping  # what the transaction coordinator says of it
-        error, group = self._commit_group(group_id, generation)
+        if producer_id < 0 and group_id and self.serves(group_id):
+            raise InvalidProducerIdMapping  # what the transaction coordinator says of it
+        group = self._commit_group(group_id, generation)
         if group is None:
-            return error
+            return
         if generation < 0 and group.is_in(GroupState.EMPTY):
-            return None
+            return
         if generation < 0 and not member_id and instance_id is None:
-            return None  # TxnOffsetCommit v0-v2 carry no member: taken by any group
-        error = _member_error(group, member_id, instance_id)
-        if error is None and generation != group.generation:
-            error = ErrorCode.illegal_generation
-        return error
+            return  # TxnOffsetCommit v0-v2 carry no member: taken by any group
+        _check_member(group, member_id, instance_id)
+        if generation != group.generation:
+            raise IllegalGeneration
 
     # ================================================================ OffsetFetch
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False
-                      ) -> tuple[ErrorCode, list[FetchedOffset]]:
+                      ) -> list[FetchedOffset]:
         """Committed offsets of `wanted` partitions (None: all the group has committed); -1 when
         none. With `require_stable`, a partition with pending transactional offsets answers
-        UNSTABLE_OFFSET_COMMIT instead (the group's error stays NONE, as in Kafka)."""
-        error = self.coordinator_error(group_id)
-        if error is not None:
-            return error, []
+        UNSTABLE_OFFSET_COMMIT instead (the group's error stays NONE, as in Kafka). Refused when
+        this broker cannot serve the group."""
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             group = ClassicGroup(group_id)
         keys = sorted(group.offsets) if wanted is None else [
             (topic, partition) for topic, partitions in wanted for partition in partitions]
-        return ErrorCode.none, [_fetched(group, key, require_stable) for key in keys]
+        return [_fetched(group, key, require_stable) for key in keys]
 
     # ================================================================ OffsetDelete, DeleteGroups
 
-    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
-                             ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """OffsetDelete: (group error, an error per partition)."""
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error, []
-        group = self.groups.get(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            return ErrorCode.group_id_not_found, []
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> list[ErrorCode]:
+        """OffsetDelete: an error per partition; a refusal of the whole group is raised."""
+        group = self._deletable_group(group_id)
         subscribed = set() if group.is_in(GroupState.EMPTY) else group.subscribed_topics()
         if subscribed is None:
-            return ErrorCode.non_empty_group, []
-        errors = [ErrorCode.group_subscribed_to_topic if topic in subscribed else ErrorCode.none
-                  for topic, _ in partitions]
+            raise NonEmptyGroup
+        errors = [GroupSubscribedToTopic.code if topic in subscribed else ErrorCode.none for topic, _ in partitions]
         doomed = [key for key, e in zip(partitions, errors, strict=True)
                   if e is ErrorCode.none and (key in group.offsets or group.has_pending_offset(key))]
         if doomed:
-            try:
-                await self.append(self.partition_for(group_id), [(OffsetKey(group_id, *k), None) for k in doomed])
-            except KafkaApiError as exc:
-                return exc.code, []
+            await self.append(self.partition_for(group_id), [(OffsetKey(group_id, *k), None) for k in doomed])
             group.remove_offsets(doomed)
-        return ErrorCode.none, errors
+        return errors
 
-    async def delete_group(self, group_id: str) -> ErrorCode:
-        error = self.coordinator_error(group_id) if group_id else ErrorCode.invalid_group_id
-        if error is not None:
-            return error
+    async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of a classic group: refused unless it is Empty."""
+        group = self._deletable_group(group_id)
+        if not group.is_in(GroupState.EMPTY):
+            raise NonEmptyGroup
+        await self._delete_group(group)
+
+    def _deletable_group(self, group_id: str) -> ClassicGroup:
+        """The group OffsetDelete and DeleteGroups act on, once this broker may serve it."""
+        if not group_id:
+            raise InvalidGroupId
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
-            return ErrorCode.group_id_not_found
-        if not group.is_in(GroupState.EMPTY):
-            return ErrorCode.non_empty_group
-        try:
-            await self._delete_group(group)
-        except KafkaApiError as exc:
-            return exc.code
-        return ErrorCode.none
+            raise GroupIdNotFound
+        return group
 
     async def _delete_group(self, group: ClassicGroup) -> None:
         """Tombstones for its offsets, committed or pending, and its metadata; then the group is Dead
@@ -353,15 +356,16 @@ def _committed(entries: list[Entry], record_offset: int) -> dict[TopicPartition,
             for key, value in entries if isinstance(key, OffsetKey) and isinstance(value, OffsetValue)}
 
 
-def _member_error(group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode | None:
+def _check_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> None:
     """Kafka's ClassicGroup.validateMember: a static member's instance id must map to this member id."""
     if instance_id is not None:
         current = group.static_members.get(instance_id)
         if current is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId
         if current != member_id:
-            return ErrorCode.fenced_instance_id
-    return None if member_id in group.members else ErrorCode.unknown_member_id
+            raise FencedInstanceId
+    if member_id not in group.members:
+        raise UnknownMemberId
 
 
 def _fetched(group: ClassicGroup, key: TopicPartition, require_stable: bool) -> FetchedOffset:

@@ -18,8 +18,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from ..errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, KafkaApiError, NotCoordinator
 from .internal_topic import InternalTopic
 
 log = logging.getLogger(__name__)
@@ -47,16 +46,24 @@ class PartitionLoads:
         for task in list(self._loading.values()):
             task.cancel()
 
-    def error(self, index: int) -> ErrorCode | None:
-        """Why keys of partition `index` cannot be served here now, or None when they can."""
+    def check(self, index: int) -> None:
+        """Refuse keys of partition `index` when they cannot be served here now: its topic is
+        missing, another broker leads it, or it is still being read."""
         if not self.store.exists():
-            return ErrorCode.coordinator_not_available
+            raise CoordinatorNotAvailable
         partition = self.store.partition(index)
         if partition is None or not partition.is_leader:
-            return ErrorCode.not_coordinator
+            raise NotCoordinator
         if not self.ensure_loaded(index):
-            return ErrorCode.coordinator_load_in_progress
-        return None
+            raise CoordinatorLoadInProgress
+
+    def serves(self, index: int) -> bool:
+        """May keys of partition `index` be served here now (`check` passes)?"""
+        try:
+            self.check(index)
+        except KafkaApiError:
+            return False
+        return True
 
     def ensure_loaded(self, index: int) -> bool:
         """True once partition `index` is read; otherwise start reading it (once)."""

@@ -271,9 +271,7 @@ class ShareCoordinator:
         """The partition of `key`, once this broker serves it; else KafkaApiError (NOT_COORDINATOR,
         COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE)."""
         index = self._index(key)
-        error = self.loads.error(index)
-        if error is not None:
-            raise KafkaApiError(error, f"{TOPIC}-{index} is not served here now")
+        self.loads.check(index)
         return index
 
     async def _commit(self, key: ShareKey, plan: Callable[[], Change | None]) -> ShareState | None:

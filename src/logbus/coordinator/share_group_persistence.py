@@ -55,14 +55,14 @@ def group_from_records(group_id: str, records: ShareGroupRecords,
 
 class ShareGroupWrites:
     def __init__(self, groups: ShareGroups, store: OffsetsTopic, clock: Clock, *,
-                 partition_for: Callable[[str], int], coordinator_error: Callable[[str], ErrorCode | None],
+                 partition_for: Callable[[str], int], check_coordinator: Callable[[str], None],
                  partition_count: Callable[[str], int | None], topic_id: Callable[[str], uuid.UUID | None],
                  topic_name: Callable[[uuid.UUID], str | None]) -> None:
         self.groups = groups
         self.store = store
         self.clock = clock
         self.partition_for = partition_for
-        self.coordinator_error = coordinator_error
+        self.check_coordinator = check_coordinator
         self.partition_count = partition_count
         self.topic_id = topic_id
         self.topic_name = topic_name
@@ -84,7 +84,7 @@ class ShareGroupWrites:
 
     async def _heartbeat_written(self, request: ShareHeartbeat) -> HeartbeatResult:
         async with self._writing:
-            self._check_coordinator(request.group_id)
+            self.check_coordinator(request.group_id)
             new = self._new_topics(request)
             if new:
                 group = self.groups.get(request.group_id)
@@ -141,7 +141,7 @@ class ShareGroupWrites:
             group.topics_seen = seen
 
     def _group(self, group_id: str) -> ShareGroup:
-        self._check_coordinator(group_id)
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None:
             raise KafkaApiError(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
@@ -157,11 +157,6 @@ class ShareGroupWrites:
         now = self.clock.now_ms()
         return tuple(StateTopic(topic_id, name, tuple(range(self.partition_count(name) or 0)), now)
                      for name in sorted(topics) if (topic_id := self.topic_id(name)) is not None)
-
-    def _check_coordinator(self, group_id: str) -> None:
-        error = self.coordinator_error(group_id)
-        if error is not None:
-            raise KafkaApiError(error)
 
     async def _write(self, group_id: str, entries: list[Entry]) -> None:
         await self.store.write(self.partition_for(group_id), entries)

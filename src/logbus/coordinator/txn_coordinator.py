@@ -129,9 +129,9 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         return coordinator_partition(transactional_id, self.store.partition_count())
 
-    def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
-        """Why this broker cannot serve `transactional_id` now, or None when it can."""
-        return self.loads.error(self.partition_for(transactional_id))
+    def serves(self, transactional_id: str) -> bool:
+        """May this broker serve `transactional_id` now?"""
+        return self.loads.serves(self.partition_for(transactional_id))
 
     async def _load(self, index: int, coordinator_epoch: int) -> None:
         """Read partition `index`'s ids; completions found prepared resume once it counts as read."""
@@ -234,9 +234,8 @@ class TransactionCoordinator:
         return txn
 
     def _check_coordinator(self, transactional_id: str) -> None:
-        error = self.coordinator_error(transactional_id)
-        if error is not None:
-            raise TxnError(error)
+        """Refuse `transactional_id` when this broker cannot serve it now (NOT_COORDINATOR & co.)."""
+        self.loads.check(self.partition_for(transactional_id))
 
     # ================================================================ EndTxn
 
@@ -314,7 +313,7 @@ class TransactionCoordinator:
         abortTimedOutTransactions)."""
         now = self.clock.now_ms()
         for txn in [t for t in self.txns.values() if t.timed_out(now)]:
-            if self.coordinator_error(txn.transactional_id) is not None:
+            if not self.serves(txn.transactional_id):
                 continue
             log.info("aborting transaction %r: open over its %d ms timeout", txn.transactional_id, txn.timeout_ms)
             try:
@@ -327,7 +326,7 @@ class TransactionCoordinator:
         now = self.clock.now_ms()
         for txn in [t for t in self.txns.values() if t.finished and t.pending is None
                     and now - t.last_update_ms >= self.config.id_expiration_ms]:
-            if self.coordinator_error(txn.transactional_id) is not None:
+            if not self.serves(txn.transactional_id):
                 continue
             txn.prepare_dead()
             try:

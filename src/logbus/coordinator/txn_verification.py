@@ -19,8 +19,8 @@ from kio.schema.add_partitions_to_txn.v4 import request as verify_request
 from kio.schema.errors import ErrorCode
 
 from ..cluster.broker_client import BrokerClients
+from ..errors import KafkaApiError
 from .txn_coordinator import TransactionCoordinator
-from .txn_metadata import TxnError
 
 ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 4
 
@@ -42,7 +42,7 @@ class TxnVerifier:
         try:
             answers = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                          [(topic, index)])
-        except TxnError as exc:
+        except KafkaApiError as exc:
             if exc.code != ErrorCode.not_coordinator:
                 return produce_code(exc.code)
             return await self._verify_remotely(transactional_id, producer_id, producer_epoch, topic, index)

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...coordinator.assignors import Assignment
 from ...coordinator.consumer_group import ConsumerGroup, ConsumerMember
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorized_names, authorized_operations, denial
@@ -60,9 +61,10 @@ def describe_group(ctx: RequestContext, module: Any, group_id: str, with_operati
     refused = denial(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
     if refused is not None:
         return failed(refused.code)
-    error = group_coordinator(ctx.broker).coordinator_error(group_id)
-    if error is not None:
-        return failed(error)
+    try:
+        group_coordinator(ctx.broker).check_coordinator(group_id)
+    except KafkaApiError as refused:
+        return failed(refused.code)
     group = find(group_id)
     if group is None:
         return failed(ErrorCode.group_id_not_found, f"Group {group_id} not found.")

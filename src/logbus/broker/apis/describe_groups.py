@@ -17,9 +17,10 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...coordinator.group import ClassicGroup, GroupState
+from ...errors import GroupIdNotFound, KafkaApiError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorized_operations, denial
+from ..authorization import authorized_operations, require
 from ..context import RequestContext
 
 API_KEY = 15
@@ -35,13 +36,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     described = []
     requested = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
-        refused = denial(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
-        if refused is not None:
+        try:
+            require(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+            group = coordinator.describe(group_id)
+        except KafkaApiError as refused:
             described.append(_describe(module, ctx.api_version, group_id, refused.code, None, NOT_PROVIDED))
             continue
-        error, group = coordinator.describe(group_id)
         operations = authorized_operations(ctx, ResourceType.GROUP, group_id, requested)
-        described.append(_describe(module, ctx.api_version, group_id, error, group, operations))
+        described.append(_describe(module, ctx.api_version, group_id, None, group, operations))
     return make(response_class(API_KEY, ctx.api_version), groups=tuple(described))
 
 
@@ -55,7 +57,7 @@ def _describe(module: Any, version: int, group_id: str, error: ErrorCode | None,
     if group is None:
         if version >= 6:
             fields["error_message"] = f"Group {group_id} not found."
-            return make(module.DescribedGroup, error_code=ErrorCode.group_id_not_found, **fields)
+            return make(module.DescribedGroup, error_code=GroupIdNotFound.code, **fields)
         return make(module.DescribedGroup, error_code=ErrorCode.none, **fields)
     stable = group.is_in(GroupState.STABLE)
     members = tuple(

@@ -48,9 +48,10 @@ async def _group(ctx: RequestContext, module: Any, group_id: str, topics: tuple[
 
     if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return answer((), ErrorCode.group_authorization_failed)
-    error = group_coordinator(ctx.broker).coordinator_error(group_id)
-    if error is not None:
-        return answer((), error)
+    try:
+        group_coordinator(ctx.broker).check_coordinator(group_id)
+    except KafkaApiError as exc:
+        return answer((), exc.code, exc.message)
     wanted = _all_partitions(ctx, group_id) if topics is None else {t.topic_name: list(t.partitions) for t in topics}
     describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, wanted)
     if topics is None:

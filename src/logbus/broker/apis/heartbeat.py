@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...coordinator import group_coordinator
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
@@ -21,7 +23,7 @@ MAX_VERSION = 4
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
-    error = group_coordinator(ctx.broker).heartbeat(
+    group_coordinator(ctx.broker).heartbeat(
         request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None)
     )
-    return make(response_class(API_KEY, ctx.api_version), error_code=error)
+    return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...coordinator import group_coordinator
+from ...coordinator.group import JoinResult
 from ...coordinator.membership import JoinRequest
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
@@ -40,11 +41,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     )
     try:
         require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
-    except KafkaApiError as refused:
-        return make(response_class(API_KEY, version), error_code=refused.code, generation_id=-1,
-                    protocol_type=None, protocol_name=None if version >= 7 else "", leader="",
-                    skip_assignment=False, member_id=join.member_id, members=())
-    result = await group_coordinator(ctx.broker).join(join)
+        result = await group_coordinator(ctx.broker).join(join)
+    except KafkaApiError as refused:  # Kafka echoes the member id the request came with
+        result = JoinResult(refused.code, join.member_id)
     module = response_module(API_KEY, version)
     members = tuple(
         make(module.JoinGroupResponseMember, member_id=member_id, group_instance_id=instance_id, metadata=metadata)

@@ -26,18 +26,18 @@ MAX_VERSION = 5
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(API_KEY, ctx.api_version)
+    leaving = [(m.member_id, m.group_instance_id) for m in request.members] if ctx.api_version >= 3 else [
+        (request.member_id, None)]
     try:
         require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
+        errors = await group_coordinator(ctx.broker).leave(request.group_id, leaving)
     except KafkaApiError as refused:
         return make(cls, error_code=refused.code, members=())
     if ctx.api_version < 3:
-        error, errors = await group_coordinator(ctx.broker).leave(request.group_id, [(request.member_id, None)])
-        return make(cls, error_code=errors[0] if error is ErrorCode.none else error)
-    leaving = [(m.member_id, m.group_instance_id) for m in request.members]
-    error, errors = await group_coordinator(ctx.broker).leave(request.group_id, leaving)
+        return make(cls, error_code=errors[0])
     module = response_module(API_KEY, ctx.api_version)
     members = tuple(
         make(module.MemberResponse, member_id=member_id, group_instance_id=instance_id, error_code=member_error)
         for (member_id, instance_id), member_error in zip(leaving, errors, strict=True)
     )
-    return make(cls, error_code=error, members=members if error is ErrorCode.none else ())
+    return make(cls, error_code=ErrorCode.none, members=members)

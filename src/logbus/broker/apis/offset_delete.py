@@ -12,7 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, TopicAuthorizationError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorized_names, require
@@ -27,15 +27,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     try:
         require(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id)
+        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
+        partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions
+                      if t.name in readable]
+        errors = await group_coordinator(ctx.broker).delete_offsets(request.group_id, partitions)
     except KafkaApiError as refused:
         return make(response_class(API_KEY, ctx.api_version), error_code=refused.code, topics=())
-    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
-    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable]
-    error, errors = await group_coordinator(ctx.broker).delete_offsets(request.group_id, partitions)
-    if error is not ErrorCode.none:
-        return make(response_class(API_KEY, ctx.api_version), error_code=error, topics=())
     by_key = dict.fromkeys(((t.name, p.partition_index) for t in request.topics for p in t.partitions),
-                           ErrorCode.topic_authorization_failed)
+                           TopicAuthorizationError.code)
     by_key.update(zip(partitions, errors, strict=True))
     topics = tuple(
         make(module.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(

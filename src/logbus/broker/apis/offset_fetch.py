@@ -18,9 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...coordinator.offsets import FetchedOffset
+from ...errors import KafkaApiError, TopicAuthorizationError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorized_names, denial
+from ..authorization import authorized_names, require
 from ..context import RequestContext
 
 API_KEY = 9
@@ -54,19 +55,20 @@ def _fetch(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]
            ) -> tuple[ErrorCode, list[FetchedOffset]]:
     """As Kafka: Describe on the group (GROUP_AUTHORIZATION_FAILED), on each named topic
     (TOPIC_AUTHORIZATION_FAILED); asking for all offsets leaves out the topics it may not Describe."""
-    refused = denial(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
-    if refused is not None:
+    try:
+        require(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+        offsets = group_coordinator(ctx.broker).fetch_offsets(group_id, wanted, require_stable, member_id,
+                                                              member_epoch)
+    except KafkaApiError as refused:
         return refused.code, []
-    error, offsets = group_coordinator(ctx.broker).fetch_offsets(group_id, wanted, require_stable, member_id,
-                                                                 member_epoch)
     if ctx.broker.authorizer is None:
-        return error, offsets
+        return ErrorCode.none, offsets
     visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (o.topic for o in offsets))
     if wanted is None:
-        return error, [o for o in offsets if o.topic in visible]
-    return error, [o if o.topic in visible else FetchedOffset(o.topic, o.partition, -1, -1, "",
-                                                              ErrorCode.topic_authorization_failed)
-                   for o in offsets]
+        return ErrorCode.none, [o for o in offsets if o.topic in visible]
+    return ErrorCode.none, [o if o.topic in visible else FetchedOffset(o.topic, o.partition, -1, -1, "",
+                                                                       TopicAuthorizationError.code)
+                            for o in offsets]
 
 
 def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:

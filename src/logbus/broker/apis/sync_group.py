@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
+from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import require
@@ -26,15 +27,16 @@ MAX_VERSION = 5
 async def handle(ctx: RequestContext, request: Any) -> Any:
     require(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
     assignments = {a.member_id: a.assignment for a in request.assignments}
-    error, assignment, group = await group_coordinator(ctx.broker).sync(
-        request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
-        getattr(request, "protocol_type", None), getattr(request, "protocol_name", None), assignments,
-    )
+    cls = response_class(API_KEY, ctx.api_version)
+    try:
+        assignment, group = await group_coordinator(ctx.broker).sync(
+            request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None), getattr(request, "protocol_name", None), assignments,
+        )
+    except KafkaApiError as refused:
+        return make(cls, error_code=refused.code, assignment=b"", protocol_type=None, protocol_name=None)
     # a classic member of a consumer group (no classic group) gets its request's protocol back, as Kafka
     protocol_type = getattr(request, "protocol_type", None) if group is None else group.protocol_type
     protocol_name = getattr(request, "protocol_name", None) if group is None else group.protocol_name
-    succeeded = error is ErrorCode.none
-    return make(
-        response_class(API_KEY, ctx.api_version), error_code=error, assignment=assignment,
-        protocol_type=protocol_type if succeeded else None, protocol_name=protocol_name if succeeded else None,
-    )
+    return make(cls, error_code=ErrorCode.none, assignment=assignment, protocol_type=protocol_type,
+                protocol_name=protocol_name)

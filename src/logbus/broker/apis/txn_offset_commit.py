@@ -62,7 +62,7 @@ async def _verify_in_transaction(ctx: RequestContext, request: Any) -> ErrorCode
     has no transaction open on the group's partition yet, as Produce asks; a request the group
     coordinator refuses anyway (an invalid group id, a group it does not serve) is left to it."""
     groups = group_coordinator(ctx.broker)
-    if not request.group_id or groups.coordinator_error(request.group_id) is not None:
+    if not request.group_id or not groups.serves(request.group_id):
         return None
     partition = groups.store.partition(groups.partition_for(request.group_id))
     if partition is None or partition.log.producer_state.in_transaction(request.producer_id, request.producer_epoch):
