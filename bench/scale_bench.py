@@ -531,15 +531,24 @@ def keep_logs(cluster: Cluster) -> str:
     return kept
 
 
+def progress(step: str, result: dict[str, Any]) -> None:
+    """The figures so far, printed as soon as `step` is measured: at 100,000 partitions a step
+    takes many minutes, and removing the cluster's files at the end minutes more."""
+    print(f"after {step} ({time.strftime('%H:%M:%S')}, load average {os.getloadavg()[0]:.1f}): "
+          f"{json.dumps(result)}", flush=True)
+
+
 def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
     """One repetition of steps 1-6 on a fresh cluster; a step that fails ends it (`failed`)."""
     result: dict[str, Any] = {}
     try:
         with created_cluster(args, Deadline(args.deadline, "create"), result) as cluster:
+            progress("created", result)
             if args.only_create:
                 return result
             first = live(cluster)[0]
             result["metadata_ms"] = metadata_latency(first, args.samples)
+            progress("Metadata", result)
             sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
                          result.setdefault("sigterm", {}))
             controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))

@@ -18,9 +18,10 @@ import time
 JAVA_DIR = "/usr/share/java"
 CLASSPATH_JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar", "netty-all.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-# Kafka's zookeeper-server-start.sh gives ZooKeeper 512 MB. Its data tree held 40 MB live at
-# 20,000 partitions RF 3 (about 2 KB per partition: its znode, its state znode and the brokers'
-# watches), so 100,000 partitions need ~200 MB: past what 256 MB leaves for garbage collection.
+# Kafka's zookeeper-server-start.sh gives ZooKeeper 512 MB. It held 40 MB live (after a full
+# collection) with 10,000-15,000 partitions RF 3 of 9 brokers written, about 3 KB a partition
+# (its znodes, the state change batches, sessions and watches): 100,000 partitions need ~300 MB,
+# more than a 256 MB heap holds.
 HEAP_OPTION = "-Xmx512m"
 INSTALL_HINT = "ZooKeeper is not installed: apt-get install zookeeper (Debian's package, with a JRE)"
 
