@@ -25,6 +25,9 @@ min.insync.replicas 2), a fresh cluster per repetition. Each repetition measures
    before step 1, the time until every broker's Metadata lists all of them (registration), and
    before and after the create, `--idle-s` of each idle broker's CPU and RSS.
 
+The sources are byte-compiled first: with PYTHONDONTWRITEBYTECODE set, every broker start would
+compile them again (seconds of wall time per start with dozens of brokers on a loaded machine).
+
 `--rolling-restart` instead SIGTERMs each broker in turn (restart, wait until every ISR is full,
 next) under the acks=all producer (its failed sends counted per step), then consumes every
 partition back and counts acknowledged records that are missing, then SIGKILLs the controller
@@ -38,6 +41,7 @@ Every figure is reported as min/median/max over the repetitions; a target (the i
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -49,6 +53,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +70,7 @@ import logbus.testing  # noqa: E402
 from bench.broker_bench import cpu_seconds, rss_mib  # noqa: E402
 from bench.one_broker import write_results  # noqa: E402
 from bench.raw_client import Client  # noqa: E402
+from logbus.broker.topics import MAX_PARTITIONS_PER_REQUEST  # noqa: E402
 from logbus.testing import BrokerProcess, Cluster, running_cluster, running_zookeeper  # noqa: E402
 
 QUIET = {"log_level": 0}
@@ -76,6 +82,7 @@ SESSION_TIMEOUT_MS = 6000
 MAX_SOCKET_TIMEOUT_MS = 300_000  # librdkafka's bound on socket.timeout.ms
 POLL_S = 0.1
 WARM_WAVE = 100  # partitions warmed at once (a few per broker)
+CREATE_REQUEST_PARTITIONS = MAX_PARTITIONS_PER_REQUEST // 2
 AFTER_EXIT_S = 2.0  # the producer writes on this long after the stopped broker is gone
 
 
@@ -132,14 +139,19 @@ Pending = Callable[[ClusterView], int]  # how many partitions (or controllers) a
 
 
 def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: str) -> ClusterView:
-    """Poll `broker`'s Metadata until nothing is `pending` on it (reconnecting if it drops us)."""
+    """Poll `broker`'s Metadata until nothing is `pending` on it (reconnecting if it drops us),
+    pausing between two requests at least as long as the last answer took (an answer of tens of
+    thousands of partitions costs the broker that much CPU)."""
     client: Client | None = None
     left: int | str = "unknown (no answer)"
+    pause = POLL_S
     try:
         while time.monotonic() < deadline.at:
             try:
                 client = client or Client(broker.port, timeout=max(deadline.left(), 1))
+                asked = time.monotonic()
                 view = read_view(client)
+                pause = max(POLL_S, time.monotonic() - asked)
                 left = pending(view)
                 if not left:
                     return view
@@ -147,7 +159,7 @@ def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: s
                 if client is not None:
                     client.close()
                 client = None
-            time.sleep(POLL_S)
+            time.sleep(pause)
     finally:
         if client is not None:
             client.close()
@@ -155,10 +167,13 @@ def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: s
 
 
 def wait_everywhere(cluster: Cluster, pending: Pending, deadline: Deadline, began: float, what: str) -> float:
-    """Seconds from `began` until nothing is `pending` in any live broker's Metadata (each
-    broker is asked after the one before agreed)."""
-    for broker in live(cluster):
-        wait_on(broker, pending, deadline, what)
+    """Seconds from `began` until nothing is `pending` in any live broker's Metadata (every
+    broker asked at once, each on a thread of its own: one after the other, dozens of brokers
+    each answering Metadata of thousands of partitions on a loaded machine measured the bench)."""
+    brokers = live(cluster)
+    with ThreadPoolExecutor(max_workers=len(brokers)) as pool:
+        for waited in [pool.submit(wait_on, broker, pending, deadline, what) for broker in brokers]:
+            waited.result()
     return time.monotonic() - began
 
 
@@ -188,15 +203,28 @@ def topic_sizes(partitions: int, topics: int) -> dict[str, int]:
     return {f"scale-{i:04d}": share + (1 if i < rest else 0) for i in range(topics) if share or i < rest}
 
 
+def request_batches(sizes: dict[str, int]) -> list[dict[str, int]]:
+    """`sizes` cut into CreateTopics requests of at most CREATE_REQUEST_PARTITIONS partitions each:
+    a broker refuses more than MAX_PARTITIONS_PER_REQUEST in one request, as Kafka's controller
+    does, and one of 10,000 was not answered within librdkafka's 300 s socket timeout at load 30-60."""
+    batches: list[dict[str, int]] = [{}]
+    for name, count in sizes.items():
+        if batches[-1] and sum(batches[-1].values()) + count > CREATE_REQUEST_PARTITIONS:
+            batches.append({})
+        batches[-1][name] = count
+    return batches
+
+
 def create_topics(cluster: Cluster, sizes: dict[str, int], replication: int, deadline: Deadline) -> float:
     """Seconds from CreateTopics until every live broker sees every partition led with a full ISR."""
     wait_ms = min(MAX_SOCKET_TIMEOUT_MS, int(deadline.left() * 1000))  # librdkafka's 60 s would cut CreateTopics
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": wait_ms, **QUIET})
     began = time.monotonic()
-    futures = admin.create_topics([NewTopic(name, count, replication) for name, count in sizes.items()],
-                                  request_timeout=min(deadline.left(), 3600))  # librdkafka: at most 1 h
-    for future in futures.values():
-        future.result(deadline.left())
+    for batch in request_batches(sizes):  # one after the other: a request's wait starts when it is sent
+        futures = admin.create_topics([NewTopic(name, count, replication) for name, count in batch.items()],
+                                      request_timeout=min(deadline.left(), 3600))  # librdkafka: at most 1 h
+        for future in futures.values():
+            future.result(deadline.left())
     return wait_everywhere(cluster, not_ready(sum(sizes.values())), deadline, began, "partitions not ready")
 
 
@@ -218,8 +246,9 @@ def metadata_latency(broker: BrokerProcess, samples: int) -> dict[str, float]:
 
 
 def process_figures(pid: int) -> dict[str, float]:
-    """RSS (MiB) and open file descriptors of one process."""
-    return {"rss_mib": round(rss_mib(pid), 1), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    """RSS (MiB), open file descriptors and CPU seconds used so far (user + system) of one process."""
+    return {"rss_mib": round(rss_mib(pid), 1), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "cpu_s": round(cpu_seconds(pid), 2)}
 
 
 def resources(cluster: Cluster) -> dict[int, dict[str, float]]:
@@ -228,11 +257,14 @@ def resources(cluster: Cluster) -> dict[int, dict[str, float]]:
 
 def per_replica(before: dict[int, dict[str, float]], after: dict[int, dict[str, float]],
                 view: ClusterView) -> dict[str, float]:
-    """What the create added to the brokers (RSS in KiB, fds) per replica they host, over all brokers."""
+    """What the create added to the brokers (RSS in KiB, fds, CPU milliseconds: the create's cost
+    that does not depend on the machine's load) per replica they host, over all brokers."""
     replicas = sum(len(p.replicas) for p in view.partitions.values())
     rss = sum(after[b]["rss_mib"] - before[b]["rss_mib"] for b in after) * 1024
     fds = sum(after[b]["fds"] - before[b]["fds"] for b in after)
-    return {"rss_kib_per_replica": round(rss / replicas, 2), "fds_per_replica": round(fds / replicas, 3)}
+    cpu = sum(after[b]["cpu_s"] - before[b]["cpu_s"] for b in after) * 1000
+    return {"rss_kib_per_replica": round(rss / replicas, 2), "fds_per_replica": round(fds / replicas, 3),
+            "create_cpu_ms_per_replica": round(cpu / replicas, 3)}
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -499,15 +531,24 @@ def keep_logs(cluster: Cluster) -> str:
     return kept
 
 
+def progress(step: str, result: dict[str, Any]) -> None:
+    """The figures so far, printed as soon as `step` is measured: at 100,000 partitions a step
+    takes many minutes, and removing the cluster's files at the end minutes more."""
+    print(f"after {step} ({time.strftime('%H:%M:%S')}, load average {os.getloadavg()[0]:.1f}): "
+          f"{json.dumps(result)}", flush=True)
+
+
 def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
     """One repetition of steps 1-6 on a fresh cluster; a step that fails ends it (`failed`)."""
     result: dict[str, Any] = {}
     try:
         with created_cluster(args, Deadline(args.deadline, "create"), result) as cluster:
+            progress("created", result)
             if args.only_create:
                 return result
             first = live(cluster)[0]
             result["metadata_ms"] = metadata_latency(first, args.samples)
+            progress("Metadata", result)
             sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
                          result.setdefault("sigterm", {}))
             controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
@@ -571,6 +612,7 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "metadata_max_ms": lambda r: r["metadata_ms"]["max"],
     "rss_kib_per_replica": lambda r: r["rss_kib_per_replica"],
     "fds_per_replica": lambda r: r["fds_per_replica"],
+    "create_cpu_ms_per_replica": lambda r: r["create_cpu_ms_per_replica"],
     "sigterm_exit_s": lambda r: r["sigterm"]["exit_s"],
     "sigterm_led_at_exit": lambda r: r["sigterm"]["led_at_exit"],
     "sigterm_all_led_s": lambda r: r["sigterm"]["all_led_s"],
@@ -706,6 +748,7 @@ def commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    compileall.compile_dir(os.path.dirname(logbus.__file__), quiet=1)  # else every broker start compiles them
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(),
                                "args": {k: v for k, v in vars(args).items() if k != "out"},
                                "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "reps": []}

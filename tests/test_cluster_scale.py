@@ -78,3 +78,12 @@ def test_a_sigtermed_broker_moves_every_leadership_and_a_new_controller_takes_ov
         wait_until(lambda: all_led_by_live(survivor, controller), timeout=SESSION_S + FAILOVER_MARGIN_S,
                    interval=0.2, message="every partition led by a live broker")
         print(f"controller SIGKILL: every partition led by a live broker in {time.monotonic() - began:.1f} s")  # noqa: T201
+
+
+def test_zookeeper_gets_the_heap_kafka_gives_it(zookeeper: ZooKeeperServer) -> None:
+    """Kafka's zookeeper-server-start.sh runs ZooKeeper with 512 MB of heap: 100,000 partitions
+    hold ~300 MB live in it, more than the 256 MB it had."""
+    assert zookeeper.process is not None
+    with open(f"/proc/{zookeeper.process.pid}/cmdline", "rb") as handle:
+        arguments = handle.read().split(b"\0")
+    assert b"-Xmx512m" in arguments

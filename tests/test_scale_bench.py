@@ -25,6 +25,7 @@ def test_one_repetition_measures_every_step() -> None:
         assert 0 <= idle["cpu_percent"]["min"] <= idle["cpu_percent"]["max"] <= idle["cpu_percent_all"]
         assert idle["rss_mib"]["min"] > 0
     assert all(rep["resources_after"][b]["fds"] > rep["resources_before"][b]["fds"] for b in (1, 2, 3))
+    assert rep["create_cpu_ms_per_replica"] > 0  # the brokers' CPU for the create, whatever the load
     sigterm, kill = rep["sigterm"], rep["controller_kill"]
     assert sigterm["broker"] != kill["broker"] and sigterm["led_before"] > 0  # the SIGTERM spares the controller
     assert sigterm["exit_s"] <= sigterm["all_led_s"]
@@ -47,3 +48,14 @@ def test_a_target_is_met_only_when_the_worst_repetition_meets_it() -> None:
 def test_partitions_are_spread_over_the_topics() -> None:
     assert scale_bench.topic_sizes(10, 3) == {"scale-0000": 4, "scale-0001": 3, "scale-0002": 3}
     assert scale_bench.topic_sizes(2, 3) == {"scale-0000": 1, "scale-0001": 1}
+
+
+def test_create_requests_stay_within_the_brokers_bound() -> None:
+    """100,000 partitions in 1,000 topics go out as requests a broker accepts (Kafka's controller
+    refuses more than 10,000 partitions in one with POLICY_VIOLATION), every topic once."""
+    sizes = scale_bench.topic_sizes(100_000, 1000)
+    batches = scale_bench.request_batches(sizes)
+    assert all(0 < sum(batch.values()) <= scale_bench.CREATE_REQUEST_PARTITIONS for batch in batches)
+    assert scale_bench.CREATE_REQUEST_PARTITIONS <= scale_bench.MAX_PARTITIONS_PER_REQUEST
+    assert {name: count for batch in batches for name, count in batch.items()} == sizes
+    assert scale_bench.request_batches({"big": 12_000}) == [{"big": 12_000}]  # one topic is never split
