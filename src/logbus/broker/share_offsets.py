@@ -12,6 +12,8 @@ group has state of are those its members ever subscribed to (`ShareGroup.topics_
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -19,10 +21,24 @@ from ..cluster.partition import Partition
 from ..coordinator import group_coordinator
 from ..coordinator.share_records import ShareKey, ShareState
 from ..errors import KafkaApiError
+from ..security.acl import AclOperation, ResourceType
+from .authorization import authorized_names, require
 from .context import RequestContext
 
 ZERO_UUID = uuid.UUID(int=0)
 UNINITIALIZED = -1  # the start offset (and lag) of a share-partition without state
+
+
+def check_alterable(ctx: RequestContext, operation: AclOperation, group_id: str | None) -> None:
+    """Alter (READ) and Delete (DELETE) of a group's offsets: `operation` on the group
+    (GROUP_AUTHORIZATION_FAILED), then an empty share group (check_empty_share_group)."""
+    require(ctx, operation, ResourceType.GROUP, group_id or "")
+    check_empty_share_group(ctx, group_id)
+
+
+def readable_topics(ctx: RequestContext, topics: Iterable[Any]) -> set[str]:
+    """The names of the request's topics the principal may READ."""
+    return authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.topic_name for t in topics))
 
 
 def check_empty_share_group(ctx: RequestContext, group_id: str | None) -> None:

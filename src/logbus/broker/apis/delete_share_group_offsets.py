@@ -20,10 +20,9 @@ from kio.schema.errors import ErrorCode
 from ...coordinator import group_coordinator
 from ...errors import KafkaApiError
 from ...protocol.codec import make, response_class, response_module
-from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, authorized_names
+from ...security.acl import AclOperation
 from ..context import RequestContext
-from ..share_offsets import check_empty_share_group, group_topics
+from ..share_offsets import check_alterable, group_topics, readable_topics
 
 API_KEY = 92
 MIN_VERSION = 0
@@ -33,13 +32,11 @@ MAX_VERSION = 0
 async def handle(ctx: RequestContext, request: Any) -> Any:
     module = response_module(API_KEY, ctx.api_version)
     try:
-        if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id or ""):
-            raise KafkaApiError(ErrorCode.group_authorization_failed)
-        check_empty_share_group(ctx, request.group_id)
+        check_alterable(ctx, AclOperation.DELETE, request.group_id)
     except KafkaApiError as exc:
         return make(response_class(API_KEY, ctx.api_version), error_code=exc.code, error_message=exc.message,
                     responses=())
-    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.topic_name for t in request.topics))
+    readable = readable_topics(ctx, request.topics)
     topics = [await _topic(ctx, module, request.group_id, topic.topic_name, topic.topic_name in readable)
               for topic in request.topics]
     return make(response_class(API_KEY, ctx.api_version), error_code=ErrorCode.none, responses=tuple(topics))
