@@ -27,6 +27,7 @@ from logbus.storage.log import PartitionLog
 from logbus.storage.manager import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_FILE,
+    LOAD_CHUNK,
     LOG_START_FILE,
     RECOVERY_POINT_FILE,
     LogManager,
@@ -350,6 +351,50 @@ def test_partitions_new_to_a_starting_broker_spread_over_its_log_dirs(tmp_path: 
         return counts
 
     assert asyncio.run(scenario()) == dict.fromkeys(dirs, 3)
+
+
+def test_many_new_logs_are_created_in_chunks_of_io_jobs(tmp_path: Path) -> None:
+    """10,000 new replicas were 10,000 I/O jobs, each a few thread handoffs and GIL switches
+    that, on a loaded machine, waited for the scheduler (issue 25): a chunk of logs is one job."""
+    partitions = 3 * LOAD_CHUNK + 5
+
+    async def scenario() -> tuple[int, list[int]]:
+        manager = LogManager(str(tmp_path / "data"), io_threads=2)
+        manager.open(0, "c")
+        jobs = 0
+        submit = manager._pool.submit
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal jobs
+            jobs += 1
+            return submit(*args, **kwargs)
+
+        manager._pool.submit = counted  # type: ignore[method-assign]
+        logs = await manager.load_logs([("new", p, make_config()) for p in range(partitions)])
+        loading_jobs = jobs
+        await manager.shutdown()
+        return loading_jobs, sorted(log_.partition for log_ in logs)
+
+    jobs, indexes = asyncio.run(scenario())
+    assert indexes == list(range(partitions))
+    assert jobs <= 4
+
+
+def test_a_log_that_cannot_be_created_leaves_the_others_of_its_chunk(tmp_path: Path) -> None:
+    """A partition whose directory cannot be made is left out (and opens on the next change);
+    the logs loaded in the same job are served."""
+    data = tmp_path / "data"
+
+    async def scenario() -> list[int]:
+        manager = LogManager(str(data))
+        manager.open(0, "c")
+        (data / "new-3").write_bytes(b"in the way")  # a file where the log's directory goes
+        logs = await manager.load_logs([("new", p, make_config()) for p in range(8)])
+        indexes = sorted(log_.partition for log_ in logs)
+        await manager.shutdown()
+        return indexes
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 4, 5, 6, 7]
 
 
 def test_recovery_after_a_crash_rewrites_only_the_indexes_it_finds_wrong(tmp_path: Path) -> None:

@@ -195,6 +195,7 @@ def test_an_outage_and_topic_deletions_log_no_traceback() -> None:
         sender.send("lagging", [b"before-%d" % i for i in range(100)])
         os.kill(cluster.brokers[follower].process.pid, signal.SIGSTOP)
         try:
+            sender.send("lagging", [b"stopped-%d" % i for i in range(10)])  # the stopped follower lags
             wait_until(lambda: partition_state(cluster, "lagging")[2] == [leader], timeout=20, interval=0.2,
                        message="the stopped follower out of the ISR")
             cluster.zookeeper.stop()

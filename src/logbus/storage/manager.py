@@ -52,6 +52,7 @@ HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
+LOAD_CHUNK = 64  # logs loaded by one I/O job (see load_logs)
 MAX_PREFERRED_DIRS = 10_000  # bounds what AlterReplicaLogDirs requests for absent partitions can pile up
 
 
@@ -285,30 +286,54 @@ class LogManager:
         return self._register(log_dir, self._read_log(topic, partition, config, log_dir))
 
     async def load_logs(self, wanted: Iterable[tuple[str, int, LogConfig]]) -> list[PartitionLog]:
-        """`load_log` for many partitions at start-up, in the I/O threads (at most as many at once
-        as there are threads), so that the event loop serves meanwhile. A log that cannot be
-        opened (its dir is offline) is logged and left out."""
-        loop = asyncio.get_running_loop()
+        """`load_log` for many partitions (at start-up, or the replicas of new topics), in the I/O
+        threads, so that the event loop serves meanwhile: in chunks of up to LOAD_CHUNK logs, each
+        chunk one job (at most as many at once as there are threads). One job per log cost each
+        log several thread handoffs and GIL switches; on a loaded machine each of them waits for
+        the scheduler, and creating 10,000 empty logs took many times the CPU it used. A log
+        that cannot be opened (its dir is offline) is logged and left out."""
+        entries = list(wanted)
+        size = max(1, min(LOAD_CHUNK, -(-len(entries) // self._io_threads)))  # all threads busy when few
         slots = asyncio.Semaphore(self._io_threads)
 
-        async def load(topic: str, partition: int, config: LogConfig) -> PartitionLog | None:
+        async def load(chunk: list[tuple[str, int, LogConfig]]) -> list[PartitionLog]:
             async with slots:
-                log_dir = self.log_dir_for(topic, partition)  # here: the placement changes on this loop
-                if (topic, partition) not in self.placement:
-                    self._place((topic, partition), log_dir)  # the next new partition counts it
-                try:
-                    read = await loop.run_in_executor(self._pool, self._read_log, topic, partition, config, log_dir)
-                except OSError:
-                    log.exception("cannot open the log of %s-%d; it opens on the next change or restart",
-                                  topic, partition)
-                    return None
-            if log_dir in self.offline_dirs:  # the dir failed meanwhile
-                read.close_files()
-                return None
-            return self._register(log_dir, read)
+                placed = [(topic, partition, config, self._dir_placed(topic, partition))
+                          for topic, partition, config in chunk]
+                reads = await asyncio.get_running_loop().run_in_executor(self._pool, self._read_logs, placed)
+            return [self._register(log_dir, read) for (_, _, _, log_dir), read in zip(placed, reads, strict=True)
+                    if read is not None and self._still_online(log_dir, read)]
 
-        loaded = await asyncio.gather(*(load(*entry) for entry in wanted))
-        return [log_ for log_ in loaded if log_ is not None]
+        chunks = await asyncio.gather(*(load(entries[i:i + size]) for i in range(0, len(entries), size)))
+        return [log_ for chunk in chunks for log_ in chunk]
+
+    def _dir_placed(self, topic: str, partition: int) -> str:
+        """The log dir of a log about to be loaded, placed now (on the event loop, where the
+        placement changes) so that the next new partition counts it."""
+        log_dir = self.log_dir_for(topic, partition)
+        if (topic, partition) not in self.placement:
+            self._place((topic, partition), log_dir)
+        return log_dir
+
+    def _read_logs(self, placed: list[tuple[str, int, LogConfig, str]]) -> list[PartitionLog | None]:
+        """`_read_log` for each of a chunk (any thread); None for a log that cannot be opened."""
+        reads: list[PartitionLog | None] = []
+        for topic, partition, config, log_dir in placed:
+            try:
+                read = self._read_log(topic, partition, config, log_dir)
+            except OSError:
+                log.exception("cannot open the log of %s-%d; it opens on the next change or restart", topic, partition)
+                reads.append(None)
+                continue
+            reads.append(read)
+        return reads
+
+    def _still_online(self, log_dir: str, read: PartitionLog) -> bool:
+        """False (the log's files closed again) when its dir failed while it loaded."""
+        if log_dir in self.offline_dirs:
+            read.close_files()
+            return False
+        return True
 
     def _read_log(self, topic: str, partition: int, config: LogConfig, log_dir: str) -> PartitionLog:
         """The file work of `load_log` in `log_dir` (any thread): the log, loaded, its segments not
