@@ -1,11 +1,15 @@
 """Real brokers come from logbus.testing (the `logbus_broker` fixture); shared helpers live in helpers.py.
 
-`./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`). Every test
-of a module runs on one worker (its module fixtures: a broker, a Spark session, are started
-once; the two Spark modules share one worker), except the modules in SPREAD, whose tests each
-start a cluster of their own and go to whichever worker is free. Work is handed out in
-collection order, so the longest modules are collected first (SLOWEST_FIRST) and do not end up
-as the last thing a worker runs.
+`./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`, scheduled by
+ModuleScheduling below). Every test of a module runs on one worker (its module fixtures: a
+broker, a Spark session, are started once; the two Spark modules share one worker), except the
+modules in SPREAD, whose tests each start a cluster of their own and go to whichever worker is
+free. Work is handed out in collection order, so the longest modules are collected first
+(SLOWEST_FIRST) and do not end up as the last thing a worker runs.
+
+The grouping is done by the scheduler, from the test ids, not with `xdist_group` marks: those
+work by renaming each test's node id, which pytest 9.2 no longer lets a plugin do
+(pytest-xdist#1386), and the suite then silently ran module by module on both workers at once.
 """
 
 import os
@@ -30,15 +34,33 @@ SAME_WORKER = {"test_spark.py": "spark", "test_spark_exactly_once.py": "spark"}
 SLOWEST_FIRST = ("test_spark_exactly_once.py", "test_spark.py", "test_cluster.py", "test_fuzz.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns xdist_group marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group each module's tests (SPREAD's excepted) and put the longest modules first."""
-    for item in items:
-        module = item.path.name
-        if module not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(module, module)))
+    """Put the longest modules first (each worker collects, the scheduler hands out in that order)."""
     rank = {module: index for index, module in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order otherwise
+
+
+def work_unit(nodeid: str) -> str:
+    """What a test is scheduled with: its module, its SAME_WORKER group, or (SPREAD) itself alone."""
+    path = nodeid.split("::", 1)[0]
+    module = path.rsplit("/", 1)[-1]
+    if module in SPREAD:
+        return nodeid
+    return SAME_WORKER.get(module, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With `--dist loadgroup`, schedule by work_unit; other modes are pytest-xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
