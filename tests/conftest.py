@@ -1,11 +1,16 @@
 """Real brokers come from logbus.testing (the `logbus_broker` fixture); shared helpers live in helpers.py.
 
-`./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`). Every test
-of a module runs on one worker (its module fixtures: a broker, a Spark session, are started
-once; the two Spark modules share one worker), except the modules in SPREAD, whose tests each
-start a cluster of their own and go to whichever worker is free. Work is handed out in
-collection order, so the longest modules are collected first (SLOWEST_FIRST) and do not end up
-as the last thing a worker runs.
+`./dev test` runs the suite on several pytest-xdist workers (`--dist loadgroup`, scheduled by
+ModuleScheduling below). Every test of a module runs on one worker (its module fixtures: a
+broker, a Spark session, are started once; the two Spark modules share one worker), except the
+modules in SPREAD, whose tests each start a cluster of their own and go to whichever worker is
+free. Work is handed out in collection order: the Spark modules, the longest unit, first
+(SLOWEST_FIRST), then the other modules, then the SPREAD tests, which, one test at a time, keep
+both workers busy to the end instead of one worker finishing a long module while the other idles.
+
+The grouping is done by the scheduler, from the test ids, not with `xdist_group` marks: those
+work by renaming each test's node id, which pytest 9.2 no longer lets a plugin do
+(pytest-xdist#1386), and the suite then silently ran module by module on both workers at once.
 """
 
 import os
@@ -20,25 +25,57 @@ from logbus.testing import running_zookeeper
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# Modules whose tests share nothing but the session's ZooKeeper: spread test by test over the workers.
-SPREAD = {"test_cluster.py", "test_cluster_storage.py", "test_cluster_transactions.py", "test_zookeeper_outage.py",
-          "test_fuzz.py", "test_consumer_group_failover.py"}
-# Modules that share one worker, one after the other: two Spark JVMs at once starved each other's
-# Python workers ("Python worker failed to connect back").
+# Modules whose tests share nothing but the session's ZooKeeper: spread test by test over the
+# workers, after the other modules, in this order (the longest tests first).
+SPREAD = ("test_cluster.py", "test_zookeeper_outage.py", "test_cluster_storage.py", "test_cluster_transactions.py",
+          "test_consumer_group_failover.py", "test_fuzz.py")
+# Modules that share one worker, one after the other: they share one Spark session (`spark`), and
+# two Spark JVMs at once starved each other's Python workers ("Python worker failed to connect back").
 SAME_WORKER = {"test_spark.py": "spark", "test_spark_exactly_once.py": "spark"}
-# The longest modules (a minute or more each, measured alone), longest first: collected before the others.
-SLOWEST_FIRST = ("test_spark_exactly_once.py", "test_spark.py", "test_cluster.py", "test_fuzz.py")
+# The longest unit of work (several minutes), collected before the others.
+SLOWEST_FIRST = ("test_spark_exactly_once.py", "test_spark.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns xdist_group marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group each module's tests (SPREAD's excepted) and put the longest modules first."""
-    for item in items:
-        module = item.path.name
-        if module not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(module, module)))
+    """SLOWEST_FIRST, the other modules, then SPREAD (each worker collects; the scheduler hands
+    work out in this order)."""
     rank = {module: index for index, module in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order otherwise
+    rank.update({module: len(SLOWEST_FIRST) + 1 + index for index, module in enumerate(SPREAD)})
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: file order otherwise
+
+
+def work_unit(nodeid: str) -> str:
+    """What a test is scheduled with: its module, its SAME_WORKER group, or (SPREAD) itself alone."""
+    path = nodeid.split("::", 1)[0]
+    module = path.rsplit("/", 1)[-1]
+    if module in SPREAD:
+        return nodeid
+    return SAME_WORKER.get(module, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With `--dist loadgroup`, schedule by work_unit; other modes are pytest-xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _reschedule(self, node) -> None:  # noqa: ANN001 - xdist's WorkerController
+            """As xdist's, but the next unit goes to a worker only once it runs its last test (xdist
+            gives it when two are left): a unit handed out early waits there while the other worker
+            may have nothing to do. (A worker starts a test once it knows the next, so not later.)"""
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+            elif self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +84,17 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
     (running_cluster), so tests sharing it see nothing of each other."""
     with running_zookeeper() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark session for both Spark modules (SAME_WORKER runs them on one worker, one
+    after the other): `local[2,2]`, two cores, and a failed task is tried once more (the task-retry
+    test of test_spark_exactly_once needs that; a test expecting a failure only fails twice).
+    Skipped without PySpark, as those modules are."""
+    from test_spark import spark_session
+
+    yield from spark_session("logbus-tests", "local[2,2]")
 
 
 @pytest.fixture

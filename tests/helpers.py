@@ -36,6 +36,23 @@ if REPO_ROOT not in sys.path:
 QUIET = {"log_level": 0}  # librdkafka logs every reconnect to stderr otherwise
 
 
+def zookeeper_chroot(connect_string: str, name: str) -> str:
+    """`connect_string` with a fresh chroot (`/name-<uuid>`), created: a test's own corner of the
+    session's ZooKeeper (conftest's `zookeeper`), as each cluster has one, instead of a ZooKeeper
+    process of its own."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/{name}-{uuid.uuid4().hex}"
+    setup = KazooClient(hosts=connect_string)
+    setup.start(30)
+    try:
+        setup.ensure_path(chroot)
+    finally:
+        setup.stop()
+        setup.close()
+    return connect_string + chroot
+
+
 def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
                message: str = "condition") -> T:
     """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""

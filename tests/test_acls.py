@@ -52,7 +52,8 @@ from kio.schema.offset_commit.v9 import request as offset_commit_v9
 from kio.schema.offset_delete.v0 import request as offset_delete_v0
 from kio.schema.write_txn_markers.v1 import request as markers_v1
 
-from logbus.testing import BrokerProcess, running_broker, running_cluster, running_zookeeper
+from logbus.cluster.zookeeper_server import ZooKeeperServer
+from logbus.testing import BrokerProcess, running_broker, running_cluster
 
 AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}
 SUPER_ANONYMOUS = {**AUTHORIZER, "super.users": "User:ANONYMOUS"}
@@ -347,11 +348,11 @@ def test_allow_everyone_if_no_acl_found_decides_for_resources_without_acls(allow
         assert produce_error(broker.bootstrap, "open") == expected
 
 
-def test_an_acl_created_through_one_broker_takes_effect_on_another() -> None:
+def test_an_acl_created_through_one_broker_takes_effect_on_another(zookeeper: ZooKeeperServer) -> None:
     """ZooKeeper: /kafka-acl znodes and the change notifications every broker watches. No ACL on
     the cluster and allow.everyone.if.no.acl.found let the brokers replicate and the test set ACLs."""
     config = {**AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
-    with running_zookeeper() as zookeeper, running_cluster(2, config, zookeeper=zookeeper) as cluster:
+    with running_cluster(2, config, zookeeper=zookeeper) as cluster:
         first, second = cluster.brokers[1], cluster.brokers[2]
         client = admin(first)
         client.create_topics([NewTopic("t", 1, 2)])["t"].result(15)
@@ -451,7 +452,8 @@ def test_logbus_acls_adds_lists_and_removes_as_kafka_acls() -> None:
         assert removed.returncode == 0 and removed.stdout.count("Removed") == 3
 
 
-def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_zookeeper_acl_change_notifications_are_purged_once_expired(zookeeper: ZooKeeperServer,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """In process, on a real ZooKeeper: the store applies its own notifications and deletes the
     expired ones (Kafka's 15 minutes, set to 0 here) when the next one arrives."""
     from logbus.cluster import zk_data, zk_watchers
@@ -481,8 +483,7 @@ def test_zookeeper_acl_change_notifications_are_purged_once_expired(monkeypatch:
         finally:
             await store.close()
 
-    with running_zookeeper() as server:
-        asyncio.run(scenario(f"{server.connect_string}/acl-purge"))
+    asyncio.run(scenario(f"{zookeeper.connect_string}/acl-purge-{uuid.uuid4().hex}"))
 
 
 def test_a_fetch_as_a_follower_needs_cluster_action(matrix: BrokerProcess) -> None:

@@ -1,7 +1,8 @@
-"""The `logbus` PySpark data source against a real broker and real local Spark (`local[2]`).
+"""The `logbus` PySpark data source against a real broker and real local Spark.
 
-One SparkSession and one broker serve the whole module (a session takes 6-20 s to start);
-every test uses its own topics and checkpoint directories.
+One broker serves the whole module, and one SparkSession (the `spark` fixture of conftest.py)
+both Spark modules: a session takes 6-20 s to start. Every test uses its own topics and
+checkpoint directories.
 """
 
 from __future__ import annotations
@@ -42,11 +43,6 @@ from logbus.spark.txn_client import TxnClient  # noqa: E402
 
 pytestmark = pytest.mark.spark
 HEADERS = "headers"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    yield from spark_session("logbus-tests", "local[2]")
 
 
 def spark_session(name: str, master: str) -> Iterator[SparkSession]:

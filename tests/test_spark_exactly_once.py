@@ -1,8 +1,8 @@
 """Exactly-once streaming writes (logbus.spark.exactly_once) and read_committed reads, against a
 real broker, the connector's own transactional client and real local Spark.
 
-The Spark tests share one session, `local[2,2]`: two cores, and a failed task is tried again
-once (the task-retry test needs that). The kill test runs its query as a separate process
+The Spark tests use the session of conftest.py's `spark` fixture, `local[2,2]`: two cores, and a
+failed task is tried again once (the task-retry test needs that). The kill test runs its query as a separate process
 (tests/spark_eo_job.py) so that the driver can be SIGKILLed.
 """
 
@@ -42,7 +42,7 @@ from logbus.testing import BrokerProcess, Cluster, running_broker, running_clust
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
-from test_spark import murmur2, murmur2_partition, spark_session  # noqa: E402
+from test_spark import murmur2, murmur2_partition  # noqa: E402
 
 from logbus.spark import exactly_once  # noqa: E402
 from logbus.spark.partitioner import murmur2 as murmur2_column  # noqa: E402
@@ -58,11 +58,6 @@ RUN_TIMEOUT_S = 240.0
 def broker() -> Iterator[BrokerProcess]:
     with running_broker(config={"num.partitions": "1", "transaction.state.log.num.partitions": "5"}) as process:
         yield process
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    yield from spark_session("logbus-exactly-once-tests", "local[2,2]")  # (2 attempts per task)
 
 
 def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:

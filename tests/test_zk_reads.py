@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
+from helpers import zookeeper_chroot
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -16,12 +16,7 @@ from logbus.cluster.zk_reads import ZnodeReader
 @pytest.fixture
 def client(zookeeper) -> Iterator[KazooClient]:  # noqa: ANN001 - conftest's ZooKeeperServer
     """A client in a chroot of its own, as brokers use one."""
-    chroot = f"/zk-reads-{uuid.uuid4().hex}"
-    setup = KazooClient(hosts=zookeeper.connect_string)
-    setup.start(30)
-    setup.ensure_path(chroot)
-    setup.stop()
-    found = KazooClient(hosts=zookeeper.connect_string + chroot)
+    found = KazooClient(hosts=zookeeper_chroot(zookeeper.connect_string, "zk-reads"))
     found.start(30)
     try:
         yield found
