@@ -668,7 +668,7 @@ class PartitionLog:
         (`take_snapshot`)."""
         await self.jobs.drain()
         async with self.io_lock:
-            if fsync and (self.recovery_point < self.log_end_offset or self.epoch_cache.unsynced):
+            if fsync and self.unsynced:
                 unsynced = self.segments[self._segment_for(self.recovery_point):]
                 await _fsync_pinned(run_blocking, unsynced, self._unsynced_files())
                 self.recovery_point = self.log_end_offset
@@ -677,6 +677,17 @@ class PartitionLog:
             for segment in self.segments:
                 segment.close()
             self.deleted = True
+
+    @property
+    def unsynced(self) -> bool:
+        """Records past the recovery point, or a leader-epoch checkpoint not fsynced yet."""
+        return self.recovery_point < self.log_end_offset or self.epoch_cache.unsynced
+
+    def synced_with_its_file_system(self) -> None:
+        """Its closed files were made durable by one sync of their file system (`syncfs`):
+        the recovery point is the log end, as after `close` with fsync."""
+        self.recovery_point = self.log_end_offset
+        self.epoch_cache.unsynced = False
 
     async def close_offline(self) -> None:
         """Close the files of a log whose dir failed, writing nothing (Kafka closes it quietly);

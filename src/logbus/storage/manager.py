@@ -40,6 +40,7 @@ from typing import Any
 from ..config import LogConfig, load_properties
 from . import checkpoints
 from .cleaner import LogCleaner
+from .files import syncfs, syncfs_available
 from .jobs import FileJobs
 from .log import PartitionLog, now_ms
 from .segment import OpenSegments
@@ -50,6 +51,7 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+SYNCFS_ABOVE_LOGS = 64  # a clean shutdown with more logs to fsync syncs each log dir's file system once
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 LOAD_CHUNK = 64  # logs loaded by one I/O job (see load_logs)
@@ -106,6 +108,7 @@ class LogManager:
         self._open_segment_limit = open_segment_limit
         self.open_segments = OpenSegments(open_segment_limit or _default_open_segment_limit())
         self._tasks: list[asyncio.Task] = []
+        self.syncfs_above = SYNCFS_ABOVE_LOGS
         self.high_watermarks: dict[tuple[str, int], int] = {}  # as read at start
         self.high_watermark_source: Callable[[], dict[tuple[str, int], int]] = lambda: {}
         self.clean_shutdown = False  # every log dir was shut down cleanly
@@ -522,6 +525,25 @@ class LogManager:
                 split[log_dir][key] = offset
         return split
 
+    async def _close_logs(self) -> None:
+        """Close every log durably (Kafka's flush-then-close). Up to `syncfs_above` logs with
+        unsynced records are fsynced one by one; beyond, each log dir holding one is synced
+        once with syncfs(2) after they all closed (issue 25: a broker closing 3,333 logs that
+        had moved spent most of 53 s in 13,000 fsyncs, one awaited job per log). That also
+        makes their producer snapshots durable before the clean-shutdown marker."""
+        moved = [key for key, log_ in self.logs.items() if log_.unsynced]
+        if len(moved) <= self.syncfs_above or not syncfs_available():
+            await self._at_most_io_threads(log_.close(self.run_blocking, True) for log_ in self.logs.values())
+            return
+        await self._at_most_io_threads(log_.close(self.run_blocking, False) for log_ in self.logs.values())
+        for log_dir in {self.placement.get(key, self.data_dir) for key in moved}:
+            if log_dir in self.live_dirs:
+                await self._in_dir(log_dir, syncfs, log_dir)
+        live = set(self.live_dirs)
+        for key in moved:
+            if self.placement.get(key, self.data_dir) in live:
+                self.logs[key].synced_with_its_file_system()
+
     async def shutdown(self) -> None:
         """Stop upkeep, fsync every log, write checkpoints and the clean-shutdown marker."""
         for task in self._tasks:
@@ -532,7 +554,7 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.stop()
         self.jobs.cancel_delayed()
-        await self._at_most_io_threads(log_.close(self.run_blocking, True) for log_ in self.logs.values())
+        await self._close_logs()
         await self.write_checkpoints()
         if self._closing:
             await asyncio.wait(self._closing)
