@@ -304,11 +304,6 @@ class SharePartitions:
 
     # ---------------------------------------------------------------- the admin APIs
 
-    def loaded(self, group_id: str, topic: str, index: int) -> SharePartition | None:
-        """The group's share-partition of `topic`-`index` as this broker holds it (its leader), if loaded."""
-        held = self.partitions.get((group_id, topic, index))
-        return held.share if held is not None else None
-
     async def delete_state(self, group_id: str, topic: str, index: int) -> None:
         """DeleteShareGroupOffsets or AlterShareGroupOffsets to -1 (an empty group): the persisted
         state is deleted (DeleteShareGroupState), then this broker's copy goes; a later share fetch

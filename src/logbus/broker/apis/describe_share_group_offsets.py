@@ -100,7 +100,7 @@ def _lag(ctx: RequestContext, group_id: str, topic: str, index: int, start_offse
     partition = led_here(ctx, topic, index)
     if partition is None:
         return UNINITIALIZED
-    share = ctx.broker.share_partitions.loaded(group_id, topic, index)
+    share = ctx.broker.share_partitions.get(group_id, partition)
     if share is not None:
         return share.lag(partition.high_watermark)
     return max(partition.high_watermark - start_offset, 0)
