@@ -172,20 +172,44 @@ def test_a_followers_session_keeps_it_caught_up_on_the_partitions_its_fetches_do
         requests: list[list[int]] = []
         clock = Clock()
         partition = leader_of(tmp_path, [1, 2, 3], requests, clock)
-        append(partition, 2)
+        append(partition, 1)
+        partition.update_follower(3, 1)  # no session: its own fetches only
+        append(partition, 1)
         session = ChangeWatch()
         partition.update_follower(2, 2, session=session)
-        partition.update_follower(3, 2)  # no session: its own fetches only
         clock.now += 20
         session.fetched_at = clock.now  # broker 2's session fetched, naming other partitions
         partition.shrink_isr_if_lagging(10)
-        assert requests == [[1, 2]]
+        assert requests == [[1, 2]], "broker 3 lacks a record since 20 s"
         partition.isr_change_failed(maybe_written=False)
         append(partition, 1)
         clock.now += 20
         session.fetched_at = clock.now
         partition.shrink_isr_if_lagging(10)
-        assert requests == [[1, 2], [1]], "broker 2 lacks the record appended since its last fetch of it"
+        assert requests == [[1, 2], [1]], "broker 2 lacks the records appended since its last fetch of them"
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_with_the_whole_log_stays_in_the_isr_however_long_since_it_fetched(tmp_path: Path) -> None:
+    """Kafka's isCaughtUp: a follower whose log ends where the leader's does is caught up. Dropped
+    for a fetch round longer than replica.lag.time.max.ms, the followers of 10,000 idle new
+    partitions on a loaded machine left and rejoined their ISRs for minutes (issue 25)."""
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        clock = Clock()
+        partition = leader_of(tmp_path, [1, 2, 3], requests, clock)
+        append(partition, 2)
+        partition.update_follower(2, 2)
+        partition.update_follower(3, 2)
+        clock.now += 60
+        partition.shrink_isr_if_lagging(10)
+        assert requests == []
+        append(partition, 1)
+        partition.update_follower(2, 3)
+        clock.now += 1
+        partition.shrink_isr_if_lagging(10)
+        assert requests == [[1, 2]], "broker 3 lacks the new record and was last caught up 61 s ago"
 
     asyncio.run(scenario())
 

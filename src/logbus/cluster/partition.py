@@ -70,6 +70,14 @@ class FollowerState:
             return max(self.last_caught_up, self.session.fetched_at)
         return self.last_caught_up
 
+    def is_caught_up(self, leader_leo: int, now: float, max_lag_s: float) -> bool:
+        """Kafka's ReplicaState.isCaughtUp: it has the leader's whole log, or had it within
+        `max_lag_s`. A follower with the whole log of an idle partition stays in the ISR however
+        long its fetch rounds take: dropped after 3 s without a fetch of each (the test
+        clusters' replica.lag.time.max.ms), 10,000 new partitions left and rejoined their ISRs
+        over and over on a loaded machine, each time a ZooKeeper write, and never settled."""
+        return self.log_end_offset == leader_leo or now - self.caught_up_at(leader_leo) <= max_lag_s
+
 
 IsrRequest = Callable[["Partition", list[int]], None]
 
@@ -285,7 +293,7 @@ class Partition:
             return
         now, leader_leo = self.clock(), self.log.log_end_offset
         lagging = [b for b in self.state.isr if b != self.broker_id and
-                   (f := self.followers.get(b)) is not None and now - f.caught_up_at(leader_leo) > max_lag_s]
+                   (f := self.followers.get(b)) is not None and not f.is_caught_up(leader_leo, now, max_lag_s)]
         if lagging:
             self._request_isr([b for b in self.state.isr if b not in lagging])
 
