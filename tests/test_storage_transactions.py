@@ -480,3 +480,13 @@ def test_a_transaction_aborted_past_the_cleanable_range_loses_its_data_not_its_m
     assert cleanings.batches() == [(0, False, 1), (2, False, 0), (3, True, 1)]
     assert txn_entries(log_) == [(0, 5, 1, 3, 4)]
     assert cleanings.values() == [b"v"]
+
+
+def test_a_shutdown_snapshot_is_taken_past_offset_zero_only(tmp_path) -> None:
+    """Kafka's takeSnapshot: an empty log (end 0) has nothing to snapshot; a log with records
+    gets `<end>.snapshot`, written once."""
+    state = ProducerStateManager(str(tmp_path))
+    state.take_snapshot(0, {})
+    assert list(tmp_path.glob("*.snapshot")) == []
+    state.take_snapshot(3, {"7": {"epoch": 0}})
+    assert [p.name for p in tmp_path.glob("*.snapshot")] == [f"{3:020d}.snapshot"]

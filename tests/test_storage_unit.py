@@ -179,8 +179,8 @@ def test_a_clean_shutdown_syncs_and_snapshots_only_what_moved_since_the_last_tim
     synced, _ = asyncio.run(run({1: produced, 2: [record_batch(b"a"), record_batch(b"b")]}, flushed={1}))
     assert sorted(set(synced)) == ["t-2"], "only the log with records past its recovery point"
     first = snapshots()
-    assert [names for names, _ in first.values()] == [[f"{0:020d}.snapshot"], [f"{2:020d}.snapshot"],
-                                                      [f"{2:020d}.snapshot"]]
+    assert [names for names, _ in first.values()] == [[], [f"{2:020d}.snapshot"], [f"{2:020d}.snapshot"]], \
+        "none for the empty log"
 
     synced, _ = asyncio.run(run({0: [record_batch(b"c")]}, flushed=set()))
     assert sorted(set(synced)) == ["t-0"]
