@@ -3,6 +3,7 @@ and parsed with prometheus_client's own parser."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import urllib.request
@@ -130,6 +131,10 @@ def http(broker: BrokerProcess, raw: bytes) -> bytes:
             while chunk := connection.recv(65536):
                 answer += chunk
         except ConnectionError:  # reset, or closed while we were still sending
+            return b""
+        except OSError as exc:  # closed before we could end our side
+            if exc.errno != errno.ENOTCONN:
+                raise
             return b""
     return answer
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kio.schema.errors import ErrorCode
+import pytest
 from test_storage import record_batch
 from test_storage_unit import make_config
 
 from logbus.cluster.delayed_fetch import ChangeWatch
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import Partition
+from logbus.errors import KafkaStorageError, NotEnoughReplicasAfterAppendError, NotLeaderError, RequestTimedOutError
 from logbus.protocol.records import validate_batches
 from logbus.storage.log import PartitionLog
 
@@ -54,12 +55,12 @@ def test_a_member_being_added_holds_the_hw_until_the_store_answers(tmp_path: Pat
         append(partition, 3)
         partition.update_follower(2, 7)
         assert partition.high_watermark == 4, "broker 3 may already be in the stored ISR"
-        assert partition.replicated(7) == ErrorCode.request_timed_out
+        assert partition.replicated(7) is False
         partition.update_follower(3, 6)
         assert partition.high_watermark == 6
         partition.update_state(PartitionState(1, 3, [1, 2, 3], [1, 2, 3], partition_epoch=8))
         partition.update_follower(3, 7)
-        assert partition.high_watermark == 7 and partition.replicated(7) is None
+        assert partition.high_watermark == 7 and partition.replicated(7) is True
 
     asyncio.run(scenario())
 
@@ -144,9 +145,43 @@ def test_delete_records_waits_for_every_live_follower_to_adopt_the_log_start(tmp
         assert partition.low_watermark({1, 2}) == 4, "a dead broker's replica is not waited for"
         partition.update_follower(3, 6, 4)
         assert await waiting is None
-        assert await partition.wait_low_watermark(5, {1, 2, 3}, 0.01) == ErrorCode.request_timed_out
+        with pytest.raises(RequestTimedOutError):
+            await partition.wait_low_watermark(5, {1, 2, 3}, 0.01)
 
     asyncio.run(scenario())
+
+
+def test_delete_records_wait_ends_with_kafka_storage_error_when_the_log_goes_offline(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = leader_of(tmp_path, [1, 2, 3], [], Clock())
+        append(partition, 2)
+        partition.update_follower(2, 2, 0)
+        partition.delete_records_before(1)
+        waiting = asyncio.ensure_future(partition.wait_low_watermark(1, {1, 2}, 30))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        partition.go_offline()
+        with pytest.raises(KafkaStorageError):
+            await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(scenario())
+
+
+def test_replicated_says_not_yet_until_the_hw_is_there_then_refuses_a_small_isr(tmp_path: Path) -> None:
+    partition = leader_of(tmp_path, [1, 2], [], Clock())
+    append(partition, 2)
+    assert partition.replicated(2) is False, "broker 2 has not fetched"
+    partition.update_follower(2, 2)
+    assert partition.replicated(2) is True
+    append(partition, 1)
+    partition.update_state(PartitionState(1, 3, [1, 2, 3], [1], partition_epoch=8))
+    # the HW is at the log end (a lone ISR) but below min.insync.replicas=2: the records are in
+    # the log, not acknowledged
+    with pytest.raises(NotEnoughReplicasAfterAppendError):
+        partition.replicated(3)
+    partition.update_state(PartitionState(2, 4, [1, 2, 3], [2], partition_epoch=9))
+    with pytest.raises(NotLeaderError):
+        partition.replicated(3)
 
 
 def test_a_follower_adopts_its_leaders_log_start_up_to_its_high_watermark(tmp_path: Path) -> None:

@@ -11,12 +11,19 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kio.schema.errors import ErrorCode
+import pytest
 from test_partition_isr import Clock, append, leader_of
 from test_storage import record_batch
 
 from logbus.cluster.metadata import PartitionState
 from logbus.cluster.partition import RECENT_BYTES, RECENT_S, Partition
+from logbus.errors import (
+    KafkaApiError,
+    KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderError,
+    RequestTimedOutError,
+)
 from logbus.protocol.records import validate_batches
 
 
@@ -24,11 +31,17 @@ def waits(partition: Partition, offsets: list[int], timeout: float = 30.0) -> li
     return [asyncio.ensure_future(partition.wait_replicated(offset, timeout)) for offset in offsets]
 
 
-async def settled(tasks: list[asyncio.Task]) -> list[ErrorCode | None | str]:
-    """Each wait's verdict, or "waiting"."""
+async def settled(tasks: list[asyncio.Task]) -> list[type[KafkaApiError] | None | str]:
+    """Each wait's verdict: None (replicated), the refusal's class it raised, or "waiting"."""
     for _ in range(5):
         await asyncio.sleep(0)
-    return [task.result() if task.done() else "waiting" for task in tasks]
+    return [_verdict(task) if task.done() else "waiting" for task in tasks]
+
+
+def _verdict(task: asyncio.Task) -> type[KafkaApiError] | None:
+    refusal = task.exception()
+    assert refusal is None or isinstance(refusal, KafkaApiError), refusal
+    return None if refusal is None else type(refusal)
 
 
 def test_acks_all_waits_end_as_the_hw_reaches_their_offsets(tmp_path: Path) -> None:
@@ -53,13 +66,13 @@ def test_acks_all_waits_end_when_leadership_moves_or_the_log_goes_offline(tmp_pa
         append(partition, 2)
         tasks = waits(partition, [1, 2])
         partition.update_state(PartitionState(2, 4, [1, 2, 3], [2, 3], partition_epoch=8))
-        assert await settled(tasks) == [ErrorCode.not_leader_or_follower] * 2
+        assert await settled(tasks) == [NotLeaderError] * 2
 
         offline = leader_of(tmp_path / "b", [1, 2, 3], [], Clock())
         append(offline, 1)
         tasks = waits(offline, [1])
         offline.go_offline()
-        assert await settled(tasks) == [ErrorCode.kafka_storage_error]
+        assert await settled(tasks) == [KafkaStorageError]
 
     asyncio.run(scenario())
 
@@ -68,7 +81,8 @@ def test_an_acks_all_wait_times_out_and_later_waits_still_end(tmp_path: Path) ->
     async def scenario() -> None:
         partition = leader_of(tmp_path, [1, 2], [], Clock())
         append(partition, 2)
-        assert await partition.wait_replicated(1, 0.01) == ErrorCode.request_timed_out
+        with pytest.raises(RequestTimedOutError):
+            await partition.wait_replicated(1, 0.01)
         tasks = waits(partition, [2])
         partition.update_follower(2, 2)
         assert await settled(tasks) == [None]
@@ -76,7 +90,7 @@ def test_an_acks_all_wait_times_out_and_later_waits_still_end(tmp_path: Path) ->
         tasks = waits(partition, [3])
         partition.update_state(PartitionState(1, 3, [1, 2, 3], [1], partition_epoch=8))
         # a lone ISR, below min.insync.replicas=2: the HW moves, the wait fails
-        assert await settled(tasks) == [ErrorCode.not_enough_replicas_after_append]
+        assert await settled(tasks) == [NotEnoughReplicasAfterAppendError]
 
     asyncio.run(scenario())
 

@@ -20,10 +20,16 @@ from test_storage import record_batch
 
 from logbus.cluster.appends import ACKS_ALL, Batches, TxnMarker
 from logbus.cluster.delayed_fetch import wait_for_data, wait_for_fetchable
-from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore
+from logbus.cluster.metadata import BrokerInfo, EmbeddedMetadataStore, PartitionState
 from logbus.cluster.replica_manager import ReplicaManager
 from logbus.config import BrokerConfig
-from logbus.errors import KafkaApiError
+from logbus.errors import (
+    KafkaApiError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownTopicError,
+)
 from logbus.protocol.records import validate_batches
 from logbus.storage.manager import LogManager
 
@@ -80,7 +86,8 @@ def test_acks_all_times_out_while_the_follower_lags(tmp_path: Path) -> None:
         async with replica_manager(tmp_path) as replicas:
             await create(replicas, "t", [LEADER, FOLLOWER])
             appended = await replicas.append_records("t", 0, batches(b"a"), ACKS_ALL)
-            assert await replicas.wait_for_replicas(appended, 0.05) == ErrorCode.request_timed_out
+            with pytest.raises(RequestTimedOutError):
+                await replicas.wait_for_replicas(appended, 0.05)
 
     asyncio.run(scenario())
 
@@ -137,20 +144,49 @@ def test_delete_records_waits_for_the_follower_to_adopt_the_new_log_start(tmp_pa
             partition = replicas.get("t", 0)
             partition.update_follower(FOLLOWER, 3, 0)
             assert partition.high_watermark == 3
-            assert await replicas.delete_records("t", 0, 4, 1.0) == (ErrorCode.offset_out_of_range, -1)
-            assert await replicas.delete_records("t", 0, -2, 1.0) == (ErrorCode.offset_out_of_range, -1)
-            assert await replicas.delete_records("nowhere", 0, 1, 1.0) == (ErrorCode.unknown_topic_or_partition, -1)
+            for topic, offset, refusal in (("t", 4, OffsetOutOfRangeError), ("t", -2, OffsetOutOfRangeError),
+                                           ("nowhere", 1, UnknownTopicError)):
+                with pytest.raises(refusal):
+                    replicas.delete_records(topic, 0, offset)
             # broker 2 is not registered (not live): the leader's own log start is the low watermark
-            assert await replicas.delete_records("t", 0, 1, 1.0) == (ErrorCode.none, 1)
+            deleted = replicas.delete_records("t", 0, 1)
+            assert deleted.low_watermark == 1
+            assert await replicas.wait_for_low_watermark(deleted, 1.0) is None
             await replicas.metadata.register_broker(BrokerInfo(FOLLOWER, ()))  # live, never reached
-            deleting = asyncio.ensure_future(replicas.delete_records("t", 0, -1, 30.0))
+            deleted = replicas.delete_records("t", 0, -1)
+            assert deleted.low_watermark == 3 and partition.log.log_start_offset == 3
+            with pytest.raises(RequestTimedOutError):
+                await replicas.wait_for_low_watermark(deleted, 0.01)
+            deleting = asyncio.ensure_future(replicas.wait_for_low_watermark(deleted, 30.0))
             await asyncio.sleep(0)
-            assert not deleting.done() and partition.log.log_start_offset == 3
+            assert not deleting.done()
             partition.update_follower(FOLLOWER, 3, 3)
-            assert await asyncio.wait_for(deleting, 5.0) == (ErrorCode.none, 3)
+            assert await asyncio.wait_for(deleting, 5.0) is None
 
     asyncio.run(scenario())
 
+
+def test_delete_records_ends_its_wait_with_not_leader_when_leadership_moves(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t", [LEADER, FOLLOWER])
+            await replicas.append_records("t", 0, batches(b"a"), 1)
+            partition = replicas.get("t", 0)
+            partition.update_follower(FOLLOWER, 1, 0)
+            await replicas.metadata.register_broker(BrokerInfo(FOLLOWER, ()))
+            deleted = replicas.delete_records("t", 0, 1)
+            deleting = asyncio.ensure_future(replicas.wait_for_low_watermark(deleted, 30.0))
+            await asyncio.sleep(0)
+            assert not deleting.done(), "the follower still starts at 0"
+            state = partition.state  # the follower becomes leader (as the controller's next state says)
+            partition.update_state(PartitionState(FOLLOWER, state.leader_epoch + 1, state.replicas, [FOLLOWER],
+                                                  partition_epoch=state.partition_epoch + 1))
+            with pytest.raises(NotLeaderError):
+                await asyncio.wait_for(deleting, 5.0)
+            with pytest.raises(NotLeaderError):
+                replicas.delete_records("t", 0, 1)
+
+    asyncio.run(scenario())
 
 
 def test_reads_find_the_partition_with_kafkas_epoch_and_role_checks(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from logbus.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from logbus.coordinator.txn_metadata import MAX_EPOCH, TxnError
 from logbus.coordinator.txn_records import TxnStatus
 from logbus.coordinator.txn_store import TxnStateTopic
+from logbus.coordinator.txn_verification import TxnVerifier
+from logbus.errors import InvalidProducerEpochError, InvalidTxnStateError
 
 TXN = "txn"
 TIMEOUT_MS = 60_000
@@ -213,6 +215,22 @@ async def test_verification_answers_per_partition(tmp_path: Path) -> None:
         with pytest.raises(TxnError) as raised:
             env.coordinator.verify_partitions(TXN, producer_id, epoch - 1, [("orders", 0)])
         assert raised.value.code == ErrorCode.producer_fenced
+
+
+@in_loop
+async def test_the_verifier_raises_a_coordinators_answer_as_a_produce_refusal(tmp_path: Path) -> None:
+    async with txn_env(tmp_path) as env:
+        verifier = TxnVerifier(env.coordinator, clients=None, enabled=True)  # (no remote coordinator asked)
+        producer_id, epoch = await env.coordinator.init_producer_id(TXN, TIMEOUT_MS)
+        await env.coordinator.add_partitions(TXN, producer_id, epoch, frozenset({("orders", 0)}))
+        assert await verifier.verify(TXN, producer_id, epoch, "orders", 0) is None
+        with pytest.raises(InvalidTxnStateError, match="orders-1 is not in the transaction of 'txn'"):
+            await verifier.verify(TXN, producer_id, epoch, "orders", 1)
+        with pytest.raises(InvalidProducerEpochError):  # PRODUCER_FENCED, as a produce gives it
+            await verifier.verify(TXN, producer_id, epoch - 1, "orders", 0)
+        with pytest.raises(InvalidTxnStateError):  # INVALID_PRODUCER_ID_MAPPING
+            await verifier.verify("unknown", producer_id, epoch, "orders", 0)
+        assert await TxnVerifier(env.coordinator, None, enabled=False).verify("unknown", 1, 0, "orders", 1) is None
 
 
 @in_loop

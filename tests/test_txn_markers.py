@@ -33,7 +33,7 @@ from logbus.cluster.partition import MARKER_BATCH_BYTES, NotEnoughReplicasError,
 from logbus.cluster.sasl_login import InterBrokerLogin
 from logbus.cluster.txn_markers import write_marker
 from logbus.config import BrokerConfig
-from logbus.errors import KafkaApiError
+from logbus.errors import KafkaApiError, code_of_awaited
 from logbus.protocol.codec import make, request_class
 from logbus.protocol.records import read_end_txn_marker, read_header
 from logbus.security.listeners import ListenerSettings
@@ -73,9 +73,9 @@ def test_a_leader_appends_a_marker_at_its_epoch_and_the_hw_waits_for_the_isr(tmp
         header, marker = last_batch(partition)
         assert header.is_control and header.producer_id == 7 and header.partition_leader_epoch == 4
         assert marker is not None and marker.commit and marker.coordinator_epoch == 3
-        assert partition.high_watermark == 0 and partition.replicated(1) == ErrorCode.request_timed_out
+        assert partition.high_watermark == 0 and partition.replicated(1) is False
         partition.update_follower(2, 1)
-        assert partition.high_watermark == 1 and partition.replicated(1) is None
+        assert partition.high_watermark == 1 and partition.replicated(1) is True
 
     asyncio.run(scenario())
 
@@ -136,7 +136,8 @@ def test_write_marker_answers_after_the_append_and_then_tells_the_listeners(tmp_
                 lambda p, producer_id, commit: seen.append((p.log.log_end_offset, producer_id, commit)))
 
             async def write(topic: str, epoch: int, coordinator_epoch: int, commit: bool) -> ErrorCode:
-                return await write_marker(broker.replicas, topic, 0, 7, epoch, commit, coordinator_epoch, 5.0)
+                return await code_of_awaited(
+                    write_marker(broker.replicas, topic, 0, 7, epoch, commit, coordinator_epoch, 5.0))
 
             assert await write("t", 0, 2, True) == ErrorCode.none
             assert seen == [(1, 7, True)] and partition.high_watermark == 1
@@ -160,8 +161,8 @@ def test_write_marker_is_refused_below_min_insync_replicas(tmp_path: Path) -> No
         async with broker_in_process(tmp_path) as broker:
             await broker.metadata.create_topic("strict", 1, 1, {"min.insync.replicas": "2"})
             await broker.replicas.wait_opened("strict")
-            code = await write_marker(broker.replicas, "strict", 0, 7, 0, True, 0, 5.0)
-            assert code == ErrorCode.not_enough_replicas
+            with pytest.raises(NotEnoughReplicasError):
+                await write_marker(broker.replicas, "strict", 0, 7, 0, True, 0, 5.0)
             assert broker.replicas.get("strict", 0).log.log_end_offset == 0
 
     asyncio.run(scenario())

@@ -11,7 +11,8 @@ A function with one outcome that refuses raises its named refusal rather than re
 `ErrorCode` (`None` for "fine"); a handler catches `KafkaApiError` once and puts `exc.code` in
 its response. Only per-item outcome maps (a code per partition or per member of one request, as
 Kafka's `Map[TopicPartition, Errors]`) are values, and each value comes from a refusal:
-`code_of(check)` where an item is checked, or a refusal class's `code`.
+`code_of(check)` where an item is checked (`code_of_awaited` where the check is awaited), or a
+refusal class's `code`.
 
 An API maps a code to another only where Kafka does for that API and version
 (`producer_fenced_as`; a coordinator answering NOT_COORDINATOR where a producer gets
@@ -24,7 +25,7 @@ one traceback, and keeps the connection (broker/server.py, protocol/error_respon
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
@@ -52,6 +53,15 @@ def code_of(check: Callable[[], object]) -> ErrorCode:
     (Anything else it raises is a bug and escapes.)"""
     try:
         check()
+    except KafkaApiError as exc:
+        return exc.code
+    return ErrorCode.none
+
+
+async def code_of_awaited(check: Awaitable[object]) -> ErrorCode:
+    """`code_of` for a check that is awaited (a write waiting for the ISR)."""
+    try:
+        await check
     except KafkaApiError as exc:
         return exc.code
     return ErrorCode.none
@@ -115,6 +125,49 @@ class NotLeaderError(_NamedRefusal):
 
 class NotEnoughReplicasError(_NamedRefusal):
     code = ErrorCode.not_enough_replicas
+
+
+class NotEnoughReplicasAfterAppendError(_NamedRefusal):
+    """acks=all: the records are in the leader's log, but the ISR shrank below min.insync.replicas."""
+
+    code = ErrorCode.not_enough_replicas_after_append
+
+
+class RequestTimedOutError(_NamedRefusal):
+    """A wait (for the ISR, for the followers' log start) did not end in time (Kafka's TimeoutException)."""
+
+    code = ErrorCode.request_timed_out
+
+
+class LeaderNotAvailableError(_NamedRefusal):
+    code = ErrorCode.leader_not_available
+
+
+class NetworkError(_NamedRefusal):
+    """The broker a request was forwarded to could not be reached (Kafka's NetworkException)."""
+
+    code = ErrorCode.network_exception
+
+
+class ReplicaNotAvailableError(_NamedRefusal):
+    code = ErrorCode.replica_not_available
+
+
+class LogDirNotFoundError(_NamedRefusal):
+    code = ErrorCode.log_dir_not_found
+
+
+class InvalidTxnStateError(_NamedRefusal):
+    """A partition that is not in the producer's open transaction (KIP-890's verification)."""
+
+    code = ErrorCode.invalid_txn_state
+
+
+class UnknownServerError(_NamedRefusal):
+    """A bug answered as one item's refusal, so that the rest of the request is still answered
+    (a transaction marker listener that failed)."""
+
+    code = ErrorCode.unknown_server_error
 
 
 class TopicExistsError(_NamedRefusal):

@@ -92,8 +92,8 @@ def _committed(coordinator: GroupCoordinator) -> Iterator[GroupOffset]:
 
 def _share_lags(shares: SharePartitions) -> Iterator[ShareLag]:
     """The lag of every share-partition here (each on a partition this broker leads)."""
-    for (group_id, topic, index), held in shares.partitions.items():
-        yield ShareLag(group_id, topic, index, held.share.lag(held.partition.high_watermark))
+    for group_id, partition, share in shares.loaded_shares():
+        yield ShareLag(group_id, partition.topic, partition.index, share.lag(partition.high_watermark))
 
 
 def _high_watermark(replicas: ReplicaManager, topic: str, index: int) -> int | None:

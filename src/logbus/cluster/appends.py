@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..errors import KafkaStorageError
+from ..errors import KafkaApiError, KafkaStorageError
 from ..protocol.records import BatchHeader
 from ..storage.log import AppendInfo
 from .partition import Partition
@@ -60,8 +60,14 @@ class AppendResult:
 
     @property
     def awaiting_replicas(self) -> bool:
-        """acks=all and the ISR's verdict is not in yet (Kafka's delayedProduceRequestRequired)."""
-        return self.acks == ACKS_ALL and self.partition.replicated(self.required_offset) is not None
+        """acks=all and the entry is not replicated yet (Kafka's delayedProduceRequestRequired);
+        a refusal `replicated` raises now is the wait's (`wait_for_replicas`) to give."""
+        if self.acks != ACKS_ALL:
+            return False
+        try:
+            return not self.partition.replicated(self.required_offset)
+        except KafkaApiError:
+            return True
 
 
 def append_to_leader(partition: Partition, entry: Entry, acks: int) -> AppendInfo:

@@ -26,9 +26,13 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from ..errors import NotEnoughReplicasError, NotLeaderError
+from ..errors import (
+    KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    RequestTimedOutError,
+)
 from ..protocol.records import BatchHeader, EndTxnMarker, build_end_txn_marker
 from ..storage.files import fsync_path
 from ..storage.log import AppendInfo, PartitionLog
@@ -195,21 +199,27 @@ class Partition:
         if not self._maybe_advance_high_watermark():
             self._wake()
 
-    def replicated(self, offset: int) -> ErrorCode | None:
-        """For acks=all: None once every ISR member has everything before `offset` and the ISR
-        still meets min.insync.replicas; an error code when it can no longer happen here."""
+    def replicated(self, offset: int) -> bool:
+        """For acks=all: True once every ISR member has everything before `offset` and the ISR
+        still meets min.insync.replicas, False while that may yet happen; raises the refusal once
+        it can no longer happen here: KafkaStorageError (offline), NotLeaderError,
+        NotEnoughReplicasAfterAppendError (the HW is there but the ISR is too small)."""
         if self.offline:
-            return ErrorCode.kafka_storage_error
+            raise KafkaStorageError(f"the log dir of {self} failed")
         if not self.is_leader:
-            return ErrorCode.not_leader_or_follower
+            raise NotLeaderError(f"broker {self.broker_id} no longer leads {self}")
         if self.high_watermark < offset:
-            return ErrorCode.request_timed_out  # not yet
+            return False
         if len(self.maximal_isr) < self.log.config.min_insync_replicas:
-            return ErrorCode.not_enough_replicas_after_append
-        return None
+            raise NotEnoughReplicasAfterAppendError(
+                f"{len(self.maximal_isr)} in-sync replicas, min.insync.replicas is "
+                f"{self.log.config.min_insync_replicas}"
+            )
+        return True
 
-    async def wait_replicated(self, offset: int, timeout: float) -> ErrorCode | None:
-        """Kafka's DelayedProduce: wait until `replicated(offset)` decides, or `timeout` (REQUEST_TIMED_OUT).
+    async def wait_replicated(self, offset: int, timeout: float) -> None:
+        """Kafka's DelayedProduce: return once `replicated(offset)`; raise its refusal, or
+        RequestTimedOutError when it is not replicated after `timeout`.
 
         The wait is woken only when its verdict can have changed: the HW reached `offset`, or
         this replica stopped leading or went offline (`_wake_replication_waiters`), not at every
@@ -217,13 +227,13 @@ class Partition:
         several times per batch replicated."""
         try:
             async with asyncio.timeout(timeout):
-                while (verdict := self.replicated(offset)) == ErrorCode.request_timed_out:
+                while not self.replicated(offset):
                     waiter = asyncio.get_running_loop().create_future()
                     heapq.heappush(self._replication_waiters, (offset, next(self._waiter_order), waiter))
                     await waiter
         except TimeoutError:
-            return self.replicated(offset)
-        return verdict
+            if not self.replicated(offset):
+                raise RequestTimedOutError(f"{self} has not replicated offset {offset} in {timeout} s") from None
 
     def _wake_replication_waiters(self) -> None:
         """Wake the acks=all waits that `replicated` can now decide: all of them when this replica
@@ -356,21 +366,23 @@ class Partition:
         starts = [f.log_start_offset for broker, f in self.followers.items() if broker in live_brokers]
         return min([self.log.log_start_offset, *starts])
 
-    async def wait_low_watermark(self, offset: int, live_brokers: Container[int], timeout: float) -> ErrorCode | None:
-        """Kafka's DelayedDeleteRecords: None once every live replica's log starts at `offset`
-        or later; REQUEST_TIMED_OUT after `timeout`, NOT_LEADER_OR_FOLLOWER if leadership moved."""
+    async def wait_low_watermark(self, offset: int, live_brokers: Container[int], timeout: float) -> None:
+        """Kafka's DelayedDeleteRecords: return once every live replica's log starts at `offset`
+        or later; raise RequestTimedOutError after `timeout`, NotLeaderError if leadership moved,
+        KafkaStorageError if this replica went offline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self.is_leader and not self.offline and self.low_watermark(live_brokers) < offset:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return ErrorCode.request_timed_out
+                raise RequestTimedOutError(f"the replicas of {self} do not start at {offset} after {timeout} s")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._changed.wait()
         if self.offline:
-            return ErrorCode.kafka_storage_error
-        return None if self.is_leader else ErrorCode.not_leader_or_follower
+            raise KafkaStorageError(f"the log dir of {self} failed")
+        if not self.is_leader:
+            raise NotLeaderError(f"broker {self.broker_id} no longer leads {self}")
 
     def follow_log_start_offset(self, leader_log_start: int) -> None:
         """As follower, Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented): the

@@ -11,7 +11,8 @@ manager -> partition -> log.
 The data plane, as Kafka's ReplicaManager: `append_records` is the one append pipeline (Produce,
 the coordinators' internal topics and transaction markers all append through it), with
 `wait_for_replicas` its delayed part for acks=all (Kafka's DelayedProduce); `delete_records`
-moves a leader's log start and waits for the live replicas to follow (DelayedDeleteRecords);
+moves a leader's log start, `wait_for_low_watermark` waits for the live replicas to follow
+(DelayedDeleteRecords); each raises its refusal (errors.py);
 `partition_to_read` is the partition a fetch reads, with Kafka's epoch and role checks.
 
 When a log dir fails, its partitions go offline here (Kafka's HostedPartition.Offline): they
@@ -28,12 +29,18 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig, LogConfig, log_config
-from ..errors import KafkaApiError, KafkaStorageError
+from ..errors import (
+    KafkaApiError,
+    KafkaStorageError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+)
 from ..logging_config import RecurringWarning
 from ..security.listeners import ListenerEndpoint
 from ..storage.log import AppendInfo, PartitionLog
@@ -65,6 +72,14 @@ REPORT_ATTEMPTS = 300  # one a second: offline replicas reach a metadata store b
 
 LeadershipListener = Callable[[Partition, bool], None]
 MarkerListener = Callable[[Partition, int, bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedRecords:
+    """A leader's log start moved by DeleteRecords: the new low watermark the replicas must reach."""
+
+    partition: Partition
+    low_watermark: int
 
 
 class ReplicaManager:
@@ -427,31 +442,34 @@ class ReplicaManager:
         """The replica here is in a failed log dir: requests for it answer KAFKA_STORAGE_ERROR."""
         return (topic, index) in self.offline
 
-    def missing_error(self, topic: str, index: int) -> ErrorCode:
-        """Why a request finds no partition here (Kafka's getPartitionOrError): its replica is in a
-        failed log dir, or this broker has no replica of it, or there is no such partition."""
+    def hosted_partition(self, topic: str, index: int, message: str | None = None) -> Partition:
+        """The partition hosted here, else raises why a request finds none (Kafka's
+        getPartitionOrException), with `message`: KafkaStorageError (its replica is in a failed
+        log dir), NotLeaderError (this broker has no replica of it), UnknownTopicError (there
+        is no such partition)."""
+        partition = self.get(topic, index)
+        if partition is not None:
+            return partition
         if self.is_offline(topic, index):
-            return ErrorCode.kafka_storage_error
+            raise KafkaStorageError(message)
         if self.metadata.partition_state(topic, index) is not None:
-            return ErrorCode.not_leader_or_follower
-        return ErrorCode.unknown_topic_or_partition
+            raise NotLeaderError(message)
+        raise UnknownTopicError(message)
 
     def partition_to_read(self, topic: str, index: int, current_leader_epoch: int = -1,
                           leader_only: bool = True) -> Partition:
         """The partition a read is served from (Kafka's getPartitionOrException, then
-        localLogWithEpochOrThrow), else KafkaApiError: `missing_error` when it is not here; for a
+        localLogWithEpochOrThrow), else KafkaApiError: `hosted_partition`'s when it is not here; for a
         current leader epoch the client names (>= 0) that is not this replica's,
         FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer: this broker has not heard of
         it yet, the client retries soon); NOT_LEADER_OR_FOLLOWER unless this replica leads, or
         follows when not `leader_only`."""
-        partition = self.get(topic, index)
-        if partition is None:
-            raise KafkaApiError(self.missing_error(topic, index))
+        partition = self.hosted_partition(topic, index)
         if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
             newer = current_leader_epoch > partition.leader_epoch
             raise KafkaApiError(ErrorCode.unknown_leader_epoch if newer else ErrorCode.fenced_leader_epoch)
         if not (partition.is_leader or (partition.is_follower and not leader_only)):
-            raise KafkaApiError(ErrorCode.not_leader_or_follower)
+            raise NotLeaderError()
         return partition
 
     def _on_dir_failure(self, log_dir: str, keys: list[tuple[str, int]]) -> None:
@@ -498,41 +516,40 @@ class ReplicaManager:
     async def append_records(self, topic: str, index: int, entry: Entry, acks: int,
                              on_appended: Callable[[AppendInfo], None] | None = None) -> AppendResult:
         """Kafka's appendRecords for one partition, up to its delayed part: find the partition
-        (`missing_error` when it is not here), append `entry` as leader (`appends.append_to_leader`),
+        (`hosted_partition`'s refusal when it is not here), append `entry` as leader (`appends.append_to_leader`),
         then fsync when the flush policy says so. `on_appended(info)` runs as soon as the entry is in
         the log, before the flush. A refusal raises KafkaApiError. For acks=all, a result that is
         `awaiting_replicas` is answered after `wait_for_replicas`."""
-        partition = self.get(topic, index)
-        if partition is None:
-            raise KafkaApiError(self.missing_error(topic, index), f"{topic}-{index} is not hosted here")
+        partition = self.hosted_partition(topic, index, f"{topic}-{index} is not hosted here")
         info = append_to_leader(partition, entry, acks)
         if on_appended is not None:
             on_appended(info)
         await self.flush_if_due(partition)
         return AppendResult(partition, info, acks)
 
-    async def wait_for_replicas(self, appended: AppendResult, timeout: float) -> ErrorCode | None:
-        """Kafka's DelayedProduce: None once every ISR member has the appended entry (and the ISR
-        meets min.insync.replicas), else the code that ends the wait: REQUEST_TIMED_OUT after
-        `timeout`, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR."""
-        return await appended.partition.wait_replicated(appended.required_offset, timeout)
+    async def wait_for_replicas(self, appended: AppendResult, timeout: float) -> None:
+        """Kafka's DelayedProduce: return once every ISR member has the appended entry (and the ISR
+        meets min.insync.replicas), else raise the refusal that ends the wait: RequestTimedOutError
+        after `timeout`, NotEnoughReplicasAfterAppendError, NotLeaderError, KafkaStorageError."""
+        await appended.partition.wait_replicated(appended.required_offset, timeout)
 
-    async def delete_records(self, topic: str, index: int, offset: int, timeout: float) -> tuple[ErrorCode, int]:
-        """Kafka's deleteRecords for one partition: as its leader, move the log start offset to
-        `offset` (-1: the high watermark), then wait up to `timeout` until every replica on a live
-        broker has adopted it from its fetches (DelayedDeleteRecords). Returns the code and the new
-        low watermark (-1 on a refusal: `missing_error`, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE
-        for a negative offset other than -1 or one above the high watermark)."""
-        partition = self.get(topic, index)
-        if partition is None:
-            return self.missing_error(topic, index), -1
+    def delete_records(self, topic: str, index: int, offset: int) -> DeletedRecords:
+        """Kafka's deleteRecords for one partition, up to its delayed part: as its leader, move the
+        log start offset to `offset` (-1: the high watermark). Raises `hosted_partition`'s refusal,
+        NotLeaderError, OffsetOutOfRangeError (a negative offset other than -1, or one above the
+        high watermark). The answer waits for `wait_for_low_watermark`."""
+        partition = self.hosted_partition(topic, index)
         if not partition.is_leader:
-            return ErrorCode.not_leader_or_follower, -1
+            raise NotLeaderError(f"broker {self.broker_id} does not lead {partition}")
         if offset == HIGH_WATERMARK:
             offset = partition.high_watermark
         if offset < 0 or offset > partition.high_watermark:
-            return ErrorCode.offset_out_of_range, -1
-        start = partition.delete_records_before(offset)
+            raise OffsetOutOfRangeError(f"{offset} is not within 0 and the high watermark of {partition}")
+        return DeletedRecords(partition, partition.delete_records_before(offset))
+
+    async def wait_for_low_watermark(self, deleted: DeletedRecords, timeout: float) -> None:
+        """Kafka's DelayedDeleteRecords: return once every replica on a live broker has adopted the
+        new log start from its fetches; raise RequestTimedOutError after `timeout`,
+        NotLeaderError, KafkaStorageError."""
         live = {broker.broker_id for broker in self.metadata.brokers()}
-        error = await partition.wait_low_watermark(start, live, timeout)
-        return error or ErrorCode.none, start
+        await deleted.partition.wait_low_watermark(deleted.low_watermark, live, timeout)

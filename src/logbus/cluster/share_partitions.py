@@ -32,7 +32,7 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -90,17 +90,22 @@ class SharePartitions:
         self.settings = settings
         self.persister = persister
         self.topic_id = topic_id
-        self.partitions: dict[tuple[str, str, int], _Held] = {}
+        self._held_by_name: dict[tuple[str, str, int], _Held] = {}
         self._loading: dict[tuple[str, str, int], asyncio.Task[_Held]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._waiters: set[asyncio.Future[None]] = set()
+
+    def loaded_shares(self) -> Iterator[tuple[str, Partition, SharePartition]]:
+        """(group id, partition, share-partition) of each share-partition in memory here."""
+        for (group_id, _, _), held in self._held_by_name.items():
+            yield group_id, held.partition, held.share
 
     def get(self, group_id: str, partition: Partition) -> SharePartition | None:
         held = self._held(group_id, partition)
         return held.share if held is not None else None
 
     def _held(self, group_id: str, partition: Partition) -> _Held | None:
-        held = self.partitions.get((group_id, partition.topic, partition.index))
+        held = self._held_by_name.get((group_id, partition.topic, partition.index))
         return held if held is not None and held.partition is partition else None
 
     async def load(self, group_id: str, partition: Partition, verify: bool = False) -> SharePartition:
@@ -130,7 +135,7 @@ class SharePartitions:
             log.info("cannot check the share state of %s: %s", held.key, exc)
             return False
         stale = state is None or state.state_epoch != held.state_epoch
-        return stale and self.partitions.get((held.key.group_id, held.partition.topic, held.partition.index)) is held
+        return stale and self._held_by_name.get((held.key.group_id, held.partition.topic, held.partition.index)) is held
 
     def _loaded(self, name: tuple[str, str, int], task: asyncio.Task[_Held]) -> None:
         """A load ended; its failure is logged here too (every fetch waiting for it may have gone)."""
@@ -161,7 +166,7 @@ class SharePartitions:
             share.close()
             raise KafkaApiError(ErrorCode.not_leader_or_follower, "Leadership moved while loading the share state.")
         self._drop((group_id, partition.topic, partition.index))
-        self.partitions[(group_id, partition.topic, partition.index)] = held
+        self._held_by_name[(group_id, partition.topic, partition.index)] = held
         share.on_released = lambda: self._released(held)
         return held
 
@@ -203,7 +208,7 @@ class SharePartitions:
 
     def release_member(self, group_id: str, member_id: str) -> None:
         """A member left its share group: every record it holds here is released."""
-        for (group, _, _), held in list(self.partitions.items()):
+        for (group, _, _), held in list(self._held_by_name.items()):
             if group == group_id:
                 held.share.release_member(member_id)
 
@@ -247,7 +252,7 @@ class SharePartitions:
         the state deleted): this copy goes, and the next fetch reads the state afresh."""
         if exc.code in STALE:
             name = (held.key.group_id, held.partition.topic, held.partition.index)
-            if self.partitions.get(name) is held:
+            if self._held_by_name.get(name) is held:
                 self._drop(name)
 
     async def reset_start_offset(self, group_id: str, topic: str, index: int, start_offset: int) -> None:
@@ -266,7 +271,7 @@ class SharePartitions:
 
     def forget_group(self, group_id: str) -> None:
         """The group was deleted: its share-partitions here go (a new group of that id starts afresh)."""
-        for name in [name for name in self.partitions if name[0] == group_id]:
+        for name in [name for name in self._held_by_name if name[0] == group_id]:
             self._drop(name)
 
     def _released(self, held: _Held) -> None:
@@ -275,7 +280,7 @@ class SharePartitions:
         self._flush_soon(held)
 
     def _flush_soon(self, held: _Held) -> None:
-        if held.flushing or self.partitions.get((held.key.group_id, held.partition.topic, held.partition.index)) \
+        if held.flushing or self._held_by_name.get((held.key.group_id, held.partition.topic, held.partition.index)) \
                 is not held:
             return
         held.flushing = True
@@ -319,16 +324,16 @@ class SharePartitions:
     def on_leadership(self, partition: Partition, leads: bool) -> None:
         """A partition this broker no longer leads takes its share-partitions' state with it."""
         if not leads:
-            for key in [k for k in self.partitions if (k[1], k[2]) == (partition.topic, partition.index)]:
+            for key in [k for k in self._held_by_name if (k[1], k[2]) == (partition.topic, partition.index)]:
                 self._drop(key)
 
     def _drop(self, key: tuple[str, str, int]) -> None:
-        held = self.partitions.pop(key, None)
+        held = self._held_by_name.pop(key, None)
         if held is not None:
             held.share.close()
 
     def stop(self) -> None:
-        for key in list(self.partitions):
+        for key in list(self._held_by_name):
             self._drop(key)
         for task in [*self._tasks, *self._loading.values()]:
             task.cancel()

@@ -31,7 +31,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as _REQUEST
 
-from ..errors import KafkaApiError
+from ..errors import LeaderNotAvailableError, NetworkError, UnknownServerError, UnknownTopicError, code_of_awaited
 from .appends import ACKS_ALL, TxnMarker
 from .broker_client import BrokerClients
 from .metadata import NO_LEADER, MetadataStore
@@ -58,32 +58,26 @@ MARKER_TIMEOUT_S = 30.0
 
 
 async def write_marker(replicas: ReplicaManager, topic: str, index: int, producer_id: int, producer_epoch: int,
-                       commit: bool, coordinator_epoch: int, timeout: float) -> ErrorCode:
+                       commit: bool, coordinator_epoch: int, timeout: float) -> None:
     """Write a COMMIT or ABORT marker to partition `topic`-`index` as its leader, wait up to
     `timeout` seconds for the ISR to have it, then call the marker listeners.
 
-    Appended through the replica manager's append pipeline; answers as Kafka does: the replica
-    manager's code for a partition not hosted here (UNKNOWN_TOPIC_OR_PARTITION...), NOT_LEADER_OR_FOLLOWER,
-    NOT_ENOUGH_REPLICAS (before the append), INVALID_PRODUCER_EPOCH and
+    Appended through the replica manager's append pipeline; refuses as Kafka does (raises): the
+    replica manager's refusal for a partition not hosted here (UNKNOWN_TOPIC_OR_PARTITION...),
+    NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS (before the append), INVALID_PRODUCER_EPOCH and
     TRANSACTION_COORDINATOR_FENCED (the log refuses the epochs), KAFKA_STORAGE_ERROR (the disk),
     then REQUEST_TIMED_OUT / NOT_ENOUGH_REPLICAS_AFTER_APPEND / NOT_LEADER_OR_FOLLOWER while
     waiting for the ISR; a listener that fails makes it UNKNOWN_SERVER_ERROR, as Kafka answers
     when the group coordinator cannot complete the offsets.
     """
-    try:
-        appended = await replicas.append_records(
-            topic, index, TxnMarker(producer_id, producer_epoch, commit, coordinator_epoch), ACKS_ALL)
-    except KafkaApiError as exc:
-        return exc.code
-    verdict = await replicas.wait_for_replicas(appended, timeout)
-    if verdict is not None:
-        return verdict
+    appended = await replicas.append_records(
+        topic, index, TxnMarker(producer_id, producer_epoch, commit, coordinator_epoch), ACKS_ALL)
+    await replicas.wait_for_replicas(appended, timeout)
     try:
         replicas.marker_written(appended.partition, producer_id, commit)
     except Exception:  # noqa: BLE001 - a listener's bug must not leave the marker unanswered
         log.exception("a marker listener failed for producer %d on %s", producer_id, appended.partition)
-        return ErrorCode.unknown_server_error
-    return ErrorCode.none
+        raise UnknownServerError(f"a marker listener failed on {appended.partition}") from None
 
 
 class TxnMarkerWriter:
@@ -131,7 +125,7 @@ class TxnMarkerWriter:
         for key in partitions:
             leader = self._leader_of(key)
             if leader is None:
-                results[key] = ErrorCode.unknown_topic_or_partition
+                results[key] = UnknownTopicError.code
             else:
                 by_leader.setdefault(leader, []).append(key)
         for leader, keys in by_leader.items():
@@ -158,19 +152,19 @@ class TxnMarkerWriter:
     async def _attempt(self, leader: int, marker: TxnMarker, keys: list[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
         if leader == self.broker_id:
             codes = await asyncio.gather(*(
-                write_marker(self.replicas, topic, index, marker.producer_id, marker.producer_epoch, marker.commit,
-                             marker.coordinator_epoch, self.request_timeout_s)
+                code_of_awaited(write_marker(self.replicas, topic, index, marker.producer_id, marker.producer_epoch,
+                                             marker.commit, marker.coordinator_epoch, self.request_timeout_s))
                 for topic, index in keys
             ))
             return dict(zip(keys, codes, strict=True))
         client = self.clients.get(leader) if leader != NO_LEADER else None
         if client is None:
-            return dict.fromkeys(keys, ErrorCode.leader_not_available)
+            return dict.fromkeys(keys, LeaderNotAvailableError.code)
         try:
             response = await client.request(WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION, _request(marker, keys))
         except OSError as exc:
             log.debug("markers of producer %d to broker %d: %s", marker.producer_id, leader, exc)
-            return dict.fromkeys(keys, ErrorCode.network_exception)
+            return dict.fromkeys(keys, NetworkError.code)
         return _codes(response, marker, keys)
 
 
@@ -190,4 +184,4 @@ def _codes(response: Any, marker: TxnMarker, keys: list[PartitionKey]) -> dict[P
     answered = {(topic.name, p.partition_index): ErrorCode(p.error_code)
                 for result in response.markers if result.producer_id == marker.producer_id
                 for topic in result.topics for p in topic.partitions}
-    return {key: answered.get(key, ErrorCode.network_exception) for key in keys}
+    return {key: answered.get(key, NetworkError.code) for key in keys}

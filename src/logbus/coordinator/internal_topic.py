@@ -149,11 +149,12 @@ class InternalTopic:
                 self.name, index, Batches(data, validate_batches(data)), ACKS_ALL,
                 on_appended=None if on_appended is None else lambda info: on_appended(info.base_offset),
             )
-            error = await self.replicas.wait_for_replicas(appended, WRITE_TIMEOUT_S)
         except KafkaApiError as exc:
             raise _coordinator_error(exc.code, f"cannot write {self.name}-{index}: {exc}") from None
-        if error is not None:
-            raise _coordinator_error(error, f"{self.name}-{index}: {error.name}")
+        try:
+            await self.replicas.wait_for_replicas(appended, WRITE_TIMEOUT_S)
+        except KafkaApiError as exc:
+            raise _coordinator_error(exc.code, f"{self.name}-{index}: {exc.code.name}") from None
         return appended.info.base_offset
 
     def _batch(self, records: list[Record], producer: ProducerFields | None) -> bytes:

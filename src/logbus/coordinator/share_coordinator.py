@@ -322,11 +322,14 @@ class ShareCoordinator:
         partition = self.store.partition(index)
         if partition is None or partition.log.log_start_offset >= offset:
             return
-        error, start = await self.store.replicas.delete_records(TOPIC, index, offset, WRITE_TIMEOUT_S)
-        if error == ErrorCode.none:
-            log.debug("pruned %s-%d below %d", TOPIC, index, start)
-        else:
-            log.info("cannot prune %s-%d below %d yet: %s", TOPIC, index, offset, error.name)
+        replicas = self.store.replicas
+        try:
+            deleted = replicas.delete_records(TOPIC, index, offset)
+            await replicas.wait_for_low_watermark(deleted, WRITE_TIMEOUT_S)
+        except KafkaApiError as exc:
+            log.info("cannot prune %s-%d below %d yet: %s", TOPIC, index, offset, exc.code.name)
+            return
+        log.debug("pruned %s-%d below %d", TOPIC, index, deleted.low_watermark)
 
     # ---------------------------------------------------------------- the RPCs
 

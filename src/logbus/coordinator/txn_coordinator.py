@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import KafkaApiError
+from ..errors import InvalidTxnStateError, KafkaApiError
 from .clock import Clock, Timer
 from .partition_loads import PartitionLoads
 from .records import coordinator_partition
@@ -222,7 +222,7 @@ class TransactionCoordinator:
         transaction (NONE) or not (INVALID_TXN_STATE)? Raises TxnError for the whole request."""
         txn = self._current(transactional_id, producer_id, producer_epoch)
         ongoing = txn.status == TxnStatus.ONGOING
-        return {tp: ErrorCode.none if ongoing and tp in txn.partitions else ErrorCode.invalid_txn_state
+        return {tp: ErrorCode.none if ongoing and tp in txn.partitions else InvalidTxnStateError.code
                 for tp in partitions}
 
     def _current(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:

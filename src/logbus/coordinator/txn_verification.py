@@ -19,7 +19,7 @@ from kio.schema.add_partitions_to_txn.v4 import request as verify_request
 from kio.schema.errors import ErrorCode
 
 from ..cluster.broker_client import BrokerClients
-from ..errors import KafkaApiError
+from ..errors import InvalidProducerEpochError, InvalidTxnStateError, KafkaApiError, NotEnoughReplicasError
 from .txn_coordinator import TransactionCoordinator
 
 ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 4
@@ -35,37 +35,41 @@ class TxnVerifier:
         self.enabled = enabled
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                     index: int) -> ErrorCode:
-        """Is (topic, index) in the producer's open transaction? A produce error code, NONE if so."""
+                     index: int) -> None:
+        """Return if (topic, index) is in the producer's open transaction; else raise the refusal a
+        produce response gives (`_produce_refusal`)."""
         if not self.enabled:
-            return ErrorCode.none
+            return
+        refused = f"partition {topic}-{index} is not in the transaction of {transactional_id!r}"
         try:
             answers = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                          [(topic, index)])
         except KafkaApiError as exc:
             if exc.code != ErrorCode.not_coordinator:
-                return produce_code(exc.code)
-            return await self._verify_remotely(transactional_id, producer_id, producer_epoch, topic, index)
-        return produce_code(answers[(topic, index)])
+                raise _produce_refusal(exc.code, refused) from None
+            await self._verify_remotely(transactional_id, producer_id, producer_epoch, topic, index, refused)
+            return
+        _check(answers[(topic, index)], refused)
 
     async def _verify_remotely(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                               index: int) -> ErrorCode:
+                               index: int, refused: str) -> None:
         """Ask the broker leading the id's `__transaction_state` partition (NOT_ENOUGH_REPLICAS,
         which producers retry, while it is unknown or unreachable)."""
         leader = self.coordinator.store.leader_of(self.coordinator.partition_for(transactional_id))
         client = self.clients.get(leader) if leader is not None and leader != self.clients.broker_id else None
         if client is None:
-            return ErrorCode.not_enough_replicas
+            raise NotEnoughReplicasError(refused)
         request = _verify_only(transactional_id, producer_id, producer_epoch, topic, index)
         try:
             response = await client.request(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, request)
         except OSError:
-            return ErrorCode.not_enough_replicas
-        if response.error_code != ErrorCode.none:
-            return produce_code(response.error_code)
+            raise NotEnoughReplicasError(refused) from None
+        _check(response.error_code, refused)
         codes = [p.partition_error_code for t in response.results_by_transaction for r in t.topic_results
                  if r.name == topic for p in r.results_by_partition if p.partition_index == index]
-        return produce_code(codes[0]) if codes else ErrorCode.invalid_txn_state
+        if not codes:
+            raise InvalidTxnStateError(refused)
+        _check(codes[0], refused)
 
 
 def _verify_only(transactional_id: str, producer_id: int, producer_epoch: int, topic: str, index: int) -> Any:
@@ -74,12 +78,18 @@ def _verify_only(transactional_id: str, producer_id: int, producer_epoch: int, t
         topics=(verify_request.AddPartitionsToTxnTopic(name=topic, partitions=(index,)),)),))
 
 
-def produce_code(code: ErrorCode) -> ErrorCode:
-    """A coordinator's answer as a produce response gives it."""
-    if code in (ErrorCode.none, ErrorCode.invalid_txn_state):
-        return code
+def _check(code: ErrorCode, refused: str) -> None:
+    """Raise a coordinator's answer other than NONE as a produce response gives it."""
+    if code != ErrorCode.none:
+        raise _produce_refusal(code, refused)
+
+
+def _produce_refusal(code: ErrorCode, message: str) -> KafkaApiError:
+    """A coordinator's refusal as a produce response gives it, as Kafka's ReplicaManager maps
+    the answers of its AddPartitionsToTxnManager: NOT_ENOUGH_REPLICAS for one the producer should
+    retry, INVALID_PRODUCER_EPOCH when fenced, else INVALID_TXN_STATE."""
     if code in RETRIABLE:
-        return ErrorCode.not_enough_replicas
+        return NotEnoughReplicasError(message)
     if code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch):
-        return ErrorCode.invalid_producer_epoch
-    return ErrorCode.invalid_txn_state
+        return InvalidProducerEpochError(message)
+    return InvalidTxnStateError(message)

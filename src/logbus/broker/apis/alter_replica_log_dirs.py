@@ -14,12 +14,11 @@ as Kafka's map of partition to directory does.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, KafkaStorageError, LogDirNotFoundError, ReplicaNotAvailableError, code_of
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
 from ..authorization import require_cluster
@@ -42,7 +41,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except KafkaApiError as refused:
         codes = dict.fromkeys(destinations, refused.code)
     else:
-        codes = {(topic, index): _move(ctx, topic, index, path) for (topic, index), path in destinations.items()}
+        codes = {(topic, index): code_of(functools.partial(_move, ctx, topic, index, path))
+                 for (topic, index), path in destinations.items()}
     by_topic: dict[str, list[Any]] = {}
     for (topic, index), code in codes.items():
         by_topic.setdefault(topic, []).append(make(
@@ -52,14 +52,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return make(response_class(API_KEY, ctx.api_version), results=results)
 
 
-def _move(ctx: RequestContext, topic: str, index: int, path: str) -> ErrorCode:
+def _move(ctx: RequestContext, topic: str, index: int, path: str) -> None:
+    """Check one partition's move (nothing moves: see the module docstring); raises its refusal."""
     logs = ctx.broker.logs
     destination = os.path.abspath(path) if path else ""
     if destination not in logs.log_dirs:
-        return ErrorCode.log_dir_not_found
+        raise LogDirNotFoundError(f"{path!r} is not a log dir of this broker")
     if ctx.broker.replicas.get(topic, index) is None:
         logs.prefer_log_dir(topic, index, destination)
-        return ErrorCode.replica_not_available
-    if logs.log_dir_for(topic, index) == destination:
-        return ErrorCode.none
-    return ErrorCode.kafka_storage_error
+        raise ReplicaNotAvailableError(f"{topic}-{index} is not hosted here")
+    if logs.log_dir_for(topic, index) != destination:
+        raise KafkaStorageError(f"{topic}-{index} cannot move to another log dir while the broker runs")

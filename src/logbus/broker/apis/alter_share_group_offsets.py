@@ -22,7 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
-from ...errors import KafkaApiError
+from ...errors import KafkaApiError, TopicAuthorizationError, UnknownTopicError, code_of_awaited
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
 from ..context import RequestContext
@@ -48,10 +48,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 async def _topic(ctx: RequestContext, module: Any, group_id: str, topic: Any, readable: bool) -> Any:
     if readable:
-        codes = await asyncio.gather(*(_alter(ctx, group_id, topic.topic_name, p.partition_index, p.start_offset)
-                                       for p in topic.partitions))
+        codes = await asyncio.gather(*(
+            code_of_awaited(_alter(ctx, group_id, topic.topic_name, p.partition_index, p.start_offset))
+            for p in topic.partitions
+        ))
     else:
-        codes = [ErrorCode.topic_authorization_failed] * len(topic.partitions)
+        codes = [TopicAuthorizationError.code] * len(topic.partitions)
     partitions = tuple(make(module.AlterShareGroupOffsetsResponsePartition, partition_index=p.partition_index,
                             error_code=code) for p, code in zip(topic.partitions, codes, strict=True))
     metadata = ctx.broker.metadata.topic(topic.topic_name) if readable else None
@@ -59,19 +61,16 @@ async def _topic(ctx: RequestContext, module: Any, group_id: str, topic: Any, re
                 topic_id=metadata.uuid if metadata is not None else None, partitions=partitions)
 
 
-async def _alter(ctx: RequestContext, group_id: str, topic: str, index: int, start_offset: int) -> ErrorCode:
+async def _alter(ctx: RequestContext, group_id: str, topic: str, index: int, start_offset: int) -> None:
+    """Set one share-partition's start offset; raises its refusal."""
     metadata = ctx.broker.metadata.topic(topic)
     if metadata is None or not 0 <= index < len(metadata.partitions):
-        return ErrorCode.unknown_topic_or_partition
+        raise UnknownTopicError(f"{topic}-{index}")
     shares = ctx.broker.share_partitions
-    try:
-        if start_offset <= UNINITIALIZED:
-            await shares.delete_state(group_id, topic, index)
-        else:
-            partition = led_here(ctx, topic, index)
-            end = partition.high_watermark if partition is not None else start_offset
-            await group_coordinator(ctx.broker).share_writes.add_topics(group_id, {topic})
-            await shares.reset_start_offset(group_id, topic, index, min(start_offset, end))
-    except KafkaApiError as exc:
-        return exc.code
-    return ErrorCode.none
+    if start_offset <= UNINITIALIZED:
+        await shares.delete_state(group_id, topic, index)
+    else:
+        partition = led_here(ctx, topic, index)
+        end = partition.high_watermark if partition is not None else start_offset
+        await group_coordinator(ctx.broker).share_writes.add_topics(group_id, {topic})
+        await shares.reset_start_offset(group_id, topic, index, min(start_offset, end))

@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import KafkaApiError, TopicAuthorizationError, code_of_awaited
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorized_names
@@ -36,7 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     waits = [
         asyncio.gather(*(
             _delete(module, ctx, topic.name, wanted, timeout)
-            if topic.name in deletable else _answered(module, wanted, ErrorCode.topic_authorization_failed)
+            if topic.name in deletable else _answered(module, wanted, TopicAuthorizationError.code)
             for wanted in topic.partitions
         ))
         for topic in request.topics
@@ -49,9 +50,15 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _delete(module: Any, ctx: RequestContext, topic: str, wanted: Any, timeout: float) -> Any:
-    error, low_watermark = await ctx.broker.replicas.delete_records(topic, wanted.partition_index, wanted.offset,
-                                                                    timeout)
-    return _result(module, wanted, error, low_watermark)
+    """A refusal before the log start moved answers -1; one of the wait (as Kafka's
+    DelayedDeleteRecords on a timeout) the new low watermark."""
+    replicas = ctx.broker.replicas
+    try:
+        deleted = replicas.delete_records(topic, wanted.partition_index, wanted.offset)
+    except KafkaApiError as exc:
+        return _result(module, wanted, exc.code)
+    error = await code_of_awaited(replicas.wait_for_low_watermark(deleted, timeout))
+    return _result(module, wanted, error, deleted.low_watermark)
 
 
 async def _answered(module: Any, wanted: Any, error: ErrorCode) -> Any:

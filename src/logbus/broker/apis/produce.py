@@ -118,17 +118,21 @@ def _failed(response: Any) -> bool:
 
 
 async def _wait_for_replicas(ctx: RequestContext, topics: list[tuple[Any, list[Any]]], timeout: float) -> None:
-    """Replace every waiting partition's answer once the ISR has its records, or with the error
+    """Replace every waiting partition's answer once the ISR has its records, or with the refusal
     that ends the wait (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER)."""
     waiting = [(responses, i, r) for _, responses in topics for i, r in enumerate(responses)
                if isinstance(r, _AwaitingReplicas)]
-    verdicts = await asyncio.gather(*(ctx.broker.replicas.wait_for_replicas(r.appended, timeout)
-                                      for _, _, r in waiting))
-    for (responses, i, waited), verdict in zip(waiting, verdicts, strict=True):
-        response = waited.response
-        if verdict is not None:
-            response = dataclasses.replace(response, error_code=verdict, base_offset=-1)
-        responses[i] = response
+    answers = await asyncio.gather(*(_replicated_response(ctx, r, timeout) for _, _, r in waiting))
+    for (responses, i, _), answer in zip(waiting, answers, strict=True):
+        responses[i] = answer
+
+
+async def _replicated_response(ctx: RequestContext, waited: _AwaitingReplicas, timeout: float) -> Any:
+    try:
+        await ctx.broker.replicas.wait_for_replicas(waited.appended, timeout)
+    except KafkaApiError as exc:
+        return dataclasses.replace(waited.response, error_code=exc.code, base_offset=-1)
+    return waited.response
 
 
 def _refusal(ctx: RequestContext, topic: str | None, transactional_id: str | None) -> KafkaApiError | None:
@@ -232,12 +236,9 @@ async def _verify_in_transaction(ctx: RequestContext, partition: Partition, tran
     late batch of a finished transaction must not open a new one, hanging the LSO). A refusal is
     INVALID_TXN_STATE; a coordinator that cannot answer now gives NOT_ENOUGH_REPLICAS, which
     producers retry, as Kafka answers."""
-    if partition.log.producer_state.in_transaction(header.producer_id, header.producer_epoch):
-        return
-    code = await ctx.broker.txn_verifier.verify(transactional_id, header.producer_id, header.producer_epoch,
-                                                partition.topic, partition.index)
-    if code != ErrorCode.none:
-        raise KafkaApiError(code, f"partition {partition} is not in the transaction of {transactional_id!r}")
+    if not partition.log.producer_state.in_transaction(header.producer_id, header.producer_epoch):
+        await ctx.broker.txn_verifier.verify(transactional_id, header.producer_id, header.producer_epoch,
+                                             partition.topic, partition.index)
 
 
 def _record_rules(config: LogConfig) -> RecordRules:

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator import group_coordinator
 from ...coordinator.offsets import OffsetCommit
+from ...errors import CoordinatorNotAvailable, KafkaApiError, NotEnoughReplicasError
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import require
@@ -48,27 +49,30 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _commit(ctx: RequestContext, request: Any, commits: list[OffsetCommit]) -> list[ErrorCode]:
-    refused = await _verify_in_transaction(ctx, request)
-    if refused is not None:
-        return [refused] * len(commits)
+    try:
+        await _verify_in_transaction(ctx, request)
+    except KafkaApiError as refused:
+        return [refused.code] * len(commits)
     return await group_coordinator(ctx.broker).commit_txn_offsets(
         request.group_id, request.producer_id, request.producer_epoch, getattr(request, "generation_id", -1),
         getattr(request, "member_id", ""), getattr(request, "group_instance_id", None), commits,
     )
 
 
-async def _verify_in_transaction(ctx: RequestContext, request: Any) -> ErrorCode | None:
-    """Why the transaction coordinator refuses this write, or None. Asked only when the producer
+async def _verify_in_transaction(ctx: RequestContext, request: Any) -> None:
+    """Raise why the transaction coordinator refuses this write. Asked only when the producer
     has no transaction open on the group's partition yet, as Produce asks; a request the group
-    coordinator refuses anyway (an invalid group id, a group it does not serve) is left to it."""
+    coordinator refuses anyway (an invalid group id, a group it does not serve) is left to it.
+    A coordinator that cannot answer now is COORDINATOR_NOT_AVAILABLE here (Kafka's mapping of
+    the NOT_ENOUGH_REPLICAS a produce gets)."""
     groups = group_coordinator(ctx.broker)
     if not request.group_id or not groups.serves(request.group_id):
-        return None
+        return
     partition = groups.store.partition(groups.partition_for(request.group_id))
     if partition is None or partition.log.producer_state.in_transaction(request.producer_id, request.producer_epoch):
-        return None
-    code = await ctx.broker.txn_verifier.verify(request.transactional_id, request.producer_id,
-                                                request.producer_epoch, partition.topic, partition.index)
-    if code == ErrorCode.none:
-        return None
-    return ErrorCode.coordinator_not_available if code == ErrorCode.not_enough_replicas else code
+        return
+    try:
+        await ctx.broker.txn_verifier.verify(request.transactional_id, request.producer_id,
+                                             request.producer_epoch, partition.topic, partition.index)
+    except NotEnoughReplicasError as exc:
+        raise CoordinatorNotAvailable(exc.message) from None

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from ...cluster.replica_manager import ReplicaManager
 from ...cluster.txn_markers import MARKER_TIMEOUT_S, write_marker
+from ...errors import UnknownTopicError, code_of_awaited
 from ...protocol.codec import make, response_class, response_module
 from ...security.acl import AclOperation
 from ..authorization import require_cluster
@@ -54,11 +55,11 @@ async def _write_marker(replicas: ReplicaManager, marker: Any) -> dict[Partition
     """Each distinct partition of `marker`: written concurrently where hosted, at once
     UNKNOWN_TOPIC_OR_PARTITION where not (no task for a partition that cannot be written)."""
     keys = dict.fromkeys((topic.name, index) for topic in marker.topics for index in topic.partition_indexes)
-    codes = {key: ErrorCode.unknown_topic_or_partition for key in keys if replicas.get(*key) is None}
+    codes = {key: UnknownTopicError.code for key in keys if replicas.get(*key) is None}
     hosted = [key for key in keys if key not in codes]
     written = await asyncio.gather(*(
-        write_marker(replicas, topic, index, marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                     marker.coordinator_epoch, MARKER_TIMEOUT_S)
+        code_of_awaited(write_marker(replicas, topic, index, marker.producer_id, marker.producer_epoch,
+                                     marker.transaction_result, marker.coordinator_epoch, MARKER_TIMEOUT_S))
         for topic, index in hosted
     ))
     codes.update(zip(hosted, written, strict=True))
