@@ -241,6 +241,55 @@ def test_a_clean_shutdown_of_many_moved_logs_syncs_each_log_dir_once(tmp_path) -
     assert asyncio.run(restart()) == [1, 2, 3, 4]
 
 
+def test_a_stop_lets_a_checkpoint_write_under_way_finish_before_writing_the_final_ones(tmp_path) -> None:
+    """A periodic checkpoint write still in its worker thread when a clean stop begins (a slow
+    disk) ends before the stop writes its own (issue 26). The stop used to cancel the round and
+    go on: the two writes shared the `.tmp` file, the loser's rename failed and took the log dir
+    offline (no clean-shutdown marker after a clean exit), or the stale periodic checkpoint
+    landed over the final one, as here, where the shutdown's write goes first."""
+    data_dir = str(tmp_path / "data")
+    periodic_began, final_written = threading.Event(), threading.Event()
+
+    async def stop_during_a_slow_checkpoint() -> None:
+        manager = LogManager(data_dir)
+        manager.open(0, "c")
+        log_ = manager.load_log("t", 0, make_config())
+        append(log_, b"a")
+        append(log_, b"b")  # not flushed: a periodic checkpoint now says recovery point 0
+        run_blocking = manager.run_blocking
+        stopping = False
+
+        def slow_write(*args: object) -> None:  # the disk takes a second, unless the stop writes first
+            periodic_began.set()
+            final_written.wait(1)
+            LogManager._write_recovery_files(*args)
+
+        async def with_a_slow_periodic_checkpoint(fn, *args):  # noqa: ANN001, ANN202
+            if fn.__name__ != "_write_recovery_files":
+                return await run_blocking(fn, *args)
+            if not stopping:
+                return await run_blocking(slow_write, *args)
+            await run_blocking(fn, *args)
+            final_written.set()
+            return None
+
+        manager.run_blocking = with_a_slow_periodic_checkpoint
+        manager.start(3_600_000, 10, 3_600_000)
+        began = time.monotonic()
+        while not periodic_began.is_set() and time.monotonic() - began < 30:
+            await asyncio.sleep(0.01)
+        assert periodic_began.is_set()
+        stopping = True
+        await manager.shutdown()
+        assert not manager.offline_dirs
+
+    asyncio.run(stop_during_a_slow_checkpoint())
+    assert os.path.exists(os.path.join(data_dir, CLEAN_SHUTDOWN_FILE))
+    assert checkpoints.read_offsets(os.path.join(data_dir, RECOVERY_POINT_FILE)) == {("t", 0): 2}, (
+        "the final checkpoint, not the stale periodic one"
+    )
+
+
 def test_leader_epochs_past_the_recovery_point_are_read_back_from_the_batches(tmp_path) -> None:
     """The epoch checkpoint is not fsynced at once: after a crash, a stale or damaged file is completed
     from the batches' leader epochs."""
