@@ -7,6 +7,7 @@ time matters (retention, roll, flush), so that time-dependent behaviour costs no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import struct
@@ -288,6 +289,44 @@ def test_a_stop_lets_a_checkpoint_write_under_way_finish_before_writing_the_fina
     assert checkpoints.read_offsets(os.path.join(data_dir, RECOVERY_POINT_FILE)) == {("t", 0): 2}, (
         "the final checkpoint, not the stale periodic one"
     )
+
+
+def test_a_cancelled_flush_holds_the_log_until_its_fsync_thread_is_done(tmp_path) -> None:
+    """A flush cancelled while its fsync runs in a worker thread (the producer's connection closed
+    while its acknowledgement waited on the flush, as at a broker's stop) keeps the log's
+    io_lock until that thread is done: a thread cannot be cancelled, and the close that comes
+    next must not close the descriptors it is syncing (issue 26)."""
+    seen: list[bool] = []
+    fsync_began, closed = threading.Event(), threading.Event()
+
+    async def cancel_a_flush_then_close() -> None:
+        manager = LogManager(str(tmp_path / "data"))
+        log_ = manager.load_log("t", 0, make_config())
+        append(log_, b"a")
+
+        async def with_a_slow_flush(fn, *args):  # noqa: ANN001, ANN202 - the disk takes a second, or until the close
+            def slow_fsync(segments, files) -> None:  # noqa: ANN001
+                fsync_began.set()
+                closed.wait(1)
+                seen.append(all(segment._open_fd is not None for segment in segments))
+                fn(segments, files)
+
+            return await manager.run_blocking(slow_fsync if fn.__name__ == "_fsync_all" else fn, *args)
+
+        flush = asyncio.create_task(log_.flush(with_a_slow_flush))
+        began = time.monotonic()
+        while not fsync_began.is_set() and time.monotonic() - began < 30:
+            await asyncio.sleep(0.01)
+        flush.cancel()
+        await log_.close(manager.run_blocking, True)
+        closed.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flush
+        assert flush.cancelled()
+        await manager.shutdown()
+
+    asyncio.run(cancel_a_flush_then_close())
+    assert seen == [True], "the descriptors stayed open while the cancelled flush's thread synced them"
 
 
 def test_leader_epochs_past_the_recovery_point_are_read_back_from_the_batches(tmp_path) -> None:
