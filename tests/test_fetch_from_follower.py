@@ -54,9 +54,10 @@ def test_the_rack_aware_selector_prefers_the_leader_then_the_most_caught_up_repl
 def racked_cluster(zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
     with running_cluster(0, {"replica.selector.class": RACK_AWARE_SELECTOR}, zookeeper=zookeeper) as cluster:
         cluster.add_brokers((1, 2, 3), {broker_id: {"broker.rack": f"r{broker_id}"} for broker_id in (1, 2, 3)})
-        cluster.wait_ready()
+        cluster.wait_ready(timeout=60)
         create_assigned_topic(cluster.bootstrap, TOPIC, {0: [1, 2, 3]})
         create_assigned_topic(cluster.bootstrap, SOLO, {0: [1]})
+        cluster.wait_ready([TOPIC, SOLO], timeout=60)
         produce_all(cluster.brokers[1].bootstrap, TOPIC, records(b"v"))
         for broker_id in (2, 3):  # every follower has every record below its high watermark
             wait_until(lambda b=broker_id: partition_answer(cluster, b, 11, f"r{b}").high_watermark == RECORDS,
