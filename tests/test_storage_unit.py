@@ -7,6 +7,7 @@ time matters (retention, roll, flush), so that time-dependent behaviour costs no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import struct
@@ -239,6 +240,93 @@ def test_a_clean_shutdown_of_many_moved_logs_syncs_each_log_dir_once(tmp_path) -
         return ends
 
     assert asyncio.run(restart()) == [1, 2, 3, 4]
+
+
+def test_a_stop_lets_a_checkpoint_write_under_way_finish_before_writing_the_final_ones(tmp_path) -> None:
+    """A periodic checkpoint write still in its worker thread when a clean stop begins (a slow
+    disk) ends before the stop writes its own (issue 26). The stop used to cancel the round and
+    go on: the two writes shared the `.tmp` file, the loser's rename failed and took the log dir
+    offline (no clean-shutdown marker after a clean exit), or the stale periodic checkpoint
+    landed over the final one, as here, where the shutdown's write goes first."""
+    data_dir = str(tmp_path / "data")
+    periodic_began, final_written = threading.Event(), threading.Event()
+
+    async def stop_during_a_slow_checkpoint() -> None:
+        manager = LogManager(data_dir)
+        manager.open(0, "c")
+        log_ = manager.load_log("t", 0, make_config())
+        append(log_, b"a")
+        append(log_, b"b")  # not flushed: a periodic checkpoint now says recovery point 0
+        run_blocking = manager.run_blocking
+        stopping = False
+
+        def slow_write(*args: object) -> None:  # the disk takes a second, unless the stop writes first
+            periodic_began.set()
+            final_written.wait(1)
+            LogManager._write_recovery_files(*args)
+
+        async def with_a_slow_periodic_checkpoint(fn, *args):  # noqa: ANN001, ANN202
+            if fn.__name__ != "_write_recovery_files":
+                return await run_blocking(fn, *args)
+            if not stopping:
+                return await run_blocking(slow_write, *args)
+            await run_blocking(fn, *args)
+            final_written.set()
+            return None
+
+        manager.run_blocking = with_a_slow_periodic_checkpoint
+        manager.start(3_600_000, 10, 3_600_000)
+        began = time.monotonic()
+        while not periodic_began.is_set() and time.monotonic() - began < 30:
+            await asyncio.sleep(0.01)
+        assert periodic_began.is_set()
+        stopping = True
+        await manager.shutdown()
+        assert not manager.offline_dirs
+
+    asyncio.run(stop_during_a_slow_checkpoint())
+    assert os.path.exists(os.path.join(data_dir, CLEAN_SHUTDOWN_FILE))
+    assert checkpoints.read_offsets(os.path.join(data_dir, RECOVERY_POINT_FILE)) == {("t", 0): 2}, (
+        "the final checkpoint, not the stale periodic one"
+    )
+
+
+def test_a_cancelled_flush_holds_the_log_until_its_fsync_thread_is_done(tmp_path) -> None:
+    """A flush cancelled while its fsync runs in a worker thread (the producer's connection closed
+    while its acknowledgement waited on the flush, as at a broker's stop) keeps the log's
+    io_lock until that thread is done: a thread cannot be cancelled, and the close that comes
+    next must not close the descriptors it is syncing (issue 26)."""
+    seen: list[bool] = []
+    fsync_began, closed = threading.Event(), threading.Event()
+
+    async def cancel_a_flush_then_close() -> None:
+        manager = LogManager(str(tmp_path / "data"))
+        log_ = manager.load_log("t", 0, make_config())
+        append(log_, b"a")
+
+        async def with_a_slow_flush(fn, *args):  # noqa: ANN001, ANN202 - the disk takes a second, or until the close
+            def slow_fsync(segments, files) -> None:  # noqa: ANN001
+                fsync_began.set()
+                closed.wait(1)
+                seen.append(all(segment._open_fd is not None for segment in segments))
+                fn(segments, files)
+
+            return await manager.run_blocking(slow_fsync if fn.__name__ == "_fsync_all" else fn, *args)
+
+        flush = asyncio.create_task(log_.flush(with_a_slow_flush))
+        began = time.monotonic()
+        while not fsync_began.is_set() and time.monotonic() - began < 30:
+            await asyncio.sleep(0.01)
+        flush.cancel()
+        await log_.close(manager.run_blocking, True)
+        closed.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flush
+        assert flush.cancelled()
+        await manager.shutdown()
+
+    asyncio.run(cancel_a_flush_then_close())
+    assert seen == [True], "the descriptors stayed open while the cancelled flush's thread synced them"
 
 
 def test_leader_epochs_past_the_recovery_point_are_read_back_from_the_batches(tmp_path) -> None:

@@ -31,7 +31,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -717,14 +717,34 @@ class PartitionLog:
 
 async def _fsync_pinned(run_blocking: Callable, segments: list[LogSegment], files: Sequence[str]) -> None:
     """fsync in a worker thread, the segments pinned open meanwhile (the descriptor budget
-    closes segments on the event loop)."""
+    closes segments on the event loop). A cancel (a producer's connection closed while its
+    acknowledgement waits on this flush, as at a broker's stop) is raised once the thread is
+    done: the thread cannot be stopped, and the pins and the caller's io_lock must outlast its
+    use of the descriptors, or a close after the cancel closes them under it (issue 26)."""
     for segment in segments:
         segment.pin()
     try:
-        await run_blocking(_fsync_all, segments, files)
+        await _to_the_end(run_blocking(_fsync_all, segments, files))
     finally:
         for segment in segments:
             segment.unpin()
+
+
+async def _to_the_end(job: Awaitable[T]) -> T:
+    """Await `job` to its end; a cancel of the caller meanwhile is raised after it."""
+    task = asyncio.ensure_future(job)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():  # the job itself was cancelled
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 def _fsync_all(segments: list[LogSegment], files: Sequence[str] = ()) -> None:

@@ -107,7 +107,9 @@ class LogManager:
         self.jobs = FileJobs(self._jobs_thread)
         self._open_segment_limit = open_segment_limit
         self.open_segments = OpenSegments(open_segment_limit or _default_open_segment_limit())
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task] = []  # the upkeep rounds (see _every)
+        self._upkeep_stopping: asyncio.Event | None = None
+        self._cleaner_task: asyncio.Task | None = None
         self.syncfs_above = SYNCFS_ABOVE_LOGS
         self.high_watermarks: dict[tuple[str, int], int] = {}  # as read at start
         self.high_watermark_source: Callable[[], dict[tuple[str, int], int]] = lambda: {}
@@ -431,6 +433,7 @@ class LogManager:
         `log_start_checkpoint_ms` (log.flush.start.offset.checkpoint.interval.ms; default: the same).
         """
         log_start_ms = checkpoint_ms if log_start_checkpoint_ms is None else log_start_checkpoint_ms
+        self._upkeep_stopping = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._every(retention_check_ms, self.apply_retention)),
             asyncio.create_task(self._every(checkpoint_ms, self.write_recovery_checkpoints)),
@@ -438,14 +441,14 @@ class LogManager:
             asyncio.create_task(self._every(flush_check_ms, self.flush_due_logs)),
         ]
         if cleaner_backoff_ms is not None and self.cleaner is not None:
-            self._tasks.append(asyncio.create_task(self._every(cleaner_backoff_ms, self.cleaner.clean_due_logs)))
+            self._cleaner_task = asyncio.create_task(self._every(cleaner_backoff_ms, self.cleaner.clean_due_logs))
 
     async def _every(self, interval_ms: int, job: Callable) -> None:
-        """Run `job` every interval; a failure is logged once, not every round (a full disk lasts)."""
+        """Run `job` every interval until `_stop_upkeep`; a failure is logged once, not every
+        round (a full disk lasts)."""
         interval = max(interval_ms, 10) / 1000
         failing = ""
-        while True:
-            await asyncio.sleep(interval)
+        while not await self._upkeep_stopped_within(interval):
             try:
                 await job()
             except Exception as exc:  # keep the broker up; the next round retries
@@ -456,6 +459,28 @@ class LogManager:
                 if failing:
                     log.info("background job %s works again", job.__name__)
                 failing = ""
+
+    async def _upkeep_stopped_within(self, seconds: float) -> bool:
+        """Wait `seconds`, or less if upkeep stops meanwhile; whether it stopped."""
+        assert self._upkeep_stopping is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._upkeep_stopping.wait(), seconds)
+        return self._upkeep_stopping.is_set()
+
+    async def _stop_upkeep(self) -> None:
+        """End the upkeep rounds, letting one under way finish, as Kafka's scheduler awaits its
+        running tasks at shutdown. Cancelling it would not stop its file work in a worker thread:
+        a periodic checkpoint write went on beside the shutdown's own write of the same file
+        (one `.tmp` for both), whose rename then failed, took the log dir offline and left no
+        clean-shutdown marker after a clean exit (issue 26), or renamed a stale checkpoint over
+        the final one. The cleaner's round is cancelled: `LogCleaner.stop` abandons its cleaning."""
+        if self._upkeep_stopping is not None:
+            self._upkeep_stopping.set()
+        if self._cleaner_task is not None:
+            self._cleaner_task.cancel()
+        for task in self._tasks if self._cleaner_task is None else [*self._tasks, self._cleaner_task]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def apply_retention(self) -> int:
         """Delete old segments, and forget idempotent producers idle past producer.id.expiration.ms."""
@@ -546,11 +571,7 @@ class LogManager:
 
     async def shutdown(self) -> None:
         """Stop upkeep, fsync every log, write checkpoints and the clean-shutdown marker."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._stop_upkeep()
         if self.cleaner is not None:
             self.cleaner.stop()
         self.jobs.cancel_delayed()
