@@ -87,14 +87,14 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One local Spark session for both Spark modules (SAME_WORKER runs them on one worker, one
     after the other): `local[2,2]`, two cores, and a failed task is tried once more (the task-retry
     test of test_spark_exactly_once needs that; a test expecting a failure only fails twice).
     Skipped without PySpark, as those modules are."""
     from test_spark import spark_session
 
-    yield from spark_session("logbus-tests", "local[2,2]")
+    yield from spark_session("logbus-tests", "local[2,2]", tmp_path_factory.getbasetemp() / "spark-home")
 
 
 @pytest.fixture

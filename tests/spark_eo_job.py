@@ -3,6 +3,9 @@ the test can SIGKILL the driver (its whole process group) in the middle of micro
 
     python tests/spark_eo_job.py BOOTSTRAP INPUT OUTPUT CHECKPOINT [--crash-in-commit FILE]
 
+(The test's last run, which is not killed, starts the same query, `start_query`, in the tests'
+Spark session: one Spark driver fewer to start.)
+
 It reads INPUT (300 records a micro-batch, Trigger.AvailableNow), hash-partitions the rows by key
 (3 Spark partitions: a shuffle, as aggregations have) and writes them to OUTPUT exactly once.
 With --crash-in-commit, the driver's first commit of a micro-batch of several tasks ends only
@@ -19,6 +22,7 @@ import threading
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from logbus.spark.exactly_once import Prepared
@@ -54,6 +58,20 @@ class HalfCommittingSource(LogbusDataSource):
         return writer
 
 
+def start_query(spark: SparkSession, bootstrap: str, source: str, target: str, checkpoint: str,
+                crash_marker: str | None = None) -> StreamingQuery:
+    """The query (the test's last, uninterrupted run starts it in its own session)."""
+    rows = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+            .option("subscribe", source).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
+            .select("key", "value").repartition(SPARK_PARTITIONS, "key"))
+    writer = (rows.writeStream.format("logbus").option("logbus.bootstrap.servers", bootstrap)
+              .option("topic", target).option("checkpointLocation", checkpoint))
+    if crash_marker:
+        writer = writer.format("logbus_half_committing").option("crashMarker", crash_marker)
+    return writer.trigger(availableNow=True).start()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     for name in ("bootstrap", "input", "output", "checkpoint"):
@@ -67,15 +85,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(LogbusDataSource)
     spark.dataSource.register(HalfCommittingSource)
-    rows = (spark.readStream.format("logbus").option("logbus.bootstrap.servers", args.bootstrap)
-            .option("subscribe", args.input).option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(MAX_OFFSETS_PER_TRIGGER)).load()
-            .select("key", "value").repartition(SPARK_PARTITIONS, "key"))
-    writer = (rows.writeStream.format("logbus").option("logbus.bootstrap.servers", args.bootstrap)
-              .option("topic", args.output).option("checkpointLocation", args.checkpoint))
-    if args.crash_in_commit:
-        writer = writer.format("logbus_half_committing").option("crashMarker", args.crash_in_commit)
-    query = writer.trigger(availableNow=True).start()
+    query = start_query(spark, args.bootstrap, args.input, args.output, args.checkpoint, args.crash_in_commit)
     query.awaitTermination()
     spark.stop()
     return 0
