@@ -928,8 +928,23 @@ def test_flush_policy_advances_the_recovery_point(broker: BrokerProcess, policy:
 # ---------------------------------------------------------------------- start-up time
 
 
+def start_cpu_s(broker: BrokerProcess) -> float:
+    """The CPU seconds (user + system) the broker process has used, read as soon as it serves:
+    what its start cost."""
+    assert broker.process is not None
+    with open(f"/proc/{broker.process.pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()  # after the command name: state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
 def test_start_up_is_fast_empty_and_with_fifty_partitions(broker: BrokerProcess) -> None:
-    empty = broker.started_in_s  # the < 1 s bound itself is test_smoke's; here it is the baseline
+    """Loading 50 small logs adds little to a start, clean or after SIGKILL. Measured in the
+    broker's CPU seconds until it serves, not wall time: at load ~15 a clean start took 2.6 s of
+    wall time against 0.7 s empty, the CPU waiting on other work. (Wall time under a second is
+    test_smoke's; bench/log_load_bench.py measures large logs.)"""
+    broker.stop()
+    broker.restart()
+    before = start_cpu_s(broker)  # this module's other topics only
     create_topic(broker, "wide", partitions=50)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **QUIET})
     for i in range(20000):
@@ -940,11 +955,11 @@ def test_start_up_is_fast_empty_and_with_fifty_partitions(broker: BrokerProcess)
 
     assert broker.stop() == 0
     broker.restart()
-    clean = broker.started_in_s
+    clean = start_cpu_s(broker)
     broker.kill()
     broker.restart()
-    recovered = broker.started_in_s
-    print(f"\nstart-up: empty {empty:.3f}s; 50 partitions x 400 records: "
+    recovered = start_cpu_s(broker)
+    print(f"\nstart-up CPU: before {before:.3f}s; 50 partitions x 400 records: "
           f"clean {clean:.3f}s, after kill -9 {recovered:.3f}s")
-    assert clean < empty + 1.0 and recovered < empty + 2.0, "loading 50 small logs costs under a second or two"
+    assert clean < before + 1.0 and recovered < before + 2.0, "loading 50 small logs costs under a second or two"
     assert sum(watermarks(broker, "wide", p)[1] for p in (0, 25, 49)) == 3 * 400

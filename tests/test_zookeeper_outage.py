@@ -283,14 +283,18 @@ def test_requests_that_write_zookeeper_get_an_error_code_while_it_is_down_and_th
 
 
 def test_a_broker_restarted_right_after_a_crash_waits_for_its_old_registration(tmp_path: os.PathLike) -> None:
-    with running_cluster(2, {"min.insync.replicas": "1"}) as cluster:
+    # A 12 s session: the old registration must outlive the restart's own start-up, which took
+    # over 6 s (the test clusters' session) at load ~12.
+    session_s = 12
+    with running_cluster(2, {"min.insync.replicas": "1", "zookeeper.session.timeout.ms": str(session_s * 1000)}) \
+            as cluster:
         create(cluster, "rejoined", replication=2)
         crashed = cluster.brokers[2]
         crashed.kill()
         began = time.monotonic()
-        crashed.restart()  # its registration is still there: its session lives 6 s after the kill
+        crashed.restart()  # its registration is still there: its session lives on after the kill
         assert "waiting up to" in crashed.read_log()
-        assert time.monotonic() - began < 12
+        assert time.monotonic() - began < 2 * session_s, "it waited for the old session, not longer"
         wait_until(lambda: sorted(partition_state(cluster, "rejoined")[2]) == [1, 2], timeout=30, interval=0.2,
                    message="the restarted broker back in the ISR")
         twin = subprocess.run(

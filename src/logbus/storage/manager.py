@@ -442,6 +442,7 @@ class LogManager:
         ]
         if cleaner_backoff_ms is not None and self.cleaner is not None:
             self._cleaner_task = asyncio.create_task(self._every(cleaner_backoff_ms, self.cleaner.clean_due_logs))
+            self._tasks.append(self._cleaner_task)
 
     async def _every(self, interval_ms: int, job: Callable) -> None:
         """Run `job` every interval until `_stop_upkeep`; a failure is logged once, not every
@@ -478,7 +479,7 @@ class LogManager:
             self._upkeep_stopping.set()
         if self._cleaner_task is not None:
             self._cleaner_task.cancel()
-        for task in self._tasks if self._cleaner_task is None else [*self._tasks, self._cleaner_task]:
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
