@@ -6,7 +6,7 @@ broker, a Spark session, are started once; the two Spark modules share one worke
 modules in SPREAD, whose tests each start a cluster of their own and go to whichever worker is
 free. Work is handed out in collection order: the Spark modules, the longest unit, first
 (SLOWEST_FIRST), then the other modules, then the SPREAD tests, which, one test at a time, keep
-both workers busy to the end instead of one worker finishing a long module while the other idles.
+every worker busy to the end instead of one worker finishing a long module while the others idle.
 
 The grouping is done by the scheduler, from the test ids, not with `xdist_group` marks: those
 work by renaming each test's node id, which pytest 9.2 no longer lets a plugin do
