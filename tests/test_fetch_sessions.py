@@ -7,9 +7,11 @@ replication it carries in the cluster tests, and by kafka-python, which fetches 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +21,12 @@ from kafka import KafkaConsumer, TopicPartition
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
+from test_replica_manager import FOLLOWER, LEADER, batches, create, replica_manager
 
 from logbus.broker.fetch_sessions import EVICTION_IDLE_S, CachedPartition, FetchSessionCache, SessionError
-from logbus.cluster.fetcher import FetcherSession
+from logbus.cluster.fetcher import SWEEP_S, FetcherConfig, FetcherSession, ReplicaFetcher
 from logbus.protocol import codec
+from logbus.security.listeners import ListenerEndpoint
 from logbus.testing import BrokerProcess, running_broker
 
 FETCH_V12 = load_payload_module(FETCH, 12, EntityType.request)
@@ -148,6 +152,59 @@ def test_a_follower_names_again_a_partition_answered_with_an_error() -> None:
     assert session.plan(positions()) == ({("t", 1)}, [])
     assert session.answered(ErrorCode.none, 77)
     assert session.plan(positions()) == (set(), []), "named once: quiet again after"
+
+
+def test_a_session_forgets_a_topic_with_its_last_partition() -> None:
+    cache = FetchSessionCache(4, lambda: 0.0)
+    session = cache.maybe_create(True, False, [*entries("a", 0, 1), *entries("b", 0)])
+    assert session is not None
+    cache.incremental(session.id, 1, False, [], [("a", 0), ("b", 0), ("b", 7)])
+    assert list(session.topics) == ["a"] and list(session.partitions) == [("a", 1)]
+    cache.incremental(session.id, 2, False, entries("b", 3), [("a", 1)])
+    assert list(session.topics) == ["b"] and [p for _, _, ps in session.wanted() for p in ps][0].partition == 3
+
+
+def test_a_follower_plans_an_incremental_fetch_from_the_changed_partitions_only() -> None:
+    session = FetcherSession()
+    session.plan({("t", 0): (10, 0, 0, 0), ("t", 1): (5, 0, 0, 0), ("t", 2): (0, 0, 0, 0)})
+    assert session.answered(ErrorCode.none, 77)
+    changed = {("t", 0): (12, 0, 0, 0), ("t", 1): (5, 0, 0, 0), ("t", 2): None, ("t", 9): None}
+    assert session.plan_changed(changed) == ({("t", 0)}, [("t", 2)])
+    assert session.sent == {("t", 0): (12, 0, 0, 0), ("t", 1): (5, 0, 0, 0)}, "the others stay as they were"
+    assert session.plan_changed({("t", 3): (0, 0, -1, 0)}) == ({("t", 3)}, []), "a new partition is named"
+
+
+def test_a_fetcher_looks_at_the_partitions_that_changed_and_at_all_of_them_every_sweep(tmp_path: Path) -> None:
+    """Broker 1 follows broker 2's partitions through a fetcher that never connects (the plan
+    only): an incremental fetch names what was added, answered or removed, not every partition;
+    a position moved behind the fetcher's back (local retention) is sent at the next sweep."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            for name in ("t0", "t1", "t2"):
+                await create(replicas, name, [FOLLOWER, LEADER])
+            followers = [replicas.partitions[(name, 0)] for name in ("t0", "t1", "t2")]
+            assert all(p.is_follower and p.state.leader == FOLLOWER for p in followers)
+            config = FetcherConfig(LEADER, 1 << 20, 10 << 20, 500, 1, 100, 30_000)
+            fetcher = ReplicaFetcher(config, FOLLOWER, ListenerEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9),
+                                     "test-fetcher")
+            try:
+                for partition in followers:
+                    fetcher.add(partition)  # its fetch task never runs: nothing here awaits
+                named, forgotten = fetcher._plan(0.0)
+                assert {p.topic for p in named} == {"t0", "t1", "t2"} and forgotten == [], "full"
+                assert fetcher._session.answered(ErrorCode.none, 77)
+                assert fetcher._plan(1.0) == ([], []), "nothing changed: nothing looked at"
+                data = batches(b"v")
+                followers[0].append_as_follower(data.data, data.headers, 0)
+                assert fetcher._plan(2.0) == ([], []), "moved behind the fetcher's back: not seen yet"
+                fetcher.remove(followers[1])
+                assert fetcher._plan(3.0) == ([], [("t1", 0)]), "a removed partition is forgotten"
+                named, forgotten = fetcher._plan(SWEEP_S)
+                assert [p.topic for p in named] == ["t0"] and forgotten == [], "the sweep sends the moved one"
+            finally:
+                await fetcher.stop()
+
+    asyncio.run(scenario())
 
 
 # ---------------------------------------------------------------------- a real broker

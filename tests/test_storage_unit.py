@@ -516,6 +516,28 @@ def test_many_new_logs_are_created_in_chunks_of_io_jobs(tmp_path: Path) -> None:
     assert jobs <= 4
 
 
+def test_a_log_new_here_starts_as_an_empty_directory_loads_and_reopens_as_written(tmp_path: Path) -> None:
+    """A log whose directory did not exist is started without reading anything back (issue 25:
+    the reads were half of a new log's CPU): the same log as one loaded from an empty directory."""
+    def state(log_: PartitionLog) -> tuple:
+        return (log_.log_start_offset, log_.log_end_offset, log_.recovery_point, log_.epoch_cache.entries,
+                [segment.base_offset for segment in log_.segments], dict(log_.producer_state.producers))
+
+    for clean in (True, False):
+        os.makedirs(tmp_path / f"old-{clean}")
+        loaded = PartitionLog(str(tmp_path / f"old-{clean}"), "t", 0, make_config())
+        loaded.load(3, 7, clean)
+        new = PartitionLog(str(tmp_path / f"new-{clean}"), "t", 0, make_config())
+        assert new.load(3, 7, clean) == 0
+        assert state(new) == state(loaded) and state(new)[:2] == (7, 7)
+        loaded.close_files()
+        assert append(new, b"first", epoch=2) == 7
+        new.close_files()
+        again = open_log(str(tmp_path / f"new-{clean}"), make_config(), clean=False)
+        assert (again.log_end_offset, again.epoch_cache.entries) == (8, [(2, 7)])
+        again.close_files()
+
+
 def test_a_log_that_cannot_be_created_leaves_the_others_of_its_chunk(tmp_path: Path) -> None:
     """A partition whose directory cannot be made is left out (and opens on the next change);
     the logs loaded in the same job are served."""

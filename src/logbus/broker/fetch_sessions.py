@@ -85,23 +85,32 @@ class FetchSession:
     # request topic entry (name or id) and partitions, in the order the fetcher gave them
     topics: dict[Any, Any] = field(default_factory=dict)
     partitions: OrderedDict[PartitionKey, CachedPartition] = field(default_factory=OrderedDict)
+    counts: dict[Any, int] = field(default_factory=dict)  # partitions per topic key (a topic left with none goes)
     changes: Any = None  # a follower's: the `delayed_fetch.ChangeWatch` on its partitions
     swept_at: float = float("-inf")  # when a fetch last handled every partition (follower sessions)
 
     def update(self, wanted: Iterable[tuple[Any, Any, list[Any]]], forgotten: Iterable[PartitionKey]) -> None:
-        """Add or replace the partitions a fetch names, then drop the ones it forgets (Kafka's order)."""
+        """Add or replace the partitions a fetch names, then drop the ones it forgets (Kafka's
+        order); the work is proportional to what the fetch names, not to the session's size."""
         for topic, key, partitions in wanted:
             self.topics[key] = topic
             for fetch in partitions:
                 cached = self.partitions.get((key, fetch.partition))
                 if cached is None:
                     self.partitions[(key, fetch.partition)] = CachedPartition(fetch)
+                    self.counts[key] = self.counts.get(key, 0) + 1
                 else:
                     cached.fetch = fetch
-        removed = [key for key in forgotten if self.partitions.pop(key, None) is not None]
-        if removed:  # a topic left without partitions is forgotten too
-            live = {key for key, _ in self.partitions}
-            self.topics = {key: topic for key, topic in self.topics.items() if key in live}
+        for partition_key in forgotten:
+            if self.partitions.pop(partition_key, None) is not None:
+                self._count_removed(partition_key[0])
+
+    def _count_removed(self, key: Any) -> None:
+        """A topic left without partitions is forgotten too."""
+        self.counts[key] -= 1
+        if not self.counts[key]:
+            del self.counts[key]
+            self.topics.pop(key, None)
 
     def wanted(self, only: Iterable[PartitionKey] | None = None) -> list[tuple[Any, Any, list[Any]]]:
         """Every partition of the session (or those of `only` in it) as (request topic, topic

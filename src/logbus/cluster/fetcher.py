@@ -13,7 +13,10 @@ Each fetcher keeps an incremental fetch session (KIP-227) with its leader: after
 fetch, a fetch names only the partitions whose position moved (and those to forget), and the
 answer only the partitions with news, so idle partitions (most of `__consumer_offsets`) cost
 nothing per fetch. A session error, a lost connection or a failed fetch start again with a full
-fetch.
+fetch. The fetcher's own work per fetch is proportional to what changed, not to its partitions:
+it looks again only at the partitions it was given or lost, those answered, and those whose
+pause ended since the last fetch (`ReplicaFetcher._changed`); every `SWEEP_S` it looks at all of
+them (a log start moved by local retention is sent on).
 
 Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
 metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
@@ -57,6 +60,7 @@ log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
 NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows
+SWEEP_S = 5.0  # an incremental fetch looks at the changed partitions only; at least this often at all
 _SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
                    ErrorCode.fetch_session_topic_id_error}
 _MAX_SESSION_EPOCH = 2**31 - 1
@@ -97,18 +101,24 @@ class ReplicaFetcher:
         self._failing = False
         self._delayed: dict[tuple[str, int], float] = {}  # partition -> loop time its fetching resumes
         self._session = FetcherSession()
+        self._changed: set[tuple[str, int]] = set()  # position or fetchability may have moved since planned
+        self._swept_at = float("-inf")  # loop time of the last plan that looked at every partition
         self._client_id = f"logbus-replica-fetcher-{config.broker_id}"
 
     def add(self, partition: Partition) -> None:
-        self.partitions[(partition.topic, partition.index)] = partition
-        self._delayed.pop((partition.topic, partition.index), None)
+        key = (partition.topic, partition.index)
+        self.partitions[key] = partition
+        self._delayed.pop(key, None)
+        self._changed.add(key)
         self._wakeup.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     def remove(self, partition: Partition) -> None:
-        self.partitions.pop((partition.topic, partition.index), None)
-        self._delayed.pop((partition.topic, partition.index), None)
+        key = (partition.topic, partition.index)
+        self.partitions.pop(key, None)
+        self._delayed.pop(key, None)
+        self._changed.add(key)
 
     async def stop(self) -> None:
         self._close()
@@ -131,10 +141,9 @@ class ReplicaFetcher:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            self._delayed = {key: at for key, at in self._delayed.items() if at > now}
-            wanted = [p for key, p in self.partitions.items()
-                      if p.is_follower and p.state.leader == self.leader_id and key not in self._delayed]
-            if not wanted:
+            self._resume_delayed(now)
+            named, forgotten = self._plan(now)
+            if not self._session.sent and not forgotten:
                 self._wakeup.clear()
                 wait = min(self._delayed.values(), default=now + 3600) - now
                 with contextlib.suppress(TimeoutError):
@@ -143,10 +152,10 @@ class ReplicaFetcher:
                 continue
             reused = self._stream is not None
             try:
-                response = await self._fetch(wanted)
+                response = await self._fetch(named, forgotten)
                 if not self._session.answered(ErrorCode(response.error_code), response.session_id):
                     continue  # the leader no longer knows the session: a full fetch at once
-                await self._handle(wanted, response)
+                await self._handle(response)
                 if self._failing:
                     log.info("%s: fetching from broker %d again", self.name, self.leader_id)
                     self._failing = False
@@ -165,7 +174,34 @@ class ReplicaFetcher:
                 self._close()
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 
-    async def _fetch(self, partitions: list[Partition]) -> FetchAnswer:
+    def _resume_delayed(self, now: float) -> None:
+        """Partitions whose pause is over are fetched again."""
+        resumed = [key for key, at in self._delayed.items() if at <= now]
+        for key in resumed:
+            del self._delayed[key]
+        self._changed.update(resumed)
+
+    def _plan(self, now: float) -> tuple[list[Partition], list[tuple[str, int]]]:
+        """The partitions the next fetch names and the keys it forgets: of every partition in a
+        full fetch and at a sweep, else of the changed ones only."""
+        if self._session.id == 0 or now - self._swept_at >= SWEEP_S:
+            self._swept_at = now
+            self._changed.clear()
+            keys, forgotten = self._session.plan({key: _position(p) for key, p in self.partitions.items()
+                                                  if self._fetchable(key, p)})
+        else:
+            changed, self._changed = self._changed, set()
+            keys, forgotten = self._session.plan_changed({key: self._position_if_fetchable(key) for key in changed})
+        return [self.partitions[key] for key in keys], forgotten
+
+    def _fetchable(self, key: tuple[str, int], partition: Partition) -> bool:
+        return partition.is_follower and partition.state.leader == self.leader_id and key not in self._delayed
+
+    def _position_if_fetchable(self, key: tuple[str, int]) -> tuple[int, ...] | None:
+        partition = self.partitions.get(key)
+        return _position(partition) if partition is not None and self._fetchable(key, partition) else None
+
+    async def _fetch(self, named: list[Partition], forgotten: list[tuple[str, int]]) -> FetchAnswer:
         if self._stream is None:
             async with asyncio.timeout(self.config.socket_timeout_ms / 1000):
                 stream = await open_frame_stream(self.address.host, self.address.port, self._max_response_frame(),
@@ -178,9 +214,7 @@ class ReplicaFetcher:
                     raise
                 self._stream = stream
         self._correlation += 1
-        named, forgotten = self._session.plan({(p.topic, p.index): _position(p) for p in partitions})
-        self._stream.write(encode_replica_fetch(self._correlation, self._client_id, self._request(
-            [p for p in partitions if (p.topic, p.index) in named], forgotten)))
+        self._stream.write(encode_replica_fetch(self._correlation, self._client_id, self._request(named, forgotten)))
         async with asyncio.timeout((self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000):
             return await self._response()
 
@@ -208,13 +242,16 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ answers
 
-    async def _handle(self, partitions: list[Partition], response: FetchAnswer) -> None:
-        by_key = {(p.topic, p.index): p for p in partitions}
+    async def _handle(self, response: FetchAnswer) -> None:
+        """Each answered partition still followed from this leader; its position may move (it is
+        looked at again in the next plan)."""
         for topic in response.responses:
             for answer in topic.partitions:
-                partition = by_key.get((topic.topic, answer.partition_index))
+                key = (topic.topic, answer.partition_index)
+                partition = self.partitions.get(key)
                 if partition is not None and partition.is_follower and partition.state.leader == self.leader_id \
                         and not partition.offline:
+                    self._changed.add(key)
                     await self._handle_partition(partition, answer)
 
     async def _handle_partition(self, partition: Partition, answer: FetchedPartition) -> None:
@@ -300,6 +337,22 @@ class FetcherSession:
             named = {key for key, position in positions.items() if self.sent.get(key) != position}
             forgotten = [key for key in self.sent if key not in positions]
         self.sent = positions
+        return named, forgotten
+
+    def plan_changed(self, changed: dict[tuple[str, int], tuple[int, ...] | None]) -> tuple[
+            set[tuple[str, int]], list[tuple[str, int]]]:
+        """`plan` for an incremental fetch, given only the partitions that may have changed (None:
+        no longer fetched): those whose position moved are named, those sent before and no longer
+        fetched are forgotten; the others stay in the session as they were."""
+        named: set[tuple[str, int]] = set()
+        forgotten: list[tuple[str, int]] = []
+        for key, position in changed.items():
+            if position is None:
+                if self.sent.pop(key, None) is not None:
+                    forgotten.append(key)
+            elif self.sent.get(key) != position:
+                self.sent[key] = position
+                named.add(key)
         return named, forgotten
 
     def resend(self, key: tuple[str, int]) -> None:

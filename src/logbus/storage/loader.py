@@ -42,7 +42,8 @@ class LogLoader:
 
         Returns how many bytes recovery cut from torn or corrupt tails.
         """
-        os.makedirs(self.log.directory, exist_ok=True)
+        if _made_dir(self.log.directory):
+            return self._start_empty(recovery_point, log_start_offset, clean_shutdown)
         names = self._remove_leftovers()
         if any(name.endswith(".log.swap") for name in names):
             self._complete_swaps()
@@ -60,6 +61,17 @@ class LogLoader:
         self._load_epochs(self.log.log_end_offset if clean_shutdown else self.log.recovery_point)
         self._rebuild_producer_state(first_recovered)
         return cut
+
+    def _start_empty(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> int:
+        """A log whose directory was just made (a replica new on this broker): one empty segment,
+        and nothing to list, recover, or read epochs or producer state from. A CreateTopics of
+        10,000 partitions creates this many logs on each broker, and reading back each empty new
+        directory cost about a third of its creation."""
+        self.log._add_segment(max(log_start_offset, 0))
+        self.log.log_start_offset = self.log.segments[0].base_offset
+        self.log.recovery_point = self.log.log_end_offset if clean_shutdown else min(
+            recovery_point, self.log.log_end_offset)
+        return 0
 
     def _remove_leftovers(self) -> list[str]:
         """Delete the temporary files a crash left (`.tmp`, `.deleted`, `.cleaned`); the other
@@ -184,6 +196,15 @@ class LogLoader:
         segment was recovered, so that its `.txnindex` is rebuilt too."""
         upto = self.log.log_end_offset if first_recovered is None else min(first_recovered, self.log.log_end_offset)
         self.log.rebuild_producer_state(self.log.producer_state.load_snapshot(upto))
+
+
+def _made_dir(directory: str) -> bool:
+    """Make the log's directory; False when it was there already."""
+    try:
+        os.makedirs(directory)
+    except FileExistsError:
+        return False
+    return True
 
 
 def _listdir(directory: str) -> list[str]:

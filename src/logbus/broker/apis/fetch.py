@@ -87,6 +87,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     reader = _reader_of(ctx, request)
     watch = _change_watch(session, reader)
     narrowed = _narrowed(session, watch, request, incremental, loop.time())
+    if entries is None:  # an incremental fetch that handles every partition of its session
+        entries = session.wanted() if narrowed is None and session is not None else []
     while True:
         if narrowed is not None:  # a follower's partitions that moved since it was last answered
             narrowed |= watch.take()
@@ -141,10 +143,13 @@ def _reader_of(ctx: RequestContext, request: Any) -> _Reader:
     return _Reader(replica, request.isolation_level == READ_COMMITTED, client_rack)
 
 
-def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None, bool, list[tuple[Any, Any, list]]]:
+def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None, bool,
+                                                           list[tuple[Any, Any, list]] | None]:
     """The fetch session this fetch opens or continues (None: none), whether it is incremental,
-    and the partitions to read: those the request names, or for an incremental fetch all of the
-    session's. SessionError for an unknown session or a wrong epoch (see fetch_sessions)."""
+    and the partitions to read: those a full fetch names; None for an incremental fetch (its
+    session's partitions, all of them or those `_narrowed` picks, are listed only once known: a
+    follower's session of thousands is not listed whole on every fetch). SessionError for an
+    unknown session or a wrong epoch (see fetch_sessions)."""
     session_id, epoch = getattr(request, "session_id", 0), getattr(request, "session_epoch", FINAL_EPOCH)
     cache = ctx.broker.fetch_sessions
     uses_topic_ids = ctx.api_version >= TOPIC_ID_VERSION
@@ -156,7 +161,7 @@ def _session_of(ctx: RequestContext, request: Any) -> tuple[FetchSession | None,
             return None, False, named
         return cache.maybe_create(replica_id(request) >= 0, uses_topic_ids, named), False, named
     session = cache.incremental(session_id, epoch, uses_topic_ids, named, _forgotten(request))
-    return session, True, session.wanted()
+    return session, True, None
 
 
 def _request_entries(request: Any) -> list[tuple[Any, Any, list[Any]]]:
