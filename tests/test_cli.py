@@ -364,4 +364,4 @@ def test_dev_test_wants_a_jre_zookeeper_kcat_openssl_node_and_chromium_as_root(t
     assert calls[0] == "apt-get DEBIAN_FRONTEND= update -qq"
     assert calls[1] == ("apt-get DEBIAN_FRONTEND=noninteractive install -y -qq default-jre-headless zookeeper kcat "
                         "openssl nodejs npm chromium chromium-driver")
-    assert calls[-1] == "pytest -n 2 --dist loadgroup --no-loadscope-reorder -k nothing"
+    assert calls[-1] == "pytest -n 4 --dist loadgroup --no-loadscope-reorder -k nothing"
