@@ -204,10 +204,7 @@ class Partition:
         still meets min.insync.replicas, False while that may yet happen; raises the refusal once
         it can no longer happen here: KafkaStorageError (offline), NotLeaderError,
         NotEnoughReplicasAfterAppendError (the HW is there but the ISR is too small)."""
-        if self.offline:
-            raise KafkaStorageError(f"the log dir of {self} failed")
-        if not self.is_leader:
-            raise NotLeaderError(f"broker {self.broker_id} no longer leads {self}")
+        self._check_still_leading()
         if self.high_watermark < offset:
             return False
         if len(self.maximal_isr) < self.log.config.min_insync_replicas:
@@ -379,6 +376,11 @@ class Partition:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._changed.wait()
+        self._check_still_leading()
+
+    def _check_still_leading(self) -> None:
+        """The refusal of a wait on this leader that can no longer end here: KafkaStorageError
+        (its log dir failed), NotLeaderError (leadership moved)."""
         if self.offline:
             raise KafkaStorageError(f"the log dir of {self} failed")
         if not self.is_leader:
