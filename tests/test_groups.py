@@ -97,14 +97,20 @@ def consumer(bootstrap: str, group: str, **config: Any) -> Consumer:
 
 
 def poll_until_assigned(consumers: list[Consumer], partitions: int, timeout: float = 30.0) -> list[set[int]]:
-    """Poll every consumer until each has partitions and together they cover all, disjointly."""
+    """Poll every consumer until together they cover all partitions, disjointly and evenly.
+
+    Evenly, because a cooperative rebalance passes through disjoint covers that are not its
+    end: a member can still hold a partition it is giving up while another member already
+    owns the one given up before it (3, 2, 1 on the way from 3, 3 to 2, 2, 2).
+    """
     def settled() -> list[set[int]] | None:
         for c in consumers:
             c.poll(0.05)
         owned = [{tp.partition for tp in c.assignment()} for c in consumers]
         covered = set().union(*owned)
-        everyone_busy = all(owned) or len(consumers) > partitions
-        if everyone_busy and sum(len(o) for o in owned) == partitions and covered == set(range(partitions)):
+        sizes = [len(o) for o in owned]
+        even = max(sizes) - min(sizes) <= 1
+        if even and sum(sizes) == partitions and covered == set(range(partitions)):
             return owned
         return None
 
