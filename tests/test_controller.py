@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from logbus.cluster.controller import claim_controller, leaders_first, partition_changes
 from logbus.cluster.metadata import PartitionState, TopicMetadata
 from logbus.cluster.zk_data import STATE_CHANGES, decode_state_changes, encode_state, encode_state_changes, state_path
-from logbus.cluster.zk_writes import MULTI_OP_BYTES, commit_state_batch, multi_op_batches
+from logbus.cluster.zk_writes import MULTI_OP_BYTES, commit_state_batch, commit_state_batches, multi_op_batches
 from logbus.cluster.zookeeper import ZooKeeperMetadataStore
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 
@@ -152,6 +152,32 @@ def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partitio
         [change] = client.get_children(STATE_CHANGES)
         entries = decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0])
         assert [index for _t, index, *_rest in entries] == [0, 1, 2, 4]
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_pipelined_batches_each_write_their_current_states_and_one_state_change(
+        zookeeper: ZooKeeperServer) -> None:
+    """Multi-ops sent before any answer is awaited: a moved partition fails alone in its own
+    batch, the batches after it are written all the same, in order."""
+    client = KazooClient(hosts=zookeeper_chroot(zookeeper.connect_string, "controller"))
+    client.start(10)
+    try:
+        client.ensure_path(STATE_CHANGES)
+        for index in range(6):
+            client.create(state_path("t", index), b"old", makepath=True)
+        for moved in (1, 4):
+            client.set(state_path("t", moved), b"the controller's")  # version 1 now
+        grown = PartitionState(1, 0, [1, 2, 3], [1, 2, 3])
+        writes = [("t", index, grown, 0) for index in range(6)]
+        batches = [list(enumerate(writes))[:3], list(enumerate(writes))[3:]]
+        assert commit_state_batches(client, batches, 0, epoch_version=None) == [0, 2, 3, 5]
+        assert [client.get(state_path("t", i))[0] == encode_state(grown, 0) for i in range(6)] == [
+            True, False, True, True, False, True]
+        changes = sorted(client.get_children(STATE_CHANGES))
+        assert [[index for _t, index, *_rest in decode_state_changes(client.get(f"{STATE_CHANGES}/{c}")[0])]
+                for c in changes] == [[0, 2], [3, 5]]
     finally:
         client.stop()
         client.close()
