@@ -80,7 +80,8 @@ def test_a_broker_restarted_right_after_a_crash_loads_its_logs_while_its_old_reg
                 registration = client.exists("/brokers/ids/2")
                 assert registration is not None and registration.ephemeralOwner == old_owner, \
                     "the logs were loaded only once the old registration had expired"
-                assert "waiting up to" in crashed.read_log()[logged:]
+                wait_until(lambda: "waiting up to" in crashed.read_log()[logged:], timeout=15, interval=0.1,
+                           message="the restarted broker waiting for its old registration")
             finally:
                 crashed.kill()
         finally:
