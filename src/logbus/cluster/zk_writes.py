@@ -201,22 +201,16 @@ def multi_op_batches(writes: list[StateWrite], epoch: int) -> list[list[tuple[in
 
 def commit_state_batches(client: KazooClient, batches: list[list[tuple[int, StateWrite]]], epoch: int,
                          epoch_version: int | None) -> list[int]:
-    """Commit batches of conditional state writes (`commit_state_batch`), every batch's first
-    attempt sent before any answer is awaited: ZooKeeper commits one session's requests in
-    order, so the multi-ops cost one round trip together, not one each (a restarted follower's
-    5,000 ISR expansions were five writes one after the other, seconds each on a loaded host,
-    as Kafka's controller pipelines its ZooKeeper writes). The positions written."""
+    """Commit batches of conditional state writes, each with the state change listing them, as
+    multi-ops fenced by /controller_epoch's version (a controller's; None: a leader's, unfenced),
+    every batch's first attempt sent before any answer is awaited: ZooKeeper commits one
+    session's requests in order, so the multi-ops cost one round trip together, not one each, as
+    Kafka's controller pipelines its ZooKeeper writes (a restarted follower's 5,000 ISR
+    expansions were five writes one after the other, seconds each on a loaded host). The
+    positions written."""
     sent = [(batch, _state_transaction(client, batch, epoch, epoch_version).commit_async()) for batch in batches]
     return [position for batch, answer in sent
             for position in _settle_state_batch(client, batch, epoch, epoch_version, answer.get())]
-
-
-def commit_state_batch(client: KazooClient, batch: list[tuple[int, StateWrite]], epoch: int,
-                       epoch_version: int | None) -> list[int]:
-    """Commit one batch of conditional state writes, and the state change listing them, as a
-    multi-op fenced by /controller_epoch's version (a controller's; None: a leader's, unfenced);
-    the positions written."""
-    return commit_state_batches(client, [batch], epoch, epoch_version)
 
 
 def _state_transaction(client: KazooClient, pending: list[tuple[int, StateWrite]], epoch: int,
