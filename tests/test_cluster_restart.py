@@ -8,6 +8,8 @@ import signal
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, wait_until
+from kazoo.client import KazooClient
+from test_cluster import create
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import Cluster, running_cluster
@@ -53,6 +55,38 @@ def test_a_killed_broker_restarted_is_back_in_every_isr_from_batched_isr_changes
                        message=f"the restarted broker back in every ISR, as broker {asking} sees it")
         batches = [int(n) for b in (1, 3) for n in BATCH_LINE.findall(cluster.brokers[b].read_log()[logged[b]:])]
         assert batches and max(batches) >= 50, f"the leaders wrote the expansions one by one: {batches}"
+
+
+def test_a_broker_restarted_right_after_a_crash_loads_its_logs_while_its_old_registration_lives(
+        zookeeper: ZooKeeperServer) -> None:
+    """Kafka loads (recovers) the logs before it registers; logbus registered first, so a broker
+    restarted right after a SIGKILL recovered nothing while it waited up to the session timeout
+    for ZooKeeper to expire its old registration (issue 25). It is still taken up only once
+    registered."""
+    config = {"min.insync.replicas": "1", "zookeeper.session.timeout.ms": "20000"}  # outlives a loaded start
+    with running_cluster(2, config, zookeeper=zookeeper) as cluster:
+        create(cluster, "recovered", partitions=4, replication=2)
+        crashed = cluster.brokers[2]
+        client = KazooClient(hosts=cluster.config["zookeeper.connect"])
+        client.start(10)
+        try:
+            old_owner = client.exists("/brokers/ids/2").ephemeralOwner
+            crashed.kill()
+            logged = len(crashed.read_log())
+            crashed.launch()
+            try:
+                wait_until(lambda: "loaded 4 logs" in crashed.read_log()[logged:], timeout=15, interval=0.1,
+                           message="the restarted broker's logs loaded")
+                registration = client.exists("/brokers/ids/2")
+                assert registration is not None and registration.ephemeralOwner == old_owner, \
+                    "the logs were loaded only once the old registration had expired"
+                wait_until(lambda: "waiting up to" in crashed.read_log()[logged:], timeout=15, interval=0.1,
+                           message="the restarted broker waiting for its old registration")
+            finally:
+                crashed.kill()
+        finally:
+            client.stop()
+            client.close()
 
 
 def test_a_controlled_shutdown_nobody_carries_out_asks_again_max_retries_times_then_stops(

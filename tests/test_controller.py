@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from logbus.cluster.controller import claim_controller, leaders_first, partition_changes
 from logbus.cluster.metadata import PartitionState, TopicMetadata
 from logbus.cluster.zk_data import STATE_CHANGES, decode_state_changes, encode_state, encode_state_changes, state_path
-from logbus.cluster.zk_writes import MULTI_OP_BYTES, commit_state_batch, multi_op_batches
+from logbus.cluster.zk_writes import MULTI_OP_BYTES, commit_state_batches, multi_op_batches
 from logbus.cluster.zookeeper import ZooKeeperMetadataStore
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 
@@ -104,14 +104,14 @@ def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenc
             client.set(state_path("t", moved), b"moved on")  # version 1 now
         new = PartitionState(2, 1, [1, 2], [2])
         batch = list(enumerate(("t", index, new, 0) for index in range(4)))
-        assert commit_state_batch(client, batch, 1, epoch_version=0) == [0, 3]
+        assert commit_state_batches(client, [batch], 1, epoch_version=0) == [0, 3]
         assert [client.get(state_path("t", i))[0] for i in range(4)] == [
             encode_state(new, 1), b"moved on", b"moved on", encode_state(new, 1)]
         [change] = client.get_children(STATE_CHANGES)
         assert decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0]) == [
             ("t", 0, 2, 1, [2], 1), ("t", 3, 2, 1, [2], 1)]
         client.set("/controller_epoch", b"2")  # a successor
-        assert commit_state_batch(client, [(0, ("t", 0, new, 1))], 1, epoch_version=0) == []
+        assert commit_state_batches(client, [[(0, ("t", 0, new, 1))]], 1, epoch_version=0) == []
         assert client.get(state_path("t", 0))[1].version == 1
         assert len(client.get_children(STATE_CHANGES)) == 1
     finally:
@@ -147,11 +147,37 @@ def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partitio
         client.set(state_path("t", 3), b"the controller's")  # version 1 now
         shrunk = PartitionState(1, 0, [1, 2, 3], [1, 3])
         batch = list(enumerate(("t", index, shrunk, 0) for index in range(5)))
-        assert commit_state_batch(client, batch, 0, epoch_version=None) == [0, 1, 2, 4]
+        assert commit_state_batches(client, [batch], 0, epoch_version=None) == [0, 1, 2, 4]
         assert client.get(state_path("t", 3))[0] == b"the controller's"
         [change] = client.get_children(STATE_CHANGES)
         entries = decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0])
         assert [index for _t, index, *_rest in entries] == [0, 1, 2, 4]
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_pipelined_batches_each_write_their_current_states_and_one_state_change(
+        zookeeper: ZooKeeperServer) -> None:
+    """Multi-ops sent before any answer is awaited: a moved partition fails alone in its own
+    batch, the batches after it are written all the same, in order."""
+    client = KazooClient(hosts=zookeeper_chroot(zookeeper.connect_string, "controller"))
+    client.start(10)
+    try:
+        client.ensure_path(STATE_CHANGES)
+        for index in range(6):
+            client.create(state_path("t", index), b"old", makepath=True)
+        for moved in (1, 4):
+            client.set(state_path("t", moved), b"the controller's")  # version 1 now
+        grown = PartitionState(1, 0, [1, 2, 3], [1, 2, 3])
+        writes = [("t", index, grown, 0) for index in range(6)]
+        batches = [list(enumerate(writes))[:3], list(enumerate(writes))[3:]]
+        assert commit_state_batches(client, batches, 0, epoch_version=None) == [0, 2, 3, 5]
+        assert [client.get(state_path("t", i))[0] == encode_state(grown, 0) for i in range(6)] == [
+            True, False, True, True, False, True]
+        changes = sorted(client.get_children(STATE_CHANGES))
+        assert [[index for _t, index, *_rest in decode_state_changes(client.get(f"{STATE_CHANGES}/{c}")[0])]
+                for c in changes] == [[0, 2], [3, 5]]
     finally:
         client.stop()
         client.close()

@@ -75,6 +75,22 @@ def test_a_batch_holds_at_most_max_batch_changes_and_one_per_partition() -> None
     asyncio.run(scenario())
 
 
+def test_a_restarted_followers_expansions_of_one_leader_go_in_one_write() -> None:
+    """Its first fetch names all its partitions of this leader; written a thousand at a time one
+    after the other, 5,000 expansions took 23 s on a loaded host (issue 25)."""
+    async def scenario() -> None:
+        store = RecordingStore()
+        store.release.set()
+        answers: list[int] = []
+        batcher = IsrChangeBatcher(store.write, lambda _owner, c, _answer: answers.append(c.index))
+        for index in range(5000):
+            batcher.submit(index, change(index, [1, 2, 3]))
+        await settle(lambda: len(answers) == 5000)
+        assert [len(b) for b in store.batches] == [5000]
+
+    asyncio.run(scenario())
+
+
 def test_a_failed_write_fails_every_change_of_its_batch_and_the_next_batch_goes_on() -> None:
     async def scenario() -> None:
         calls: list[list[IsrChange]] = []

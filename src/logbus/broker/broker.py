@@ -234,8 +234,10 @@ class Broker:
         self._bind_listeners()
         local_host = socket.getfqdn() if any(e.host in WILDCARD_HOSTS for e in self.listeners) else ""
         advertised = self.listener_settings.advertise(self.listeners, local_host)
-        await self.metadata.register_broker(BrokerInfo(self.broker_id, advertised, self.config["broker.rack"]))
-        self.replicas.start()
+        registration = asyncio.ensure_future(
+            self.metadata.register_broker(BrokerInfo(self.broker_id, advertised, self.config["broker.rack"])))
+        self.replicas.start(registration)  # the logs load while an old registration expires
+        await registration
         self.broker_clients.start()
         if self.controller is not None:
             self.controller.start()

@@ -4,7 +4,9 @@ A restarted follower catches up on thousands of partitions within a few fetches,
 them asks its leader for an ISR expansion. Written one by one, each change is a metadata-store
 round trip; here at most one write is in flight per broker, and the changes asked for meanwhile
 wait and go together in the next one (up to `max_batch`), as Kafka's AlterPartition request
-carries every partition whose ISR changed since the last one was sent.
+carries every partition whose ISR changed since the last one was sent. A follower's first fetch
+after its restart names all of its partitions of one leader, so their expansions are queued
+together: one write for them (its multi-ops pipelined, `zk_writes.commit_state_batches`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .metadata import IsrChange, PartitionKey, PartitionState
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 1000  # changes per write: answers for a batch come back before the next one waits long
+MAX_BATCH = 10_000  # changes per write: a restarted follower's partitions of one leader, at the issue's scale
 
 Owner = TypeVar("Owner")
 WriteIsrChanges = Callable[[list[IsrChange]], Awaitable[list[PartitionState | BaseException]]]

@@ -142,20 +142,25 @@ class ReplicaManager:
         for listener in self._marker_listeners:
             listener(partition, producer_id, commit)
 
-    def start(self) -> None:
+    def start(self, registration: asyncio.Future[None] | None = None) -> None:
         """Load every hosted partition's log in the background (`_load_and_follow`) and report
-        offline replicas; the broker serves meanwhile (see `loaded`)."""
+        offline replicas; the broker serves meanwhile (see `loaded`). `registration`: the
+        broker's registration, which must succeed before a partition is taken up."""
         self.logs.high_watermark_source = self.high_watermarks
-        self._loading = self._run_in_background(self._load_and_follow())
+        self._loading = self._run_in_background(self._load_and_follow(registration))
         self._run_in_background(self._report_offline())  # clears what an earlier run reported
 
-    async def _load_and_follow(self) -> None:
-        """Open every hosted partition's log (recovering if needed) in the I/O threads, then take
-        up the partitions as the metadata is now and follow its changes.
+    async def _load_and_follow(self, registration: asyncio.Future[None] | None) -> None:
+        """Open every hosted partition's log (recovering if needed) in the I/O threads, then,
+        once the broker is registered, take up the partitions as the metadata is now and
+        follow its changes.
 
         Unlike Kafka, whose broker loads every log before it serves, the listeners answer while
         the logs load: a request for a partition not loaded yet finds none here and answers
         NOT_LEADER_OR_FOLLOWER, which clients retry; nothing is served from a log not loaded.
+        As in Kafka, loading does not wait for the registration: a broker restarted right
+        after a crash waits up to the session timeout for its old registration to expire, and
+        recovers its logs meanwhile. No partition is led or followed before it is registered.
         """
         began = time.monotonic()
         topics = self.metadata.topics()
@@ -173,6 +178,9 @@ class ReplicaManager:
             raise
         for log_ in loaded:
             self._preloaded[(log_.topic, log_.partition)] = log_
+        log.info("loaded %d logs in %.1f s", len(hosted), time.monotonic() - began)
+        if registration is not None and not await _succeeded(registration):
+            return  # the broker does not start (Broker.start raises the registration's error)
         for topic in self.metadata.topics().values():
             self._sync_topic(topic)
         self.metadata.add_listener(self._on_topic_change)
@@ -181,7 +189,6 @@ class ReplicaManager:
         gone = list(self._preloaded)  # hosted no more: deleted or moved while the logs loaded
         self._preloaded.clear()
         self.loaded.set()
-        log.info("loaded %d logs in %.1f s", len(hosted), time.monotonic() - began)
         await self._delete_logs(gone, [])
 
     async def stop(self) -> None:
@@ -553,3 +560,12 @@ class ReplicaManager:
         NotLeaderError, KafkaStorageError."""
         live = {broker.broker_id for broker in self.metadata.brokers()}
         await deleted.partition.wait_low_watermark(deleted.low_watermark, live, timeout)
+
+
+async def _succeeded(future: asyncio.Future[None]) -> bool:
+    """Whether `future` ends without an error (its error is its owner's to raise)."""
+    try:
+        await asyncio.shield(future)
+    except Exception:  # noqa: BLE001 - the owner awaits the future itself
+        return False
+    return True
