@@ -249,6 +249,29 @@ def test_a_follower_with_the_whole_log_stays_in_the_isr_however_long_since_it_fe
     asyncio.run(scenario())
 
 
+def test_a_new_partitions_follower_that_never_fetched_stays_for_the_lag_time_after_the_election(
+        tmp_path: Path) -> None:
+    """Kafka's makeLeader: an ISR member's last caught-up time is when this broker became its
+    leader. A follower whose new log comes seconds after the leader's (a 10,000-partition
+    CreateTopics, issue 25) is dropped only once replica.lag.time.max.ms has passed since then,
+    and then only while it still has not got the leader's log end (here, a record written
+    before it first fetched)."""
+    async def scenario() -> None:
+        requests: list[list[int]] = []
+        clock = Clock()
+        partition = leader_of(tmp_path, [1, 2, 3], requests, clock)
+        append(partition, 1)
+        clock.now += 29.9
+        partition.shrink_isr_if_lagging(30)
+        assert requests == []
+        partition.update_follower(3, 1)
+        clock.now += 0.2
+        partition.shrink_isr_if_lagging(30)
+        assert requests == [[1, 3]]
+
+    asyncio.run(scenario())
+
+
 def test_a_change_watch_collects_the_partitions_that_moved_and_wakes_its_fetch(tmp_path: Path) -> None:
     async def scenario() -> None:
         partition = leader_of(tmp_path, [1, 2, 3], [], Clock())

@@ -538,6 +538,34 @@ def test_a_log_new_here_starts_as_an_empty_directory_loads_and_reopens_as_writte
         again.close_files()
 
 
+def test_a_new_log_is_a_directory_and_a_log_file_until_its_first_write(tmp_path: Path) -> None:
+    """Allocating inodes was most of a broker's CPU in a 10,000-partition CreateTopics (issue 25):
+    a new log makes its directory and `.log` file only; the index files come with the first
+    append (Kafka's lazy indexes), a restart of a still-empty log does not make them, and an
+    empty log without them, fsynced, reopened and deleted, is sound."""
+    directory = str(tmp_path / "t-0")
+    new = PartitionLog(directory, "t", 0, make_config())
+    new.load(0, 0, True)
+    assert os.listdir(directory) == ["00000000000000000000.log"]
+    for segment in new.segments:
+        segment.fsync()
+    new.close_files()
+    again = open_log(directory, make_config(), clean=False)
+    assert os.listdir(directory) == ["00000000000000000000.log"]
+    assert append(again, b"first") == 0
+    assert sorted(os.listdir(directory)) == [
+        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint"]
+    again.close_files()
+    reopened = open_log(directory, make_config(), clean=True)
+    assert reopened.log_end_offset == 1 and len(reopened.segments[0].offset_index) == 1
+    reopened.close_files()
+    empty = PartitionLog(str(tmp_path / "t-1"), "t", 1, make_config())
+    empty.load(0, 0, True)
+    empty.segments[0].delete()
+    assert os.listdir(tmp_path / "t-1") == []
+
+
 def test_a_log_that_cannot_be_created_leaves_the_others_of_its_chunk(tmp_path: Path) -> None:
     """A partition whose directory cannot be made is left out (and opens on the next change);
     the logs loaded in the same job are served."""

@@ -15,6 +15,11 @@ buffer is never resized while a thread's `os.write` holds it.
 The descriptor can be closed (`close`) while the index stays usable: the entries are in memory,
 and the file is opened again, at its end, the next time an entry is written (a segment whose
 files the log manager's descriptor budget closed; see segment.OpenSegments).
+
+An index file that is not there is created by its first write (as Kafka's LazyIndex creates a
+rolled segment's on first use), not with its segment: a CreateTopics of 10,000 partitions makes
+30,000 logs that mostly stay empty for a while, and on a busy ext4 file system allocating each
+inode was most of a broker's CPU in that create (its `.log` and directory remain).
 """
 
 from __future__ import annotations
@@ -55,10 +60,12 @@ class _IndexFile:
 
     entry: struct.Struct
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, new: bool = False) -> None:
+        """`new`: its segment was just made in a new log directory, so there is no file to open."""
         self.path = path
-        self.existed = os.path.exists(path)
-        self._open_fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._open_fd: int | None = None if new else _open_existing(path)
+        self.existed = self._open_fd is not None
+        self._on_disk = self.existed  # the file exists (it is created by the first write)
         self._pending = bytearray()
         self._lock = threading.Lock()  # guards _pending and the file's write position
         self.torn = False  # the file ended in a partial entry (cut off when loading)
@@ -66,15 +73,19 @@ class _IndexFile:
 
     @property
     def _fd(self) -> int:
-        """The descriptor, opened again (appending at the end) after `close`."""
+        """The descriptor, opened again (appending at the end) after `close`, or the file
+        created by its first write."""
         if self._open_fd is None:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             os.lseek(fd, 0, os.SEEK_END)
             self._open_fd = fd
+            self._on_disk = True
         return self._open_fd
 
     def _load_raw(self) -> bytes:
         """The whole entries on disk; a partial last entry is cut off, and appends go after them."""
+        if not self._on_disk:
+            return b""
         size = os.fstat(self._fd).st_size
         whole = size - size % self.entry.size
         if whole != size:
@@ -108,6 +119,8 @@ class _IndexFile:
     def fsync(self) -> None:
         self.flush()
         with self._lock:
+            if not self._on_disk:
+                return  # never written: no file to make durable
             fd = self._fd
         os.fsync(fd)
 
@@ -125,6 +138,8 @@ class _IndexFile:
         each, milliseconds on a journaled file system) made most of a broker's restart."""
         with self._lock:
             self._rebuilding = False
+            if not self._on_disk and not self._pending:
+                return
             fd = self._fd
             size = os.fstat(fd).st_size
             if size == len(self._pending) and os.pread(fd, size, 0) == self._pending:
@@ -140,6 +155,8 @@ class _IndexFile:
     def _rewrite(self, raw: bytes) -> None:
         with self._lock:
             self._pending.clear()
+            if not self._on_disk and not raw:
+                return
             os.ftruncate(self._fd, 0)
             os.lseek(self._fd, 0, os.SEEK_SET)
             if raw:
@@ -158,11 +175,21 @@ class _IndexFile:
 
     def delete(self) -> None:
         self._close_fd()
-        os.unlink(self.path)
+        if self._on_disk:
+            os.unlink(self.path)
 
     def rename(self, path: str) -> None:
-        os.rename(self.path, path)
+        if self._on_disk:
+            os.rename(self.path, path)
         self.path = path
+
+
+def _open_existing(path: str) -> int | None:
+    """A descriptor of the index file at `path`, None when there is none (yet)."""
+    try:
+        return os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
 
 
 class OffsetIndex(_IndexFile):
@@ -170,8 +197,8 @@ class OffsetIndex(_IndexFile):
 
     entry = _OFFSET_ENTRY
 
-    def __init__(self, path: str, base_offset: int) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, base_offset: int, new: bool = False) -> None:
+        super().__init__(path, new)
         self.base_offset = base_offset
         self._offsets = array("q")
         self._positions = array("q")
@@ -242,8 +269,8 @@ class TimeIndex(_IndexFile):
 
     entry = _TIME_ENTRY
 
-    def __init__(self, path: str, base_offset: int) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, base_offset: int, new: bool = False) -> None:
+        super().__init__(path, new)
         self.base_offset = base_offset
         self._timestamps = array("q")
         self._offsets = array("q")
@@ -345,9 +372,12 @@ class TransactionIndex:
     writes (none counts against the segment descriptor budget), and its entries stay in memory.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, new: bool = False) -> None:
+        """`new`: its segment was just made in a new log directory (no file to read)."""
         self.path = path
         self.entries: list[AbortedTxn] = []
+        if new:
+            return
         try:
             with open(path, "rb") as handle:
                 raw = handle.read()

@@ -188,8 +188,9 @@ class PartitionLog:
         for segment in self.segments:
             segment.track(open_segments)
 
-    def _add_segment(self, base_offset: int) -> LogSegment:
-        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+    def _add_segment(self, base_offset: int, new: bool = False) -> LogSegment:
+        """`new`: the log's directory was just made (see LogSegment)."""
+        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes, new=new)
         segment.clock = self.clock
         segment.created_ms = self.clock()
         segment.track(self.open_segments)

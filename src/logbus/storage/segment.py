@@ -137,8 +137,11 @@ class OpenSegments:
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, suffix: str = "") -> None:
-        """`suffix` (".cleaned", ".swap") names the files of a segment the log cleaner is writing."""
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, suffix: str = "",
+                 new: bool = False) -> None:
+        """`suffix` (".cleaned", ".swap") names the files of a segment the log cleaner is writing.
+        `new`: the first segment of a log whose directory was just made: its `.log` file is
+        created, and nothing else is looked for (the index files come with the first write)."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -148,10 +151,10 @@ class LogSegment:
         self._open_fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.open_segments: OpenSegments | None = None  # the descriptor budget, once the log tracks it
         self.pinned = 0  # > 0 while a worker thread uses the descriptors: never released then
-        self.size = os.fstat(self._open_fd).st_size
-        self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset)
-        self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset)
-        self.txn_index = TransactionIndex(stem + ".txnindex" + suffix)
+        self.size = 0 if new else os.fstat(self._open_fd).st_size
+        self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset, new)
+        self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset, new)
+        self.txn_index = TransactionIndex(stem + ".txnindex" + suffix, new)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.clock: Callable[[], int] = _wall_clock_ms  # the log's clock, once it owns the segment
@@ -503,8 +506,8 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        os.unlink(self.offset_index.path)
-        os.unlink(self.time_index.path)
+        self.offset_index.delete()
+        self.time_index.delete()
         self.txn_index.delete()
         os.unlink(self.path)
 
