@@ -302,7 +302,8 @@ def test_cleaned_state_and_swaps_survive_restarts() -> None:
 def simulate_crash_mid_swap(partition_dir: str) -> None:
     """Leave what a crash during a swap leaves: a `.swap` segment whose index was half renamed,
     the old segment it replaces still present, and an abandoned `.cleaned` file."""
-    first = sorted(glob.glob(os.path.join(partition_dir, "*.log")))[0]
+    first = next(log for log in sorted(glob.glob(os.path.join(partition_dir, "*.log")))
+                 if os.path.exists(log[:-4] + ".timeindex"))  # one with records (an empty one has no index files)
     stem = first[:-4]
     shutil.copy(first, first + ".swap")
     with open(first, "wb") as stale:

@@ -338,9 +338,10 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
 
     def wait_ready(self, topics: Iterable[str] = (), timeout: float | None = None) -> None:
-        """Wait until every running broker's Metadata lists exactly the running brokers and, for
-        each of `topics`, every partition with the same running leader. A broker prints that it
-        listens before it has seen the others in ZooKeeper; tests start from a cluster that agrees.
+        """Wait until every running broker's Metadata lists exactly the running brokers and a
+        running controller and, for each of `topics`, every partition with the same running
+        leader. A broker prints that it listens before it has seen the others in ZooKeeper (or
+        a controller elected); tests start from a cluster that agrees.
         Brokers without a PLAINTEXT listener cannot be asked without credentials and are skipped."""
         wanted = tuple(topics)
         timeout = CLUSTER_READY_TIMEOUT_S if timeout is None else timeout
@@ -370,6 +371,8 @@ class Cluster:
                 client.close()
             if set(client.brokers) != running:
                 return f"broker {broker_id} lists brokers {sorted(client.brokers)}, not {sorted(running)}"
+            if client.controller_id not in running:
+                return f"broker {broker_id} names controller {client.controller_id}"
             missing = [topic for topic in topics if not found.get(topic)]
             if missing:
                 return f"broker {broker_id} does not know {missing}"

@@ -60,6 +60,7 @@ class Client:
         self.timeout = timeout
         self.security = security
         self.brokers: dict[int, tuple[str, int]] = {}
+        self.controller_id = -1  # as the last Metadata answer named it
         self.leaders: dict[tuple[str, int], int] = {}
         self.replicas: dict[tuple[str, int], tuple[int, ...]] = {}
         self._connections: dict[tuple[str, int], Connection] = {}
@@ -134,7 +135,7 @@ class Client:
     def partitions(self, topics: Iterable[str] | None = None, internal: bool = False) -> dict[str, list[int]]:
         """Partition ids per existing topic (all topics when `topics` is None; internal ones only
         with `internal`). Also refreshes `brokers` (all a Metadata for `()` does), `leaders` and
-        `replicas`.
+        `replicas` and `controller_id`.
 
         Topics that do not exist are left out; they are not auto-created.
         """
@@ -146,6 +147,7 @@ class Client:
                        include_topic_authorized_operations=False)
         response = self._call(self._any_connection(), METADATA, request)
         self.brokers = {broker.node_id: (broker.host, broker.port) for broker in response.brokers}
+        self.controller_id = response.controller_id
         result: dict[str, list[int]] = {}
         for topic in response.topics:
             if topic.error_code != ErrorCode.none:
