@@ -242,6 +242,74 @@ def test_a_clean_shutdown_of_many_moved_logs_syncs_each_log_dir_once(tmp_path) -
     assert asyncio.run(restart()) == [1, 2, 3, 4]
 
 
+def test_a_clean_shutdown_of_many_logs_is_a_few_io_jobs_and_keeps_every_producer(tmp_path: Path) -> None:
+    """Closing 300 logs that moved (records of an idempotent producer, a snapshot due each) takes
+    a few I/O jobs, not one or two per log: 10,000 of those thread handoffs were most of a
+    broker's 15 s exit at 10,000 partitions (issue 25). The snapshots are all written, so the
+    clean restart finds every producer without reading the logs back."""
+    partitions = 300
+    data = str(tmp_path / "data")
+    config = make_config()
+
+    async def shut_down_after_appends() -> int:
+        manager = LogManager(data, io_threads=4)
+        manager.open(0, "cluster")
+        for p in range(partitions):
+            raw = record_batch(b"v", producer_id=100 + p, sequence=0)
+            manager.load_log("t", p, config).append(bytearray(raw), validate_batches(raw), 0)
+        jobs = 0
+        submit = manager._pool.submit
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal jobs
+            jobs += 1
+            return submit(*args, **kwargs)
+
+        manager._pool.submit = counted  # type: ignore[method-assign]
+        await manager.shutdown()
+        return jobs
+
+    assert asyncio.run(shut_down_after_appends()) <= 4 + 3, "the snapshot jobs, a syncfs, the checkpoints"
+    for p in range(partitions):
+        assert files(os.path.join(data, f"t-{p}"), ".snapshot") == [f"{1:020d}.snapshot"]
+
+    async def restart() -> list[set[int]]:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        assert manager.clean_shutdown
+        producers = [set(manager.load_log("t", p, config).producer_state.producers) for p in range(partitions)]
+        await manager.shutdown()
+        return producers
+
+    assert asyncio.run(restart()) == [{100 + p} for p in range(partitions)]
+
+
+@pytest.mark.skipif(not syncfs_available(), reason="syncfs(2) is Linux's")
+def test_a_producer_snapshot_that_cannot_be_written_at_shutdown_leaves_only_its_dir_unclean(tmp_path: Path) -> None:
+    """A snapshot write failing at shutdown (its disk gone) takes that log dir offline, as any
+    other disk error does: no clean-shutdown marker there, so its logs are recovered at the next
+    start; the other dir still shuts down cleanly and the stop itself does not fail."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+
+    async def shut_down_with_a_lost_partition_dir() -> dict[str, str]:
+        manager = LogManager(dirs)
+        manager.open(0, "cluster")
+        manager.syncfs_above = 0  # the logs close without fsync: the snapshot is the first write
+        for p, log_dir in enumerate(dirs):
+            manager.prefer_log_dir("t", p, log_dir)
+            raw = record_batch(b"v", producer_id=7, sequence=0)
+            manager.load_log("t", p, make_config()).append(bytearray(raw), validate_batches(raw), 0)
+        shutil.rmtree(os.path.join(dirs[0], "t-0"))  # its snapshot has nowhere to go
+        await manager.shutdown()
+        return manager.offline_dirs
+
+    offline = asyncio.run(shut_down_with_a_lost_partition_dir())
+    assert list(offline) == [dirs[0]]
+    assert not os.path.exists(os.path.join(dirs[0], CLEAN_SHUTDOWN_FILE))
+    assert os.path.exists(os.path.join(dirs[1], CLEAN_SHUTDOWN_FILE))
+    assert files(os.path.join(dirs[1], "t-1"), ".snapshot") == [f"{1:020d}.snapshot"]
+
+
 def test_a_stop_lets_a_checkpoint_write_under_way_finish_before_writing_the_final_ones(tmp_path) -> None:
     """A periodic checkpoint write still in its worker thread when a clean stop begins (a slow
     disk) ends before the stop writes its own (issue 26). The stop used to cancel the round and

@@ -44,8 +44,9 @@ class FileJobs:
         self._timers.add(handle)
 
     async def drain(self) -> None:
-        """Wait for every job submitted so far (not those still waiting out a delay)."""
-        if self._last is not None:
+        """Wait for every job submitted so far (not those still waiting out a delay); at once,
+        without a pass of the event loop, when they are done (a shutdown drains for each log)."""
+        if self._last is not None and not self._last.done():
             await asyncio.wrap_future(self._last)
 
     def cancel_delayed(self) -> None:

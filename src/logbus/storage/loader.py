@@ -68,6 +68,7 @@ class LogLoader:
         10,000 partitions creates this many logs on each broker, and reading back each empty new
         directory cost about a third of its creation."""
         self.log._add_segment(max(log_start_offset, 0), new=True)
+        self.log.producer_state.started_empty()
         self.log.log_start_offset = self.log.segments[0].base_offset
         self.log.recovery_point = self.log.log_end_offset if clean_shutdown else min(
             recovery_point, self.log.log_end_offset)

@@ -35,7 +35,7 @@ import resource
 import shutil
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import LogConfig, load_properties
 from . import checkpoints
@@ -58,7 +58,21 @@ LOAD_CHUNK = 64  # logs loaded by one I/O job (see load_logs)
 MAX_PREFERRED_DIRS = 10_000  # bounds what AlterReplicaLogDirs requests for absent partitions can pile up
 
 
+T = TypeVar("T")
 DirFailureListener = Callable[[str, list[tuple[str, int]]], None]
+
+
+def _write_all(snapshots: list[tuple[str, Callable[[], None]]]) -> dict[str, OSError]:
+    """Run each `(log dir, blocking write)` (a worker thread); the first OSError of each log dir,
+    whose other writes are then skipped."""
+    failed: dict[str, OSError] = {}
+    for log_dir, write in snapshots:
+        if log_dir not in failed:
+            try:
+                write()
+            except OSError as exc:
+                failed[log_dir] = exc
+    return failed
 
 
 class DataDirRefusedError(Exception):
@@ -497,16 +511,16 @@ class LogManager:
         due = [log_ for log_ in self.logs.values() if log_.flush_due(now)]
         await self._at_most_io_threads(log_.flush(self.run_blocking) for log_ in due)
 
-    async def _at_most_io_threads(self, jobs: Iterable[Coroutine[Any, Any, None]]) -> None:
+    async def _at_most_io_threads(self, jobs: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
         """Run fsync jobs with no more at once than the pool has threads: a waiting job would
         hold its segments' descriptors open (pinned) for nothing, past the descriptor budget."""
         slots = asyncio.Semaphore(self._io_threads)
 
-        async def bounded(job: Coroutine[Any, Any, None]) -> None:
+        async def bounded(job: Coroutine[Any, Any, T]) -> T:
             async with slots:
-                await job
+                return await job
 
-        await asyncio.gather(*(bounded(job) for job in jobs))
+        return await asyncio.gather(*(bounded(job) for job in jobs))
 
     async def write_checkpoints(self) -> None:
         await self.write_recovery_checkpoints()
@@ -556,12 +570,22 @@ class LogManager:
         unsynced records are fsynced one by one; beyond, each log dir holding one is synced
         once with syncfs(2) after they all closed (issue 25: a broker closing 3,333 logs that
         had moved spent most of 53 s in 13,000 fsyncs, one awaited job per log). That also
-        makes their producer snapshots durable before the clean-shutdown marker."""
+        makes their producer snapshots durable before the clean-shutdown marker. The logs close
+        on the event loop one after the other (nothing to wait for once upkeep stopped), and
+        their producer snapshots are written in at most `io_threads` jobs (`_write_snapshots`)."""
         moved = [key for key, log_ in self.logs.items() if log_.unsynced]
-        if len(moved) <= self.syncfs_above or not syncfs_available():
-            await self._at_most_io_threads(log_.close(self.run_blocking, True) for log_ in self.logs.values())
+        fsync_each = len(moved) <= self.syncfs_above or not syncfs_available()
+
+        async def close(key: tuple[str, int], fsync: bool) -> tuple[str, Callable[[], None] | None]:
+            return self.placement.get(key, self.data_dir), await self.logs[key].close(self.run_blocking, fsync)
+
+        snapshots = await self._at_most_io_threads(close(key, True) for key in (moved if fsync_each else []))
+        for key, log_ in list(self.logs.items()):
+            if not log_.deleted:
+                snapshots.append(await close(key, False))
+        await self._write_snapshots([(log_dir, write) for log_dir, write in snapshots if write is not None])
+        if fsync_each:
             return
-        await self._at_most_io_threads(log_.close(self.run_blocking, False) for log_ in self.logs.values())
         for log_dir in {self.placement.get(key, self.data_dir) for key in moved}:
             if log_dir in self.live_dirs:
                 await self._in_dir(log_dir, syncfs, log_dir)
@@ -569,6 +593,16 @@ class LogManager:
         for key in moved:
             if self.placement.get(key, self.data_dir) in live:
                 self.logs[key].synced_with_its_file_system()
+
+    async def _write_snapshots(self, snapshots: list[tuple[str, Callable[[], None]]]) -> None:
+        """Write closing logs' producer snapshots (`(log dir, blocking write)` each) in at most
+        `io_threads` jobs; an OSError takes that log dir offline (no clean-shutdown marker) and
+        the rest of its snapshots are not tried."""
+        per_job = -(-len(snapshots) // self._io_threads)
+        jobs = [snapshots[first:first + per_job] for first in range(0, len(snapshots), per_job or 1)]
+        for failures in await asyncio.gather(*(self.run_blocking(_write_all, job) for job in jobs)):
+            for log_dir, exc in failures.items():
+                self.fail_dir(log_dir, exc)
 
     async def shutdown(self) -> None:
         """Stop upkeep, fsync every log, write checkpoints and the clean-shutdown marker."""
