@@ -242,6 +242,19 @@ def test_a_clean_shutdown_of_many_moved_logs_syncs_each_log_dir_once(tmp_path) -
     assert asyncio.run(restart()) == [1, 2, 3, 4]
 
 
+def counting_io_jobs(manager: LogManager) -> list[int]:
+    """Count the jobs `manager` hands its I/O threads from now on (the list's one item)."""
+    jobs = [0]
+    submit = manager._pool.submit
+
+    def counted(*args: object, **kwargs: object) -> object:
+        jobs[0] += 1
+        return submit(*args, **kwargs)
+
+    manager._pool.submit = counted  # type: ignore[method-assign]
+    return jobs
+
+
 def test_a_clean_shutdown_of_many_logs_is_a_few_io_jobs_and_keeps_every_producer(tmp_path: Path) -> None:
     """Closing 300 logs that moved (records of an idempotent producer, a snapshot due each) takes
     a few I/O jobs, not one or two per log: 10,000 of those thread handoffs were most of a
@@ -257,17 +270,9 @@ def test_a_clean_shutdown_of_many_logs_is_a_few_io_jobs_and_keeps_every_producer
         for p in range(partitions):
             raw = record_batch(b"v", producer_id=100 + p, sequence=0)
             manager.load_log("t", p, config).append(bytearray(raw), validate_batches(raw), 0)
-        jobs = 0
-        submit = manager._pool.submit
-
-        def counted(*args: object, **kwargs: object) -> object:
-            nonlocal jobs
-            jobs += 1
-            return submit(*args, **kwargs)
-
-        manager._pool.submit = counted  # type: ignore[method-assign]
+        jobs = counting_io_jobs(manager)
         await manager.shutdown()
-        return jobs
+        return jobs[0]
 
     assert asyncio.run(shut_down_after_appends()) <= 4 + 3, "the snapshot jobs, a syncfs, the checkpoints"
     for p in range(partitions):
@@ -565,17 +570,9 @@ def test_many_new_logs_are_created_in_chunks_of_io_jobs(tmp_path: Path) -> None:
     async def scenario() -> tuple[int, list[int]]:
         manager = LogManager(str(tmp_path / "data"), io_threads=2)
         manager.open(0, "c")
-        jobs = 0
-        submit = manager._pool.submit
-
-        def counted(*args: object, **kwargs: object) -> object:
-            nonlocal jobs
-            jobs += 1
-            return submit(*args, **kwargs)
-
-        manager._pool.submit = counted  # type: ignore[method-assign]
+        jobs = counting_io_jobs(manager)
         logs = await manager.load_logs([("new", p, make_config()) for p in range(partitions)])
-        loading_jobs = jobs
+        loading_jobs = jobs[0]
         await manager.shutdown()
         return loading_jobs, sorted(log_.partition for log_ in logs)
 
