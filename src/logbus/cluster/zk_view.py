@@ -174,14 +174,14 @@ class ClusterView:
         """The new topics whose watches read them, with all their states in one read; each is
         handed to the loop (one not readable whole yet enters with its next change)."""
         assignments = {name: json.loads(a.assignment) for name, a in arriving.items() if a.assignment is not None}
-        paths = {name: _state_paths(name, assignment) for name, assignment in assignments.items()}
-        reads = self._znodes.read([path for topic_paths in paths.values() for path in topic_paths or []])
+        paths = {name: topic_paths for name, assignment in assignments.items()
+                 if (topic_paths := _state_paths(name, assignment)) is not None}
+        reads = self._znodes.read([path for topic_paths in paths.values() for path in topic_paths])
         at = 0
-        for name, assignment in assignments.items():
-            count = len(paths[name] or [])
-            metadata = self._topic_from(name, assignment, reads[at:at + count], arriving[name].configs) \
-                if paths[name] is not None else None
-            at += count
+        for name, topic_paths in paths.items():
+            states = reads[at:at + len(topic_paths)]
+            at += len(topic_paths)
+            metadata = self._topic_from(name, assignments[name], states, arriving[name].configs)
             if metadata is not None:
                 self._post(self._apply_topic, name, metadata)
 
