@@ -12,6 +12,7 @@ import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,7 +24,10 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from test_replica_manager import FOLLOWER, LEADER, batches, create, replica_manager
 
+from logbus.broker.apis.fetch import _unseen_moves
 from logbus.broker.fetch_sessions import EVICTION_IDLE_S, CachedPartition, FetchSessionCache, SessionError
+from logbus.cluster import fetcher as fetcher_module
+from logbus.cluster.delayed_fetch import ChangeWatch
 from logbus.cluster.fetcher import SWEEP_S, FetcherConfig, FetcherSession, ReplicaFetcher
 from logbus.protocol import codec
 from logbus.security.listeners import ListenerEndpoint
@@ -174,10 +178,11 @@ def test_a_follower_plans_an_incremental_fetch_from_the_changed_partitions_only(
     assert session.plan_changed({("t", 3): (0, 0, -1, 0)}) == ({("t", 3)}, []), "a new partition is named"
 
 
-def test_a_fetcher_looks_at_the_partitions_that_changed_and_at_all_of_them_every_sweep(tmp_path: Path) -> None:
+def test_a_fetcher_looks_at_the_partitions_that_changed_and_at_log_starts_every_sweep(tmp_path: Path) -> None:
     """Broker 1 follows broker 2's partitions through a fetcher that never connects (the plan
     only): an incremental fetch names what was added, answered or removed, not every partition;
-    a position moved behind the fetcher's back (local retention) is sent at the next sweep."""
+    a log start moved behind the fetcher's back (local retention) is sent at the next sweep,
+    which computes no position of the others (an idle fetcher's sweep was most of its CPU)."""
     async def scenario() -> None:
         async with replica_manager(tmp_path) as replicas:
             for name in ("t0", "t1", "t2"):
@@ -196,13 +201,55 @@ def test_a_fetcher_looks_at_the_partitions_that_changed_and_at_all_of_them_every
                 assert fetcher._plan(1.0) == ([], []), "nothing changed: nothing looked at"
                 data = batches(b"v")
                 followers[0].append_as_follower(data.data, data.headers, 0)
+                followers[0].log.delete_records_before(1)  # as retention moves it: not through the partition
                 assert fetcher._plan(2.0) == ([], []), "moved behind the fetcher's back: not seen yet"
                 fetcher.remove(followers[1])
                 assert fetcher._plan(3.0) == ([], [("t1", 0)]), "a removed partition is forgotten"
-                named, forgotten = fetcher._plan(SWEEP_S)
+                positions = fetcher_module._position
+                computed: list[str] = []
+                fetcher_module._position = lambda p: computed.append(p.topic) or positions(p)  # counts, as it was
+                try:
+                    named, forgotten = fetcher._plan(SWEEP_S)
+                finally:
+                    fetcher_module._position = positions
                 assert [p.topic for p in named] == ["t0"] and forgotten == [], "the sweep sends the moved one"
+                assert computed == ["t0"], "the sweep computes the position of the moved partition only"
             finally:
                 await fetcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_leaders_sweep_of_a_follower_session_picks_only_what_no_watch_reported(tmp_path: Path) -> None:
+    """Broker 1 leads three partitions that broker 2's session fetches: at a sweep, the
+    partitions to handle beside those named are the ones whose news no watch carries (a log
+    start that retention moved, a partition created again under its name), not every partition
+    of the session (reading each of them every sweep was most of an idle leader's CPU)."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            for name in ("t0", "t1", "t2"):
+                await create(replicas, name, [LEADER, FOLLOWER])
+            session = FetchSessionCache(10, Clock()).maybe_create(
+                True, False, [entry for name in ("t0", "t1", "t2") for entry in entries(name, 0)])
+            assert session is not None
+            watch = ChangeWatch()
+            for (name, index), cached in session.partitions.items():
+                partition = replicas.get(name, index)
+                watch.watch(partition, (name, index))
+                cached.log_start_offset = partition.log.log_start_offset  # as the last answer told
+            ctx = SimpleNamespace(broker=SimpleNamespace(replicas=replicas, metadata=replicas.metadata))
+            assert _unseen_moves(ctx, session, watch) == set(), "an idle session: nothing to handle"
+
+            await replicas.append_records("t0", 0, batches(b"a"), 1)
+            replicas.get("t0", 0).log.delete_records_before(1)  # as retention moves it: no watch is told
+            replaced = replicas.get("t2", 0)
+            await replicas.metadata.delete_topic("t2")
+            await asyncio.wait_for(replicas.wait_dropped("t2"), 30)
+            assert _unseen_moves(ctx, session, watch) == {("t0", 0), ("t2", 0)}, "a moved log start, a gone one"
+            await create(replicas, "t2", [LEADER, FOLLOWER])
+            assert replicas.get("t2", 0) is not replaced
+            assert ("t2", 0) in _unseen_moves(ctx, session, watch), "created again: the watch does not hold it"
+            assert replaced not in watch.keys, "the replaced partition is forgotten"
 
     asyncio.run(scenario())
 

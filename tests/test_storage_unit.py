@@ -784,6 +784,36 @@ def test_flush_ms_makes_a_log_due_once_its_last_flush_is_that_old(tmp_path) -> N
     asyncio.run(scenario())
 
 
+def test_a_flush_pass_looks_only_at_logs_appended_to_or_reconfigured_since(tmp_path) -> None:
+    """The flusher's pass every second looks at the logs that an append or a new config may
+    have made due, not at every log: an idle broker's pass costs nothing per log (issue 25).
+    A log whose flush.ms is lowered is flushed by time without a further append."""
+    clock = Clock()
+
+    async def scenario() -> None:
+        manager = LogManager(str(tmp_path / "data"), clock=clock)
+        logs = [manager.load_log("t", index, make_config()) for index in range(3)]
+        await manager.flush_due_logs()
+        assert manager._flush_candidates == set(), "nothing to flush: no log is looked at again"
+        append(logs[0], b"a")
+        assert manager._flush_candidates == {logs[0]}
+        await manager.flush_due_logs()
+        assert manager._flush_candidates == set(), "flush.ms and flush.messages never: only an append counts"
+        assert logs[0].recovery_point == 0
+        logs[0].config = make_config(**{"flush.ms": "5000"})
+        clock.now += 4999
+        await manager.flush_due_logs()
+        assert manager._flush_candidates == {logs[0]} and logs[0].recovery_point == 0, "time will make it due"
+        clock.now += 1
+        await manager.flush_due_logs()
+        assert logs[0].recovery_point == 1, "flushed by time, no append since the new config"
+        await manager.flush_due_logs()
+        assert manager._flush_candidates == set()
+        await manager.shutdown()
+
+    asyncio.run(scenario())
+
+
 # ---------------------------------------------------------------------- checkpoints
 
 

@@ -15,8 +15,8 @@ answer only the partitions with news, so idle partitions (most of `__consumer_of
 nothing per fetch. A session error, a lost connection or a failed fetch start again with a full
 fetch. The fetcher's own work per fetch is proportional to what changed, not to its partitions:
 it looks again only at the partitions it was given or lost, those answered, and those whose
-pause ended since the last fetch (`ReplicaFetcher._changed`); every `SWEEP_S` it looks at all of
-them (a log start moved by local retention is sent on).
+pause ended since the last fetch (`ReplicaFetcher._changed`); every `SWEEP_S` it compares each
+one's log start with the one last sent (a log start moved by local retention is sent on).
 
 Errors of one partition (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH) park it until the
 metadata moves; connection errors retry after `replica.fetch.backoff.ms`, logged once per streak.
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 2.0  # a fetcher cancelled at shutdown gets this long to finish
 NEW_STATE_RETRY_S = 0.05  # a leader that has not yet seen the leader epoch its follower already knows
-SWEEP_S = 5.0  # an incremental fetch looks at the changed partitions only; at least this often at all
+SWEEP_S = 5.0  # an incremental fetch looks at the changed partitions only; this often also at log starts
 _SESSION_ERRORS = {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
                    ErrorCode.fetch_session_topic_id_error}
 _MAX_SESSION_EPOCH = 2**31 - 1
@@ -183,13 +183,17 @@ class ReplicaFetcher:
 
     def _plan(self, now: float) -> tuple[list[Partition], list[tuple[str, int]]]:
         """The partitions the next fetch names and the keys it forgets: of every partition in a
-        full fetch and at a sweep, else of the changed ones only."""
-        if self._session.id == 0 or now - self._swept_at >= SWEEP_S:
+        full fetch, else of the changed ones only (at a sweep also those whose log start local
+        retention moved: `FetcherSession.moved_log_starts`)."""
+        if self._session.id == 0:
             self._swept_at = now
             self._changed.clear()
             keys, forgotten = self._session.plan({key: _position(p) for key, p in self.partitions.items()
                                                   if self._fetchable(key, p)})
         else:
+            if now - self._swept_at >= SWEEP_S:
+                self._swept_at = now
+                self._changed.update(self._session.moved_log_starts(self.partitions))
             changed, self._changed = self._changed, set()
             keys, forgotten = self._session.plan_changed({key: self._position_if_fetchable(key) for key in changed})
         return [self.partitions[key] for key in keys], forgotten
@@ -354,6 +358,13 @@ class FetcherSession:
                 self.sent[key] = position
                 named.add(key)
         return named, forgotten
+
+    def moved_log_starts(self, partitions: dict[tuple[str, int], Partition]) -> list[tuple[str, int]]:
+        """The partitions sent whose log start is no longer the one sent: retention moved it (the
+        log manager deletes segments, no fetch answer marks the partition changed). One number
+        per partition is compared: an idle fetcher's sweep no longer computes every position."""
+        return [key for key, position in self.sent.items()
+                if (partition := partitions.get(key)) is not None and partition.log.log_start_offset != position[3]]
 
     def resend(self, key: tuple[str, int]) -> None:
         """Name the partition in the next fetch although its position did not move: it was

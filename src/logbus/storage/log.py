@@ -37,7 +37,7 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..config import LogConfig
+from ..config import LONG_MAX, LogConfig
 from ..errors import InvalidProducerEpochError, KafkaApiError, OffsetOutOfRangeError, OutOfOrderSequenceError
 from ..protocol.records import (
     BatchHeader,
@@ -107,6 +107,7 @@ class PartitionLog:
         self.clock = clock
         self.topic = topic
         self.partition = partition
+        self.on_flush_candidate: Callable[[PartitionLog], None] | None = None  # the log manager's
         self.config = config
         self.segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
@@ -121,6 +122,22 @@ class PartitionLog:
         self.last_flush_ms = clock()
         self.deleted = False
         self.on_io_error: Callable[[OSError], None] | None = None  # the log manager's: the dir failed
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """A new config (flush.ms, flush.messages) may make a flush due."""
+        self._config = config
+        self._may_need_flush()
+
+    def _may_need_flush(self) -> None:
+        """Appended to, or given a new config: the log manager looks at this log's flush again
+        (`flush_due`; it stops looking once `flush_may_come_due` is False)."""
+        if self.on_flush_candidate is not None:
+            self.on_flush_candidate(self)
 
     def report_io_error(self, exc: OSError) -> None:
         if self.on_io_error is not None:
@@ -241,6 +258,7 @@ class PartitionLog:
         self.active_segment.append(data, headers)
         self._track_producers(data, headers)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
+        self._may_need_flush()
         return AppendInfo(base, self.log_end_offset - 1, append_time)
 
     @_reports_io_errors
@@ -268,6 +286,7 @@ class PartitionLog:
         self.active_segment.append(data, headers)
         self._track_producers(data, headers)
         self.unflushed_messages += sum(h.last_offset_delta + 1 for h in headers)
+        self._may_need_flush()
         return AppendInfo(first, headers[-1].last_offset, -1)
 
     def truncate_to(self, offset: int) -> list[str]:
@@ -628,6 +647,12 @@ class PartitionLog:
             self.unflushed_messages >= self.config.flush_messages
             or now - self.last_flush_ms >= self.config.flush_ms
         )
+
+    def flush_may_come_due(self) -> bool:
+        """Whether, with no append and no new config, time alone could make `flush_due` true:
+        records past the recovery point, and a flush.ms that is not "never" (flush.messages
+        counts appends)."""
+        return self.log_end_offset > self.recovery_point and self.config.flush_ms < LONG_MAX
 
     async def flush(self, run_blocking: Callable) -> None:
         """fsync everything up to the current log end, in a worker thread."""

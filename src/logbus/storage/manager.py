@@ -112,6 +112,7 @@ class LogManager:
         self.data_dir = self.log_dirs[0]
         self.producer_expiration_ms = producer_expiration_ms
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._flush_candidates: set[PartitionLog] = set()  # the logs `flush_due_logs` looks at
         self.placement: dict[tuple[str, int], str] = {}  # partition -> the log dir holding it (see _place)
         self._dir_counts: dict[str, int] = dict.fromkeys(self.log_dirs, 0)  # partitions placed in each log dir
         self.preferred_dirs: dict[tuple[str, int], str] = {}  # AlterReplicaLogDirs before the partition exists
@@ -296,6 +297,7 @@ class LogManager:
         directory = os.path.join(log_dir, partition_dir_name(topic, partition))
         log_ = PartitionLog(directory, topic, partition, config, self.clock)
         log_.on_io_error = functools.partial(self.fail_dir, log_dir)
+        log_.on_flush_candidate = self._flush_candidates.add
         log_.jobs = self.jobs
         return log_
 
@@ -386,6 +388,7 @@ class LogManager:
         self.preferred_dirs.pop(key, None)
         self.unloaded.discard(key)
         self.logs[key] = log_
+        self._flush_candidates.add(log_)  # a log loaded after a crash may hold records to flush
         log_.track_segments(self.open_segments)
         return log_
 
@@ -507,8 +510,19 @@ class LogManager:
         return deleted
 
     async def flush_due_logs(self) -> None:
+        """Flush the logs flush.messages or flush.ms make due. Only the candidates are looked at:
+        the logs appended to or reconfigured since (`PartitionLog.on_flush_candidate`), and
+        those time may still make due; an idle broker's pass costs nothing per log (it looked
+        at every log every second: issue 25)."""
         now = self.clock()
-        due = [log_ for log_ in self.logs.values() if log_.flush_due(now)]
+        due = []
+        for log_ in list(self._flush_candidates):
+            if self.logs.get((log_.topic, log_.partition)) is not log_:
+                self._flush_candidates.discard(log_)  # removed, or its dir failed
+            elif log_.flush_due(now):
+                due.append(log_)
+            elif not log_.flush_may_come_due():
+                self._flush_candidates.discard(log_)
         await self._at_most_io_threads(log_.flush(self.run_blocking) for log_ in due)
 
     async def _at_most_io_threads(self, jobs: Iterable[Coroutine[Any, Any, T]]) -> list[T]:

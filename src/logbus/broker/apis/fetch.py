@@ -72,7 +72,7 @@ FOLLOWER_READ_VERSION = 11  # from here a consumer names its rack and may read f
 # wait for the socket buffer to drain before it) cost more than copying a few pages.
 SENDFILE_MIN_BYTES = 64 * 1024
 # A follower's incremental fetches handle what it names and what moved; at least this often one
-# handles every partition of its session (a log start that retention moved reaches the follower).
+# also looks for the moves no watch reports (`_unseen_moves`: a log start that retention moved).
 SWEEP_S = 5.0
 
 
@@ -86,7 +86,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     node_endpoints=())
     reader = _reader_of(ctx, request)
     watch = _change_watch(session, reader)
-    narrowed = _narrowed(session, watch, request, incremental, loop.time())
+    narrowed = _narrowed(ctx, session, watch, request, incremental, loop.time())
     if entries is None:  # an incremental fetch that handles every partition of its session
         entries = session.wanted() if narrowed is None and session is not None else []
     while True:
@@ -188,23 +188,50 @@ def _change_watch(session: FetchSession | None, reader: _Reader) -> ChangeWatch 
     return session.changes
 
 
-def _narrowed(session: FetchSession | None, watch: ChangeWatch | None, request: Any, incremental: bool,
-              now: float) -> set[tuple[Any, int]] | None:
+def _narrowed(ctx: RequestContext, session: FetchSession | None, watch: ChangeWatch | None, request: Any,
+              incremental: bool, now: float) -> set[tuple[Any, int]] | None:
     """The partitions a follower's incremental fetch handles: those it names; the others of its
     session join as they move (`ChangeWatch`), and are not even looked at otherwise, so a fetch
     costs what moved, not the session's size (a caught-up follower stays caught up on the
-    others: `FollowerState.caught_up_at`). None: every partition, in a full fetch and at least
-    every `SWEEP_S` (a sweep: a log start moved by retention is told, partitions replaced since
-    are watched)."""
+    others: `FollowerState.caught_up_at`). At least every `SWEEP_S` those the watch cannot see
+    join too (`_unseen_moves`). None: every partition, in a full fetch."""
     if session is None or watch is None:
         return None
     watch.fetched_at = time.monotonic()
-    if not incremental or now - session.swept_at >= SWEEP_S:
+    if not incremental:
         session.swept_at = now
         watch.forget_all()
         watch.take()
         return None
-    return {(key, fetch.partition) for _, key, partitions in _request_entries(request) for fetch in partitions}
+    named = {(key, fetch.partition) for _, key, partitions in _request_entries(request) for fetch in partitions}
+    if now - session.swept_at >= SWEEP_S:
+        session.swept_at = now
+        named |= _unseen_moves(ctx, session, watch)
+    return named
+
+
+def _unseen_moves(ctx: RequestContext, session: FetchSession, watch: ChangeWatch) -> set[tuple[Any, int]]:
+    """A sweep of a follower's session: its partitions whose news no watch reported: a log start
+    that retention moved (segments are deleted by the log manager, not through the partition),
+    and a partition replaced since it was watched (a topic created again) or no longer hosted.
+    Compares a few numbers per partition and reads none: an idle session of thousands costs
+    little (reading each of them every sweep was most of an idle broker's CPU, issue 25). The
+    watch forgets the replaced partitions; those handled now are watched again as they are read."""
+    replicas = ctx.broker.replicas
+    names = {key: _topic_name(ctx, topic) for key, topic in session.topics.items()}
+    unseen: set[tuple[Any, int]] = set()
+    watched: dict[Partition, Any] = {}
+    for partition_key, cached in session.partitions.items():
+        name = names.get(partition_key[0])
+        partition = replicas.get(name, partition_key[1]) if name is not None else None
+        if partition is None or watch.keys.get(partition) != partition_key:
+            unseen.add(partition_key)
+            continue
+        watched[partition] = partition_key
+        if cached.log_start_offset != partition.log.log_start_offset:
+            unseen.add(partition_key)
+    watch.keys = watched
+    return unseen
 
 
 def _moved_unread(watch: ChangeWatch, narrowed: set[tuple[Any, int]] | None) -> bool:
@@ -284,14 +311,16 @@ def _refused_topics(ctx: RequestContext, request: Any, wanted: list) -> set[str]
 
 def _resolved(ctx: RequestContext, entries: list[tuple[Any, Any, list[Any]]]) -> list[tuple[Any, str | None, list]]:
     """(request topic, resolved name, its partitions), in the order given."""
-    result = []
-    for topic, _, partitions in entries:
-        name = getattr(topic, "topic", None)
-        if name is None:
-            metadata = ctx.broker.metadata.topic_by_id(str(topic.topic_id))
-            name = metadata.name if metadata else None
-        result.append((topic, name, partitions))
-    return result
+    return [(topic, _topic_name(ctx, topic), partitions) for topic, _, partitions in entries]
+
+
+def _topic_name(ctx: RequestContext, topic: Any) -> str | None:
+    """A request topic's name: as given, or (v13+) that of its topic id; None for an unknown id."""
+    name = getattr(topic, "topic", None)
+    if name is None:
+        metadata = ctx.broker.metadata.topic_by_id(str(topic.topic_id))
+        name = metadata.name if metadata else None
+    return name
 
 
 async def _load_uncached_read_starts(ctx: RequestContext, wanted: list) -> None:
