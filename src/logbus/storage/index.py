@@ -35,7 +35,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .files import fsync_path
+from .files import fsync_path, read_small_file
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -56,20 +56,45 @@ def time_entries(raw: bytes, base_offset: int) -> Iterator[tuple[int, int]]:
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries."""
+    """An append-only file of fixed-size entries, read on first use (Kafka's LazyIndex).
+
+    The entries (the attributes named in `_LAZY`, and `torn`) are not set by the constructor:
+    the first access to one reads the file (`__getattr__`, which Python calls only for an
+    attribute not set yet, so later accesses cost nothing). A segment loaded after a clean
+    shutdown that is never read or appended to never opens its index files, and a rebuild
+    (`start_rebuild`) does not read what it replaces.
+    """
 
     entry: struct.Struct
+    _LAZY: tuple[str, ...] = ()
 
-    def __init__(self, path: str, new: bool = False) -> None:
-        """`new`: its segment was just made in a new log directory, so there is no file to open."""
+    def __init__(self, path: str, new: bool = False, present: bool | None = None) -> None:
+        """`new`: its segment was just made in a new log directory, so there is no file to open.
+        `present`: whether the file is there, when a listing of the directory told (otherwise an
+        open finds out, and the descriptor is kept)."""
         self.path = path
-        self._open_fd: int | None = None if new else _open_existing(path)
-        self.existed = self._open_fd is not None
+        self._open_fd: int | None = None
+        if present is None and not new:
+            self._open_fd = _open_existing(path)
+            present = self._open_fd is not None
+        self.existed = bool(present) and not new
         self._on_disk = self.existed  # the file exists (it is created by the first write)
         self._pending = bytearray()
         self._lock = threading.Lock()  # guards _pending and the file's write position
-        self.torn = False  # the file ended in a partial entry (cut off when loading)
         self._rebuilding = False  # between start_rebuild and finish_rebuild: nothing is written
+        if new:
+            self.torn = False
+            self._set_entries(b"")
+
+    def __getattr__(self, name: str) -> object:
+        """The entries, read from the file on their first use (see the class docstring)."""
+        if name not in self._LAZY and name != "torn":
+            raise AttributeError(name)
+        self._set_entries(self._load_raw())
+        return object.__getattribute__(self, name)
+
+    def _set_entries(self, raw: bytes) -> None:
+        raise NotImplementedError
 
     @property
     def _fd(self) -> int:
@@ -83,16 +108,22 @@ class _IndexFile:
         return self._open_fd
 
     def _load_raw(self) -> bytes:
-        """The whole entries on disk; a partial last entry is cut off, and appends go after them."""
+        """The whole entries on disk; a partial last entry is cut off (`torn`), and appends go
+        after them."""
+        self.torn = False  # the file ended in a partial entry (cut off when loading)
         if not self._on_disk:
             return b""
-        size = os.fstat(self._fd).st_size
+        with self._lock:
+            if self._open_fd is None:
+                self._open_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open_fd
+        size = os.fstat(fd).st_size
         whole = size - size % self.entry.size
         if whole != size:
             self.torn = True
-            os.ftruncate(self._fd, whole)
-        os.lseek(self._fd, whole, os.SEEK_SET)
-        return os.pread(self._fd, whole, 0) if whole else b""
+            os.ftruncate(fd, whole)
+        os.lseek(fd, whole, os.SEEK_SET)
+        return os.pread(fd, whole, 0) if whole else b""
 
     def _buffer(self, *values: int) -> None:
         entry = self.entry.pack(*values)
@@ -125,12 +156,13 @@ class _IndexFile:
         os.fsync(fd)
 
     def start_rebuild(self) -> None:
-        """Forget the entries (recovery adds them again from the log); the file keeps its bytes
-        until `finish_rebuild`."""
+        """Forget the entries (recovery adds them again from the log; the file is not read for
+        them); the file keeps its bytes until `finish_rebuild`."""
         with self._lock:
             self._rebuilding = True
             self._pending.clear()
-        self._clear_entries()
+        self.torn = False
+        self._set_entries(b"")
 
     def finish_rebuild(self) -> None:
         """Write the rebuilt entries, unless the file already holds exactly them: recovery after
@@ -148,9 +180,6 @@ class _IndexFile:
                 return
             rebuilt = bytes(self._pending)
         self._rewrite(rebuilt)
-
-    def _clear_entries(self) -> None:
-        raise NotImplementedError
 
     def _rewrite(self, raw: bytes) -> None:
         with self._lock:
@@ -196,16 +225,18 @@ class OffsetIndex(_IndexFile):
     """Maps an offset to the file position of the batch holding it (or an earlier one)."""
 
     entry = _OFFSET_ENTRY
+    _LAZY = ("_offsets", "_positions")
 
-    def __init__(self, path: str, base_offset: int, new: bool = False) -> None:
-        super().__init__(path, new)
+    def __init__(self, path: str, base_offset: int, new: bool = False, present: bool | None = None) -> None:
         self.base_offset = base_offset
+        super().__init__(path, new, present)
+
+    def _set_entries(self, raw: bytes) -> None:
         self._offsets = array("q")
         self._positions = array("q")
-        for offset, position in offset_entries(self._load_raw(), base_offset):
+        for offset, position in offset_entries(raw, self.base_offset):
             self._offsets.append(offset)
             self._positions.append(position)
-        self.flush()
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -259,25 +290,24 @@ class OffsetIndex(_IndexFile):
             )
         )
 
-    def _clear_entries(self) -> None:
-        self._offsets = array("q")
-        self._positions = array("q")
 
 
 class TimeIndex(_IndexFile):
     """Maps a timestamp to the offset from which to search for records at or after it."""
 
     entry = _TIME_ENTRY
+    _LAZY = ("_timestamps", "_offsets")
 
-    def __init__(self, path: str, base_offset: int, new: bool = False) -> None:
-        super().__init__(path, new)
+    def __init__(self, path: str, base_offset: int, new: bool = False, present: bool | None = None) -> None:
         self.base_offset = base_offset
+        super().__init__(path, new, present)
+
+    def _set_entries(self, raw: bytes) -> None:
         self._timestamps = array("q")
         self._offsets = array("q")
-        for timestamp, offset in time_entries(self._load_raw(), base_offset):
+        for timestamp, offset in time_entries(raw, self.base_offset):
             self._timestamps.append(timestamp)
             self._offsets.append(offset)
-        self.flush()
 
     def __len__(self) -> int:
         return len(self._timestamps)
@@ -324,9 +354,6 @@ class TimeIndex(_IndexFile):
             )
         )
 
-    def _clear_entries(self) -> None:
-        self._timestamps = array("q")
-        self._offsets = array("q")
 
 
 def _strictly_increasing(values: array) -> bool:
@@ -372,15 +399,15 @@ class TransactionIndex:
     writes (none counts against the segment descriptor budget), and its entries stay in memory.
     """
 
-    def __init__(self, path: str, new: bool = False) -> None:
-        """`new`: its segment was just made in a new log directory (no file to read)."""
+    def __init__(self, path: str, new: bool = False, present: bool | None = None) -> None:
+        """`new`: its segment was just made in a new log directory (no file to read). `present`:
+        whether the file is there, when a listing of the directory told."""
         self.path = path
         self.entries: list[AbortedTxn] = []
-        if new:
+        if new or present is False:
             return
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            raw = read_small_file(path)
         except FileNotFoundError:
             return
         whole = len(raw) - len(raw) % _ABORTED_TXN_ENTRY.size
