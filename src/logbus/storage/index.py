@@ -404,12 +404,14 @@ class TransactionIndex:
         whether the file is there, when a listing of the directory told."""
         self.path = path
         self.entries: list[AbortedTxn] = []
+        self._maybe_on_disk = False  # the file may exist (False: it is known not to)
         if new or present is False:
             return
         try:
             raw = read_small_file(path)
         except FileNotFoundError:
             return
+        self._maybe_on_disk = True
         whole = len(raw) - len(raw) % _ABORTED_TXN_ENTRY.size
         if whole != len(raw):
             os.truncate(path, whole)  # a torn last entry: appends must go after the whole ones
@@ -424,6 +426,7 @@ class TransactionIndex:
         """Add an entry; markers come in offset order (ValueError otherwise, as Kafka refuses)."""
         if txn.last_offset <= self.last_offset:
             raise ValueError(f"{self.path}: aborted txn at {txn.last_offset} after one at {self.last_offset}")
+        self._maybe_on_disk = True
         with open(self.path, "ab") as handle:
             handle.write(_ABORTED_TXN_ENTRY.pack(
                 ABORTED_TXN_VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
@@ -450,9 +453,11 @@ class TransactionIndex:
             os.truncate(self.path, keep * _ABORTED_TXN_ENTRY.size)
 
     def reset(self) -> None:
-        """Forget every entry and the file (recovery rebuilds them from the log)."""
+        """Forget every entry and the file (recovery rebuilds them from the log); a file known
+        not to be there is not removed again (recovering thousands of logs after a crash)."""
         self.entries = []
-        self.delete()
+        if self._maybe_on_disk:
+            self.delete()
 
     def fsync(self) -> None:
         if self.entries:
@@ -465,6 +470,7 @@ class TransactionIndex:
         if self.exists():
             os.rename(self.path, path)
         self.path = path
+        self._maybe_on_disk = True  # a file of that name may be there already (a swap cut short)
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):
