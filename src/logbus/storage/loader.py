@@ -4,7 +4,9 @@ Leftover temporary files are removed, a compaction swap that a crash cut short i
 each segment is opened, and after an unclean shutdown the segments past the recovery point are
 recovered (framing, CRC and offsets checked, a torn or corrupt tail cut, indexes rebuilt; the
 segments after a cut are deleted: they were never flushed). A clean start still checks each
-segment's tail after its last index entry. Then the leader epochs are read (from the checkpoint,
+segment's tail after its last index entry; the time indexes are read and checked on first use
+(`LogSegment.max_timestamp`). The directory is listed once: the listing tells every step which
+files are there. Then the leader epochs are read (from the checkpoint,
 or back from the batches past the recovery point when it was not fsynced before a crash) and the
 producer state is rebuilt from the last snapshot plus the log after it. A recovered segment's
 `.txnindex` is rebuilt by that replay, which then starts from a snapshot at or before the

@@ -15,7 +15,6 @@ fsync) is pinned open for that time.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import io
 import logging
 import mmap
@@ -444,7 +443,7 @@ class LogSegment:
                 self.next_offset = header.last_offset + 1
                 if header.max_timestamp > max_timestamp:
                     max_timestamp, max_timestamp_offset = header.max_timestamp, header.last_offset
-            last = dataclasses.replace(headers[-1], position=chunk_start + headers[-1].position)
+            last = read_header(chunk, headers[-1].position, located_at=chunk_start + headers[-1].position)
             end = last.position + last.size
         if end != self.size:
             return False  # damage after the last good batch: recover cuts it off
@@ -474,18 +473,20 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self._bytes_since_index = 0
         valid_end = 0
-        last = None
+        self.last_loaded_batch = None
         for chunk_start, chunk, headers in self._scan_chunks():
+            good = 0
             for header in headers:
                 if not self._recoverable(chunk, header):
                     break
                 self._index_batch(header, chunk_start + header.position)
-                valid_end = chunk_start + header.position + header.size
-                last = header
-            else:
-                continue
-            break
-        self.last_loaded_batch = None if last is None else dataclasses.replace(last, position=valid_end - last.size)
+                good += 1
+            if good:
+                last = headers[good - 1]
+                valid_end = chunk_start + last.position + last.size
+                self.last_loaded_batch = read_header(chunk, last.position, located_at=chunk_start + last.position)
+            if good < len(headers):
+                break
         self.offset_index.finish_rebuild()
         self.time_index.finish_rebuild()
         cut = self.size - valid_end
