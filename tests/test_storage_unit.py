@@ -697,11 +697,12 @@ async def run_blocking_here(fn, *args):  # noqa: ANN001, ANN201 - LogManager.run
 
 @contextlib.contextmanager
 def file_system_calls() -> Iterator[dict[str, list[str]]]:
-    """The paths opened (`os.open`, `open`) and listed (`os.listdir`) meanwhile, by call."""
+    """The paths opened (`os.open`, `open`), listed (`os.listdir`) and removed (`os.unlink`)
+    meanwhile, by call."""
     import builtins
 
-    calls: dict[str, list[str]] = {"open": [], "listdir": []}
-    os_open, builtin_open, listdir = os.open, builtins.open, os.listdir
+    calls: dict[str, list[str]] = {"open": [], "listdir": [], "unlink": []}
+    os_open, builtin_open, listdir, unlink = os.open, builtins.open, os.listdir, os.unlink
 
     def counted_os_open(path, *args, **kwargs):  # noqa: ANN001, ANN202
         calls["open"].append(os.path.basename(path))
@@ -715,11 +716,15 @@ def file_system_calls() -> Iterator[dict[str, list[str]]]:
         calls["listdir"].append(os.path.basename(path))
         return listdir(path)
 
-    os.open, builtins.open, os.listdir = counted_os_open, counted_open, counted_listdir
+    def counted_unlink(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls["unlink"].append(os.path.basename(path))
+        return unlink(path, *args, **kwargs)
+
+    os.open, builtins.open, os.listdir, os.unlink = counted_os_open, counted_open, counted_listdir, counted_unlink
     try:
         yield calls
     finally:
-        os.open, builtins.open, os.listdir = os_open, builtin_open, listdir
+        os.open, builtins.open, os.listdir, os.unlink = os_open, builtin_open, listdir, unlink
 
 
 def test_a_clean_load_lists_the_log_once_and_opens_no_time_or_txn_index_until_used(tmp_path: Path) -> None:
@@ -750,6 +755,13 @@ def test_a_clean_load_lists_the_log_once_and_opens_no_time_or_txn_index_until_us
     with file_system_calls() as calls:
         assert log_.offset_for_timestamp(1_001).offset == 1
     assert calls["open"] == [f"{base:020d}.timeindex" for base in bases[:2]], "the segments searched, on first use"
+    log_.close_files()
+
+    with file_system_calls() as calls:  # after a crash: the active segment recovered
+        log_ = open_log(directory, config, recovery_point=4, clean=False)
+    assert calls["listdir"] == ["t-0"]
+    assert calls["unlink"] == [f"{3:020d}.snapshot"], "the snapshot after the recovered segment; no .txnindex"
+    assert (log_.log_end_offset, set(log_.producer_state.producers)) == (4, {7})
     log_.close_files()
 
 

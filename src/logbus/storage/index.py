@@ -309,7 +309,6 @@ class OffsetIndex(_IndexFile):
         )
 
 
-
 class TimeIndex(_IndexFile):
     """Maps a timestamp to the offset from which to search for records at or after it."""
 
@@ -371,7 +370,6 @@ class TimeIndex(_IndexFile):
                 for t, o in zip(self._timestamps, self._offsets, strict=True)
             )
         )
-
 
 
 def _strictly_increasing(values: array) -> bool:
