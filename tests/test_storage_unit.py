@@ -677,6 +677,122 @@ def test_recovery_after_a_crash_rewrites_only_the_indexes_it_finds_wrong(tmp_pat
     assert len(offset_index.read_bytes()) == len(right[0]) + 8, "appends go after the rebuilt entries"
 
 
+def closed_cleanly_with_a_producer(directory: str, config: LogConfig, batches: int) -> list[int]:
+    """A log of `batches` batches of one idempotent producer at leader epoch 2, closed as a clean
+    shutdown closes it (its producer snapshot at the log end written); its segments' base offsets."""
+    log_ = open_log(directory, config)
+    for sequence in range(batches):
+        raw = record_batch(b"v%d" % sequence, producer_id=7, sequence=sequence, timestamp=1_000 + sequence)
+        log_.append(bytearray(raw), validate_batches(raw), 2)
+    bases = [segment.base_offset for segment in log_.segments]
+    write = asyncio.run(log_.close(run_blocking_here, fsync=True))
+    assert write is not None
+    write()
+    return bases
+
+
+async def run_blocking_here(fn, *args):  # noqa: ANN001, ANN201 - LogManager.run_blocking without threads
+    return fn(*args)
+
+
+@contextlib.contextmanager
+def file_system_calls() -> Iterator[dict[str, list[str]]]:
+    """The paths opened (`os.open`, `open`), listed (`os.listdir`) and removed (`os.unlink`)
+    meanwhile, by call."""
+    import builtins
+
+    calls: dict[str, list[str]] = {"open": [], "listdir": [], "unlink": []}
+    os_open, builtin_open, listdir, unlink = os.open, builtins.open, os.listdir, os.unlink
+
+    def counted_os_open(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls["open"].append(os.path.basename(path))
+        return os_open(path, *args, **kwargs)
+
+    def counted_open(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls["open"].append(os.path.basename(path))
+        return builtin_open(path, *args, **kwargs)
+
+    def counted_listdir(path="."):  # noqa: ANN001, ANN202
+        calls["listdir"].append(os.path.basename(path))
+        return listdir(path)
+
+    def counted_unlink(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls["unlink"].append(os.path.basename(path))
+        return unlink(path, *args, **kwargs)
+
+    os.open, builtins.open, os.listdir, os.unlink = counted_os_open, counted_open, counted_listdir, counted_unlink
+    try:
+        yield calls
+    finally:
+        os.open, builtins.open, os.listdir, os.unlink = os_open, builtin_open, listdir, unlink
+
+
+def test_a_clean_load_lists_the_log_once_and_opens_no_time_or_txn_index_until_used(tmp_path: Path) -> None:
+    """Loading 10,000 logs took 12.5-13.5 s of a restart (issue 25). After a clean shutdown a log
+    is listed once, for every step; its time indexes and `.txnindex` files (none here) are not
+    looked for, and no file is opened twice: the segments' `.log` and `.index` files (the offset
+    index finds where each segment's tail starts), the epoch checkpoint and the producer
+    snapshot. The producer comes back from the snapshot, the epochs from the checkpoint. The
+    active segment's time index is read at the first append, an older one's when it is searched."""
+    directory = str(tmp_path / "t-0")
+    config = make_config(**{"segment.bytes": "100", "index.interval.bytes": "1"})  # a batch each
+    bases = closed_cleanly_with_a_producer(directory, config, batches=3)
+    assert len(bases) == 3
+    with file_system_calls() as calls:
+        log_ = open_log(directory, make_config(**{"index.interval.bytes": "1"}), clean=True)  # no roll now
+    assert calls["listdir"] == ["t-0"]
+    assert sorted(calls["open"]) == sorted(
+        [f"{base:020d}.log" for base in bases] + [f"{base:020d}.index" for base in bases]
+        + ["leader-epoch-checkpoint", f"{3:020d}.snapshot"])
+    assert (log_.log_end_offset, log_.epochs, set(log_.producer_state.producers)) == (3, [(2, 0)], {7})
+    assert [len(batch.batches) for batch in log_.producer_state.producers.values()] == [3]
+
+    with file_system_calls() as calls:
+        raw = record_batch(b"v3", producer_id=7, sequence=3, timestamp=2_000)
+        assert log_.append(bytearray(raw), validate_batches(raw), 2).base_offset == 3
+    assert f"{bases[-1]:020d}.timeindex" in calls["open"]
+    assert log_.active_segment.max_timestamp == 2_000
+    with file_system_calls() as calls:
+        assert log_.offset_for_timestamp(1_001).offset == 1
+    assert calls["open"] == [f"{base:020d}.timeindex" for base in bases[:2]], "the segments searched, on first use"
+    log_.close_files()
+
+    with file_system_calls() as calls:  # after a crash: the active segment recovered
+        log_ = open_log(directory, config, recovery_point=4, clean=False)
+    assert calls["listdir"] == ["t-0"]
+    assert calls["unlink"] == [f"{3:020d}.snapshot"], "the snapshot after the recovered segment; no .txnindex"
+    assert (log_.log_end_offset, set(log_.producer_state.producers)) == (4, {7})
+    log_.close_files()
+
+
+def test_a_corrupt_time_index_found_at_first_use_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    """A clean load does not read the time indexes (Kafka's lazy indexes); one found damaged when
+    first used is rebuilt from its segment's batches, as a load used to rebuild it: the segment's
+    largest timestamp, searches by time and the file itself come out right."""
+    directory = str(tmp_path / "t-0")
+    config = make_config(**{"index.interval.bytes": "1"})
+    closed_cleanly_with_a_producer(directory, config, batches=4)
+    time_index = Path(directory) / f"{0:020d}.timeindex"
+    right = time_index.read_bytes()
+    assert len(right) == 4 * 12
+    time_index.write_bytes(struct.pack(">qI", 5_000, 3) + struct.pack(">qI", 4_000, 1))  # out of order
+    log_ = open_log(directory, config, clean=True)
+    assert log_.log_end_offset == 4
+    assert log_.offset_for_timestamp(1_002).offset == 2
+    assert log_.active_segment.max_timestamp == 1_003
+    assert log_.max_timestamp_offset().offset == 3
+    assert time_index.read_bytes() == right, "rebuilt on disk"
+    append(log_, b"more", timestamp=3_000)
+    log_.close_files()
+    assert time_index.read_bytes() == right + struct.pack(">qI", 3_000, 4), "appends go after the rebuilt entries"
+
+    time_index.write_bytes(right[:-5])  # torn: found at the first append, which comes after the whole entries
+    log_ = open_log(directory, config, clean=True)
+    append(log_, b"last", timestamp=4_000)
+    log_.close_files()
+    assert time_index.read_bytes() == right + struct.pack(">qI", 3_000, 4) + struct.pack(">qI", 4_000, 5)
+
+
 def test_checkpoints_and_a_stop_while_logs_load_keep_what_the_unloaded_logs_need(tmp_path: Path) -> None:
     """Logs load after the broker listens: a checkpoint written meanwhile keeps the entries of
     the logs not loaded yet, and a stop before a crash's recovery is done leaves no marker."""

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from .files import replace_file
+from .files import read_small_file, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,7 @@ def read_lines(path: str, fields: int) -> list[list[str]]:
     Raises MalformedCheckpointError when the version, count or an entry is not as written.
     """
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
+        lines = read_small_file(path).decode("utf-8").splitlines()
     except FileNotFoundError:
         return []
     except UnicodeDecodeError:

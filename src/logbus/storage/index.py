@@ -19,7 +19,9 @@ files the log manager's descriptor budget closed; see segment.OpenSegments).
 An index file that is not there is created by its first write (as Kafka's LazyIndex creates a
 rolled segment's on first use), not with its segment: a CreateTopics of 10,000 partitions makes
 30,000 logs that mostly stay empty for a while, and on a busy ext4 file system allocating each
-inode was most of a broker's CPU in that create (its `.log` and directory remain).
+inode was most of a broker's CPU in that create (its `.log` and directory remain). An index
+file that is there is read on its first use (Kafka's LazyIndex), not when its segment is
+opened: a restart of 10,000 logs spent most of its time loading them (issue 25).
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ import itertools
 import operator
 import os
 import struct
+import sys
 import threading
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .files import fsync_path
+from .files import fsync_path, read_small_file
 
 _OFFSET_ENTRY = struct.Struct(">II")
+_U32 = "I" if array("I").itemsize == 4 else "L"  # the array type code of a 4-byte unsigned int
 _TIME_ENTRY = struct.Struct(">qI")
 
 
@@ -56,20 +60,45 @@ def time_entries(raw: bytes, base_offset: int) -> Iterator[tuple[int, int]]:
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries."""
+    """An append-only file of fixed-size entries, read on first use (Kafka's LazyIndex).
+
+    The entries (the attributes named in `_LAZY`, and `torn`) are not set by the constructor:
+    the first access to one reads the file (`__getattr__`, which Python calls only for an
+    attribute not set yet, so later accesses cost nothing). A segment loaded after a clean
+    shutdown that is never read or appended to never opens its index files, and a rebuild
+    (`start_rebuild`) does not read what it replaces.
+    """
 
     entry: struct.Struct
+    _LAZY: tuple[str, ...] = ()
 
-    def __init__(self, path: str, new: bool = False) -> None:
-        """`new`: its segment was just made in a new log directory, so there is no file to open."""
+    def __init__(self, path: str, new: bool = False, present: bool | None = None) -> None:
+        """`new`: its segment was just made in a new log directory, so there is no file to open.
+        `present`: whether the file is there, when a listing of the directory told (otherwise an
+        open finds out, and the descriptor is kept)."""
         self.path = path
-        self._open_fd: int | None = None if new else _open_existing(path)
-        self.existed = self._open_fd is not None
+        self._open_fd: int | None = None
+        if present is None and not new:
+            self._open_fd = _open_existing(path)
+            present = self._open_fd is not None
+        self.existed = bool(present) and not new
         self._on_disk = self.existed  # the file exists (it is created by the first write)
         self._pending = bytearray()
         self._lock = threading.Lock()  # guards _pending and the file's write position
-        self.torn = False  # the file ended in a partial entry (cut off when loading)
         self._rebuilding = False  # between start_rebuild and finish_rebuild: nothing is written
+        if new:
+            self.torn = False
+            self._set_entries(b"")
+
+    def __getattr__(self, name: str) -> object:
+        """The entries, read from the file on their first use (see the class docstring)."""
+        if name not in self._LAZY and name != "torn":
+            raise AttributeError(name)
+        self._set_entries(self._load_raw())
+        return object.__getattribute__(self, name)
+
+    def _set_entries(self, raw: bytes) -> None:
+        raise NotImplementedError
 
     @property
     def _fd(self) -> int:
@@ -83,16 +112,33 @@ class _IndexFile:
         return self._open_fd
 
     def _load_raw(self) -> bytes:
-        """The whole entries on disk; a partial last entry is cut off, and appends go after them."""
+        """The whole entries on disk; a partial last entry is cut off (`torn`), and appends go
+        after them."""
+        self.torn = False  # the file ended in a partial entry (cut off when loading)
         if not self._on_disk:
             return b""
-        size = os.fstat(self._fd).st_size
+        with self._lock:
+            fd = self._open_fd
+        if fd is not None:
+            return self._read_whole(fd)
+        try:  # a descriptor of its own, closed again: the segment's may be closed (OpenSegments)
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            self._on_disk = False
+            return b""
+        try:
+            return self._read_whole(fd)
+        finally:
+            os.close(fd)
+
+    def _read_whole(self, fd: int) -> bytes:
+        size = os.fstat(fd).st_size
         whole = size - size % self.entry.size
         if whole != size:
             self.torn = True
-            os.ftruncate(self._fd, whole)
-        os.lseek(self._fd, whole, os.SEEK_SET)
-        return os.pread(self._fd, whole, 0) if whole else b""
+            os.ftruncate(fd, whole)
+        os.lseek(fd, whole, os.SEEK_SET)
+        return os.pread(fd, whole, 0) if whole else b""
 
     def _buffer(self, *values: int) -> None:
         entry = self.entry.pack(*values)
@@ -125,12 +171,13 @@ class _IndexFile:
         os.fsync(fd)
 
     def start_rebuild(self) -> None:
-        """Forget the entries (recovery adds them again from the log); the file keeps its bytes
-        until `finish_rebuild`."""
+        """Forget the entries (recovery adds them again from the log; the file is not read for
+        them); the file keeps its bytes until `finish_rebuild`."""
         with self._lock:
             self._rebuilding = True
             self._pending.clear()
-        self._clear_entries()
+        self.torn = False
+        self._set_entries(b"")
 
     def finish_rebuild(self) -> None:
         """Write the rebuilt entries, unless the file already holds exactly them: recovery after
@@ -148,9 +195,6 @@ class _IndexFile:
                 return
             rebuilt = bytes(self._pending)
         self._rewrite(rebuilt)
-
-    def _clear_entries(self) -> None:
-        raise NotImplementedError
 
     def _rewrite(self, raw: bytes) -> None:
         with self._lock:
@@ -196,16 +240,21 @@ class OffsetIndex(_IndexFile):
     """Maps an offset to the file position of the batch holding it (or an earlier one)."""
 
     entry = _OFFSET_ENTRY
+    _LAZY = ("_offsets", "_positions")
 
-    def __init__(self, path: str, base_offset: int, new: bool = False) -> None:
-        super().__init__(path, new)
+    def __init__(self, path: str, base_offset: int, new: bool = False, present: bool | None = None) -> None:
         self.base_offset = base_offset
-        self._offsets = array("q")
-        self._positions = array("q")
-        for offset, position in offset_entries(self._load_raw(), base_offset):
-            self._offsets.append(offset)
-            self._positions.append(position)
-        self.flush()
+        super().__init__(path, new, present)
+
+    def _set_entries(self, raw: bytes) -> None:
+        """The entries of `raw` (whole ones), decoded at once: an active segment's index holds
+        up to `segment.index.bytes` / 8 entries, loaded one by one in Python they cost ~0.5 us each."""
+        fields = array(_U32, raw[: len(raw) - len(raw) % _OFFSET_ENTRY.size])
+        if sys.byteorder == "little":
+            fields.byteswap()  # big-endian on disk
+        base = self.base_offset
+        self._offsets = array("q", [base + relative for relative in fields[0::2]])
+        self._positions = array("q", fields[1::2])
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -259,25 +308,23 @@ class OffsetIndex(_IndexFile):
             )
         )
 
-    def _clear_entries(self) -> None:
-        self._offsets = array("q")
-        self._positions = array("q")
-
 
 class TimeIndex(_IndexFile):
     """Maps a timestamp to the offset from which to search for records at or after it."""
 
     entry = _TIME_ENTRY
+    _LAZY = ("_timestamps", "_offsets")
 
-    def __init__(self, path: str, base_offset: int, new: bool = False) -> None:
-        super().__init__(path, new)
+    def __init__(self, path: str, base_offset: int, new: bool = False, present: bool | None = None) -> None:
         self.base_offset = base_offset
+        super().__init__(path, new, present)
+
+    def _set_entries(self, raw: bytes) -> None:
         self._timestamps = array("q")
         self._offsets = array("q")
-        for timestamp, offset in time_entries(self._load_raw(), base_offset):
+        for timestamp, offset in time_entries(raw, self.base_offset):
             self._timestamps.append(timestamp)
             self._offsets.append(offset)
-        self.flush()
 
     def __len__(self) -> int:
         return len(self._timestamps)
@@ -324,10 +371,6 @@ class TimeIndex(_IndexFile):
             )
         )
 
-    def _clear_entries(self) -> None:
-        self._timestamps = array("q")
-        self._offsets = array("q")
-
 
 def _strictly_increasing(values: array) -> bool:
     return all(map(operator.lt, values, itertools.islice(values, 1, None)))
@@ -372,17 +415,19 @@ class TransactionIndex:
     writes (none counts against the segment descriptor budget), and its entries stay in memory.
     """
 
-    def __init__(self, path: str, new: bool = False) -> None:
-        """`new`: its segment was just made in a new log directory (no file to read)."""
+    def __init__(self, path: str, new: bool = False, present: bool | None = None) -> None:
+        """`new`: its segment was just made in a new log directory (no file to read). `present`:
+        whether the file is there, when a listing of the directory told."""
         self.path = path
         self.entries: list[AbortedTxn] = []
-        if new:
+        self._maybe_on_disk = False  # the file may exist (False: it is known not to)
+        if new or present is False:
             return
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            raw = read_small_file(path)
         except FileNotFoundError:
             return
+        self._maybe_on_disk = True
         whole = len(raw) - len(raw) % _ABORTED_TXN_ENTRY.size
         if whole != len(raw):
             os.truncate(path, whole)  # a torn last entry: appends must go after the whole ones
@@ -397,6 +442,7 @@ class TransactionIndex:
         """Add an entry; markers come in offset order (ValueError otherwise, as Kafka refuses)."""
         if txn.last_offset <= self.last_offset:
             raise ValueError(f"{self.path}: aborted txn at {txn.last_offset} after one at {self.last_offset}")
+        self._maybe_on_disk = True
         with open(self.path, "ab") as handle:
             handle.write(_ABORTED_TXN_ENTRY.pack(
                 ABORTED_TXN_VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
@@ -423,9 +469,11 @@ class TransactionIndex:
             os.truncate(self.path, keep * _ABORTED_TXN_ENTRY.size)
 
     def reset(self) -> None:
-        """Forget every entry and the file (recovery rebuilds them from the log)."""
+        """Forget every entry and the file (recovery rebuilds them from the log); a file known
+        not to be there is not removed again (recovering thousands of logs after a crash)."""
         self.entries = []
-        self.delete()
+        if self._maybe_on_disk:
+            self.delete()
 
     def fsync(self) -> None:
         if self.entries:
@@ -438,6 +486,7 @@ class TransactionIndex:
         if self.exists():
             os.rename(self.path, path)
         self.path = path
+        self._maybe_on_disk = True  # a file of that name may be there already (a swap cut short)
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):

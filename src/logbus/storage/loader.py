@@ -4,7 +4,9 @@ Leftover temporary files are removed, a compaction swap that a crash cut short i
 each segment is opened, and after an unclean shutdown the segments past the recovery point are
 recovered (framing, CRC and offsets checked, a torn or corrupt tail cut, indexes rebuilt; the
 segments after a cut are deleted: they were never flushed). A clean start still checks each
-segment's tail after its last index entry. Then the leader epochs are read (from the checkpoint,
+segment's tail after its last index entry; the time indexes are read and checked on first use
+(`LogSegment.max_timestamp`). The directory is listed once: the listing tells every step which
+files are there. Then the leader epochs are read (from the checkpoint,
 or back from the batches past the recovery point when it was not fsynced before a crash) and the
 producer state is rebuilt from the last snapshot plus the log after it. A recovered segment's
 `.txnindex` is rebuilt by that replay, which then starts from a snapshot at or before the
@@ -23,6 +25,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..protocol.records import BatchHeader
+from .epoch_cache import LEADER_EPOCH_CHECKPOINT
 from .segment import LogSegment, segment_name
 
 if TYPE_CHECKING:
@@ -42,15 +45,18 @@ class LogLoader:
 
         Returns how many bytes recovery cut from torn or corrupt tails.
         """
-        if _made_dir(self.log.directory):
+        listing = _listing_or_new_dir(self.log.directory)
+        if listing is None:
             return self._start_empty(recovery_point, log_start_offset, clean_shutdown)
-        names = self._remove_leftovers()
+        names = self._remove_leftovers(listing)
         if any(name.endswith(".log.swap") for name in names):
             self._complete_swaps()
             names = _listdir(self.log.directory)
+        self.log.producer_state.listed(names)
+        listed = set(names)
         bases = self._segment_bases(names)
         for base in bases or [max(log_start_offset, 0)]:
-            self.log._add_segment(base)
+            self.log._add_segment(base, names=listed)
         cut, first_recovered = self._load_segments(recovery_point, clean_shutdown)
         if cut and len(self.log.segments) > 1:
             self._drop_empty_tail_segments()
@@ -58,7 +64,8 @@ class LogLoader:
         self.log.recovery_point = self.log.log_end_offset if clean_shutdown else min(
             recovery_point, self.log.log_end_offset
         )
-        self._load_epochs(self.log.log_end_offset if clean_shutdown else self.log.recovery_point)
+        self._load_epochs(self.log.log_end_offset if clean_shutdown else self.log.recovery_point,
+                          LEADER_EPOCH_CHECKPOINT in listed)
         self._rebuild_producer_state(first_recovered)
         return cut
 
@@ -74,12 +81,13 @@ class LogLoader:
             recovery_point, self.log.log_end_offset)
         return 0
 
-    def _remove_leftovers(self) -> list[str]:
+    def _remove_leftovers(self, listing: list[str]) -> list[str]:
         """Delete the temporary files a crash left (`.tmp`, `.deleted`, `.cleaned`); the other
-        names in the directory. One listing serves the whole load: thousands of partitions each
-        listed several times (a glob per kind of file) made most of a broker's start."""
+        names in the directory. One listing serves the whole load (segments, their index files,
+        producer snapshots, epoch checkpoint): thousands of partitions each listed several times
+        (a glob per kind of file) made most of a broker's start."""
         names = []
-        for name in _listdir(self.log.directory):
+        for name in listing:
             if name.endswith(LEFTOVER_SUFFIXES):
                 os.unlink(os.path.join(self.log.directory, name))
             else:
@@ -127,17 +135,18 @@ class LogLoader:
                 break
         return cut, first_recovered
 
-    def _load_epochs(self, durable_to: int) -> None:
+    def _load_epochs(self, durable_to: int, checkpointed: bool) -> None:
         """The leader epochs, from the checkpoint when it knows the last batch's epoch.
 
         Otherwise the checkpoint was not fsynced before a crash: its entries that start below
         `durable_to` (the recovery point, which a flush moves only after fsyncing it) are kept
         and the later epoch changes are read from the batch headers. A damaged file (possible
-        after an OS crash) is rebuilt from every batch.
+        after an OS crash) is rebuilt from every batch. `checkpointed`: the directory listing
+        holds the file (otherwise it is not looked for).
         """
         cache = self.log.epoch_cache
         try:
-            found = cache.read_file()
+            found = cache.read_file() if checkpointed else []
         except ValueError as exc:
             logger.warning("%s: rebuilding the leader epochs from the log: %s", self.log.directory, exc)
             found, durable_to = [], -1
@@ -160,6 +169,8 @@ class LogLoader:
     def _last_header(self) -> BatchHeader | None:
         """The header of the log's last batch (None for an empty log)."""
         for segment in reversed(self.log.segments):
+            if segment.size and segment.last_loaded_batch is not None:
+                return segment.last_loaded_batch  # its load read the tail up to there
             if segment.size:
                 tail = collections.deque(segment.headers_from(segment.offset_index.lookup(segment.next_offset - 1)), 1)
                 return tail[0] if tail else None
@@ -196,16 +207,17 @@ class LogLoader:
         """The last snapshot plus the log after it; from before `first_recovered`, when a
         segment was recovered, so that its `.txnindex` is rebuilt too."""
         upto = self.log.log_end_offset if first_recovered is None else min(first_recovered, self.log.log_end_offset)
-        self.log.rebuild_producer_state(self.log.producer_state.load_snapshot(upto))
+        self.log.rebuild_producer_state(self.log.producer_state.load_snapshot(upto, listing=False))
 
 
-def _made_dir(directory: str) -> bool:
-    """Make the log's directory; False when it was there already."""
+def _listing_or_new_dir(directory: str) -> list[str] | None:
+    """The names in the log's directory (`_listdir`); None when there was none: it is made.
+    (Listing first spares a log found on disk the failed mkdir, and its exception.)"""
     try:
-        os.makedirs(directory)
-    except FileExistsError:
-        return False
-    return True
+        return _listdir(directory)
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        return None
 
 
 def _listdir(directory: str) -> list[str]:

@@ -205,9 +205,9 @@ class PartitionLog:
         for segment in self.segments:
             segment.track(open_segments)
 
-    def _add_segment(self, base_offset: int, new: bool = False) -> LogSegment:
-        """`new`: the log's directory was just made (see LogSegment)."""
-        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes, new=new)
+    def _add_segment(self, base_offset: int, new: bool = False, names: set[str] | None = None) -> LogSegment:
+        """`new`: the log's directory was just made; `names`: the files in it (see LogSegment)."""
+        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes, new=new, names=names)
         segment.clock = self.clock
         segment.created_ms = self.clock()
         segment.track(self.open_segments)
@@ -341,6 +341,8 @@ class PartitionLog:
         """Replay the batches from `start` (where the loaded snapshot ends) into producer state.
         ABORT markers that their segment's `.txnindex` lacks (recovery reset it) are indexed
         again, with the LSO the replayed state gives, as when they were appended."""
+        if start >= self.log_end_offset:
+            return  # the snapshot is at the log end (a clean shutdown wrote it): nothing to replay
         for segment, header in self._batches_from_offset(start):
             marker = None
             if header.is_control:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..protocol.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, EndTxnMarker
-from .files import replace_file
+from .files import read_small_file, replace_file
 from .index import AbortedTxn
 
 CACHED_BATCHES = 5
@@ -236,6 +236,11 @@ class ProducerStateManager:
         """The log's directory was just made: it holds no snapshot (none to list)."""
         self._on_disk = set()
 
+    def listed(self, names: list[str]) -> None:
+        """The names in the log's directory, as the loader listed them: the snapshots there
+        (a second listing per log was a tenth of a restart's loading)."""
+        self._on_disk = _snapshot_offsets_in(names)
+
     def _snapshot_offsets(self, listing: bool = False) -> list[int]:
         """The offsets of the snapshots in the directory, oldest first. The directory is listed
         once (or again with `listing`), then followed as snapshots are written and removed here:
@@ -246,10 +251,10 @@ class ProducerStateManager:
     def _snapshots_on_disk(self, listing: bool = False) -> set[int]:
         if self._on_disk is None or listing:
             try:
-                names = [name for name in os.listdir(self.directory) if name.endswith(".snapshot")]
+                names = os.listdir(self.directory)
             except FileNotFoundError:
                 names = []
-            self._on_disk = {int(name.split(".")[0]) for name in names if not name.startswith(".")}
+            self._on_disk = _snapshot_offsets_in(names)
         return self._on_disk
 
     def _remove_snapshot(self, offset: int) -> None:
@@ -257,18 +262,17 @@ class ProducerStateManager:
         with contextlib.suppress(FileNotFoundError):  # gone already is what was wanted
             os.unlink(self._snapshot_path(offset))
 
-    def load_snapshot(self, upto: int) -> int:
+    def load_snapshot(self, upto: int, listing: bool = True) -> int:
         """Replace the state with the newest snapshot at or before `upto` (the log end, or where
         recovery must replay from), deleting later ones; returns the offset it covers to (0, and
-        an empty state, without one)."""
+        an empty state, without one). Without `listing`, the snapshots are those `listed` gave."""
         self.reset()
-        for offset in reversed(self._snapshot_offsets(listing=True)):
+        for offset in reversed(self._snapshot_offsets(listing=listing)):
             if offset > upto:
                 self._remove_snapshot(offset)
                 continue
             try:
-                with open(self._snapshot_path(offset), encoding="utf-8") as handle:
-                    state = json.load(handle)
+                state = json.loads(read_small_file(self._snapshot_path(offset)))
             except (OSError, ValueError):
                 continue
             self._restore(state)
@@ -286,3 +290,8 @@ class ProducerStateManager:
             self.producers[int(pid)] = entry
         opened = {e.txn_first_offset: pid for pid, e in self.producers.items() if e.txn_first_offset is not None}
         self.ongoing = dict(sorted(opened.items()))
+
+
+def _snapshot_offsets_in(names: list[str]) -> set[int]:
+    """The offsets of the `<offset>.snapshot` files among `names` (hidden files left out)."""
+    return {int(name.split(".")[0]) for name in names if name.endswith(".snapshot") and not name.startswith(".")}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import logging
 import mmap
 import os
 import time
@@ -37,6 +38,8 @@ from .index import OffsetIndex, TimeIndex, TransactionIndex
 SCAN_CHUNK = 1 << 20
 MAX_RELATIVE_OFFSET = (1 << 31) - 1  # what an index entry's relative offset may hold (Kafka: an int)
 RESIDENCY_CHECK_BYTES = 64 * 1024
+
+logger = logging.getLogger(__name__)
 
 
 def segment_name(base_offset: int) -> str:
@@ -138,30 +141,96 @@ class OpenSegments:
 
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, suffix: str = "",
-                 new: bool = False) -> None:
+                 new: bool = False, names: set[str] | None = None) -> None:
         """`suffix` (".cleaned", ".swap") names the files of a segment the log cleaner is writing.
         `new`: the first segment of a log whose directory was just made: its `.log` file is
-        created, and nothing else is looked for (the index files come with the first write)."""
+        created, and nothing else is looked for (the index files come with the first write).
+        `names`: the directory's file names, when the loader listed it: an index file not among
+        them is not looked for (mostly the `.txnindex`, which only an abort makes)."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
-        stem = os.path.join(directory, segment_name(base_offset))
+        name = segment_name(base_offset)
+        stem = os.path.join(directory, name)
         self.path = stem + ".log" + suffix
         self._open_fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.open_segments: OpenSegments | None = None  # the descriptor budget, once the log tracks it
         self.pinned = 0  # > 0 while a worker thread uses the descriptors: never released then
         self.size = 0 if new else os.fstat(self._open_fd).st_size
-        self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset, new)
-        self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset, new)
-        self.txn_index = TransactionIndex(stem + ".txnindex" + suffix, new)
+        self.offset_index = OffsetIndex(stem + ".index" + suffix, base_offset, new,
+                                        _listed(names, name + ".index" + suffix))
+        self.time_index = TimeIndex(stem + ".timeindex" + suffix, base_offset, new,
+                                    _listed(names, name + ".timeindex" + suffix))
+        self.txn_index = TransactionIndex(stem + ".txnindex" + suffix, new, _listed(names, name + ".txnindex" + suffix))
         self.next_offset = base_offset
-        self.max_timestamp = -1
+        self._max_timestamp = -1
+        self._max_timestamp_offset = -1
+        self._time_index_checked = True  # False from a load until the time index's first use
         self.clock: Callable[[], int] = _wall_clock_ms  # the log's clock, once it owns the segment
         self.created_ms = self.clock()
         self.first_batch_timestamp = -1
-        self._offset_of_max_timestamp = -1
         self._bytes_since_index = 0
+        self.last_loaded_batch: BatchHeader | None = None  # the last batch `load_state` or `recover` found
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest record timestamp in the segment (-1 when none), as far as its time index
+        and the tail a load read tell (the index read and checked on this first use)."""
+        if not self._time_index_checked:
+            self._check_time_index()
+        return self._max_timestamp
+
+    @max_timestamp.setter
+    def max_timestamp(self, value: int) -> None:
+        self._max_timestamp = value
+
+    @property
+    def _offset_of_max_timestamp(self) -> int:
+        """The last offset of the batch holding `max_timestamp`."""
+        if not self._time_index_checked:
+            self._check_time_index()
+        return self._max_timestamp_offset
+
+    @_offset_of_max_timestamp.setter
+    def _offset_of_max_timestamp(self, value: int) -> None:
+        self._max_timestamp_offset = value
+
+    def _checked_time_index(self) -> TimeIndex:
+        if not self._time_index_checked:
+            self._check_time_index()
+        return self.time_index
+
+    def _check_time_index(self) -> None:
+        """The time index's first use after `load_state`: read it, rebuild it from the log when
+        it does not fit the segment (an entry torn, out of order or past its offsets), and take
+        the largest timestamp from it unless the tail that the load read holds a larger one."""
+        self._time_index_checked = True
+        index = self.time_index
+        if not index.is_consistent(self.next_offset):
+            logger.warning("%s: rebuilding its time index", self.path)
+            self._rebuild_time_index()
+        if index.last_timestamp >= self._max_timestamp:
+            self._max_timestamp, self._max_timestamp_offset = index.last_timestamp, index.last_offset
+
+    def _rebuild_time_index(self) -> None:
+        """The time index's entries again from the batches, where `_index_batch` put them."""
+        index = self.time_index
+        index.start_rebuild()
+        max_timestamp = offset = -1
+        since_entry = 0
+        first = True
+        for _, _, headers in self._scan_chunks():
+            for header in headers:
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset = header.max_timestamp, header.last_offset
+                since_entry += header.size
+                if since_entry > self.index_interval_bytes or first:
+                    if max_timestamp >= 0:
+                        index.append(max_timestamp, offset)
+                    since_entry = 0
+                    first = False
+        index.finish_rebuild()
 
     @property
     def _fd(self) -> int:
@@ -273,7 +342,7 @@ class LogSegment:
         if header is None:
             return
         self.truncate_to(header.position)
-        self.time_index.truncate_to_offset(header.base_offset)
+        self._checked_time_index().truncate_to_offset(header.base_offset)
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self._offset_of_max_timestamp = -1
@@ -332,7 +401,7 @@ class LogSegment:
 
     def first_offset_at_time(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is >= `timestamp`."""
-        start = self.offset_index.lookup(self.time_index.lookup(timestamp))
+        start = self.offset_index.lookup(self._checked_time_index().lookup(timestamp))
         for header in self.headers_from(start):
             if header.max_timestamp >= timestamp:
                 return header
@@ -349,37 +418,43 @@ class LogSegment:
         (bytes written while the broker was stopped): the caller then runs `recover`, which cuts
         the log at the first bad batch and rebuilds the indexes, as Kafka does after its index
         sanity check fails. Damage before the last index entry is not looked for (nor by Kafka).
+        The tail's last batch is kept as `last_loaded_batch` (the loader's next steps need it).
+        The time index is not read here but on its first use (`_check_time_index`), as Kafka's
+        lazy indexes: a log loaded after a clean shutdown and only appended to reads it at its
+        first append.
         """
-        if self.size and not self._offset_index_usable():
+        index = self.offset_index
+        indexed = index.last_offset
+        if self.size and not (index.existed and self.time_index.existed and indexed >= 0
+                              and index.is_consistent(self.size)):
             return False
-        start = self.offset_index.lookup(self.offset_index.last_offset)
-        if self.offset_index.last_offset < 0:
-            start = 0
-        max_ts_offset = self.time_index.last_offset
-        self.max_timestamp = self.time_index.last_timestamp
-        self._offset_of_max_timestamp = max_ts_offset
+        start = index.lookup(indexed) if indexed >= 0 else 0
+        max_timestamp = max_timestamp_offset = -1  # of the tail
+        first = last = None
         end = start
         for chunk_start, chunk, headers in self._scan_chunks(start):  # one read: an index interval, a batch
+            if first is None:
+                first = headers[0]
+                if indexed >= 0 and not first.base_offset <= indexed <= first.last_offset:
+                    return False  # the last index entry names no batch's offsets
             for header in headers:
                 if not self._recoverable(chunk, header):
                     return False
                 self.next_offset = header.last_offset + 1
-                if header.max_timestamp > self.max_timestamp:
-                    self.max_timestamp = header.max_timestamp
-                    self._offset_of_max_timestamp = header.last_offset
-                end = chunk_start + header.position + header.size
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, max_timestamp_offset = header.max_timestamp, header.last_offset
+            last = read_header(chunk, headers[-1].position, located_at=chunk_start + headers[-1].position)
+            end = last.position + last.size
         if end != self.size:
             return False  # damage after the last good batch: recover cuts it off
-        self.first_batch_timestamp = self._first_timestamp()
-        return self.time_index.is_consistent(self.next_offset)
-
-    def _offset_index_usable(self) -> bool:
-        """Both index files were there, and the offset index is ordered and ends on a real batch."""
-        index = self.offset_index
-        if not (index.existed and self.time_index.existed and len(index) and index.is_consistent(self.size)):
-            return False
-        last = next(self.headers_from(index.lookup(index.last_offset)), None)
-        return last is not None and last.base_offset <= index.last_offset <= last.last_offset
+        self.last_loaded_batch = last
+        if start == 0:
+            self.first_batch_timestamp = -1 if first is None else first.max_timestamp
+        else:
+            self.first_batch_timestamp = self._first_timestamp()
+        self._max_timestamp, self._max_timestamp_offset = max_timestamp, max_timestamp_offset
+        self._time_index_checked = False
+        return True
 
     def _first_timestamp(self) -> int:
         first = next(self.headers_from(0), None)
@@ -392,20 +467,26 @@ class LogSegment:
         """
         self.offset_index.start_rebuild()
         self.time_index.start_rebuild()
+        self._time_index_checked = True
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp = -1
         self._bytes_since_index = 0
         valid_end = 0
+        self.last_loaded_batch = None
         for chunk_start, chunk, headers in self._scan_chunks():
+            good = 0
             for header in headers:
                 if not self._recoverable(chunk, header):
                     break
                 self._index_batch(header, chunk_start + header.position)
-                valid_end = chunk_start + header.position + header.size
-            else:
-                continue
-            break
+                good += 1
+            if good:
+                last = headers[good - 1]
+                valid_end = chunk_start + last.position + last.size
+                self.last_loaded_batch = read_header(chunk, last.position, located_at=chunk_start + last.position)
+            if good < len(headers):
+                break
         self.offset_index.finish_rebuild()
         self.time_index.finish_rebuild()
         cut = self.size - valid_end
@@ -427,8 +508,10 @@ class LogSegment:
         """Read the file from `position` in large chunks of whole batches, yielding their headers
         (positions in the chunk)."""
         while position < self.size:
-            chunk = os.pread(self._fd, min(max(SCAN_CHUNK, self._batch_size_at(position)), self.size - position),
-                             position)
+            size = self.size - position  # the rest, unless over a chunk: then a chunk or one batch
+            if size > SCAN_CHUNK:
+                size = min(max(SCAN_CHUNK, self._batch_size_at(position)), size)
+            chunk = os.pread(self._fd, size, position)
             headers = []
             offset = 0
             while offset + HEADER_SIZE <= len(chunk):
@@ -510,6 +593,11 @@ class LogSegment:
         self.time_index.delete()
         self.txn_index.delete()
         os.unlink(self.path)
+
+
+def _listed(names: set[str] | None, name: str) -> bool | None:
+    """Whether `name` is among the listed `names` (None: not listed, an open finds out)."""
+    return None if names is None else name in names
 
 
 def _wall_clock_ms() -> int:
