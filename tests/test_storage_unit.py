@@ -34,6 +34,7 @@ from logbus.storage.manager import (
     RECOVERY_POINT_FILE,
     LogManager,
 )
+from logbus.storage.producer_state import ProducerStateManager
 
 # ---------------------------------------------------------------------- index
 
@@ -193,6 +194,92 @@ def test_a_clean_shutdown_syncs_and_snapshots_only_what_moved_since_the_last_tim
     assert synced == []
     assert [log_.log_end_offset for log_ in logs] == [1, 2, 2]
     assert set(logs[1].producer_state.producers) == {7}, "the producer is back from the kept snapshot"
+
+
+def shut_down_after_a_roll(data: str) -> PartitionLog:
+    """A log of producer 7 (sequences 0-2), a segment per batch (the last roll's snapshot at
+    offset 2), closed cleanly (its snapshot at 3)."""
+
+    async def scenario() -> PartitionLog:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        log_ = manager.load_log("t", 0, make_config(**{"segment.bytes": "200"}))
+        for sequence in range(3):
+            raw = record_batch(b"p" * 100, producer_id=7, sequence=sequence)
+            log_.append(bytearray(raw), validate_batches(raw), 0)
+        await log_.jobs.drain()
+        await manager.shutdown()
+        return log_
+
+    return asyncio.run(scenario())
+
+
+def reloaded(data: str) -> tuple[PartitionLog, list[str]]:
+    """The log `t-0` of `data` as the next start loads it, and its snapshots once loaded."""
+
+    async def scenario() -> tuple[PartitionLog, list[str]]:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        log_ = manager.load_log("t", 0, make_config(**{"segment.bytes": "200"}))
+        snapshots = files(log_.directory, ".snapshot")
+        await manager.shutdown()
+        return log_, snapshots
+
+    return asyncio.run(scenario())
+
+
+def test_a_clean_shutdown_writes_its_snapshot_in_place_and_leaves_the_older_one(tmp_path) -> None:
+    """Kafka's takeSnapshot at close: `<end>.snapshot` is written directly (no temporary file
+    renamed over it) and the roll's older snapshot is not removed at shutdown (issue 25: the file
+    work per log is what a broker closing thousands of logs waits for)."""
+    data = str(tmp_path / "data")
+    renames: list[str] = []
+    real_replace = os.replace
+
+    def recording_replace(source, target, **kwargs):  # noqa: ANN001, ANN003, ANN202 - notes renames
+        renames.append(os.path.basename(target))
+        return real_replace(source, target, **kwargs)
+
+    os.replace = recording_replace
+    try:
+        log_ = shut_down_after_a_roll(data)
+    finally:
+        os.replace = real_replace
+    assert files(log_.directory, ".snapshot") == [f"{2:020d}.snapshot", f"{3:020d}.snapshot"]
+    assert f"{3:020d}.snapshot" not in renames
+    assert set(reloaded(data)[0].producer_state.producers) == {7}
+
+
+@pytest.mark.parametrize("damage", ["torn", "empty", "wrong shape"])
+def test_a_damaged_shutdown_snapshot_is_deleted_and_the_state_rebuilt(tmp_path, damage: str) -> None:
+    """A shutdown snapshot torn by a crash while it was written (or otherwise damaged) is deleted
+    at the next load, as Kafka's CorruptSnapshotException, and the state comes from the older
+    snapshot plus the log after it: the log is the truth, the snapshot a cache."""
+    data = str(tmp_path / "data")
+    before = shut_down_after_a_roll(data).producer_state.snapshot_state()
+    path = os.path.join(data, "t-0", f"{3:020d}.snapshot")
+    text = open(path, encoding="utf-8").read()  # noqa: SIM115 - read whole
+    damaged = {"torn": text[: len(text) // 2], "empty": "", "wrong shape": '{"7": []}'}[damage]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(damaged)
+    log_, snapshots = reloaded(data)
+    assert log_.producer_state.snapshot_state() == before
+    assert snapshots == [f"{2:020d}.snapshot"]
+    raw = record_batch(b"next", producer_id=7, sequence=3)
+    assert log_.producer_state.check(validate_batches(raw)[0])[0].value == "ok", "the sequence goes on"
+
+
+def test_a_load_keeps_the_snapshot_it_used_and_the_one_before(tmp_path) -> None:
+    """Shutdowns leave older snapshots; a load deletes all but the one it used and the next
+    older one (a truncation below the newest replays from that), so they cannot pile up in a
+    partition that never rolls."""
+    state = ProducerStateManager(str(tmp_path))
+    for offset in (2, 5, 9, 12):
+        state.take_snapshot(offset, {"7": {"epoch": 0, "last_timestamp": offset, "batches": []}})
+    loaded = ProducerStateManager(str(tmp_path))
+    assert loaded.load_snapshot(10) == 9
+    assert loaded.producers[7].last_timestamp == 9
+    assert sorted(p.name for p in tmp_path.glob("*.snapshot")) == [f"{5:020d}.snapshot", f"{9:020d}.snapshot"]
 
 
 @pytest.mark.skipif(not syncfs_available(), reason="syncfs(2) is Linux's")
