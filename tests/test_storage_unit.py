@@ -79,6 +79,12 @@ def make_config(**overrides: str) -> LogConfig:
     return log_config(BrokerConfig(), overrides)
 
 
+# An index entry per batch: no log is within one index interval, so every log that moved gets a
+# snapshot at close (a smaller one is replayed by the next start instead: see
+# test_a_log_within_one_index_interval_gets_no_snapshot_at_close).
+SNAPSHOT_AT_CLOSE = {"index.interval.bytes": "0"}
+
+
 def append(log_: PartitionLog, value: bytes, epoch: int = 0, timestamp: int | None = None) -> int:
     """Append a one-record batch as leader; returns its offset."""
     raw = record_batch(value, timestamp=timestamp)
@@ -146,7 +152,7 @@ def test_a_clean_shutdown_syncs_and_snapshots_only_what_moved_since_the_last_tim
     costs about a millisecond even of a file with nothing to write, and 2,000 idle partitions
     took 7-10 s to shut down); the next start still finds every log and producer as it was."""
     data = str(tmp_path / "data")
-    config = make_config()
+    config = make_config(**SNAPSHOT_AT_CLOSE)
 
     async def run(appends: dict[int, list[bytes]], flushed: set[int]) -> tuple[list[str], list[PartitionLog]]:
         manager = LogManager(data)
@@ -196,6 +202,9 @@ def test_a_clean_shutdown_syncs_and_snapshots_only_what_moved_since_the_last_tim
     assert set(logs[1].producer_state.producers) == {7}, "the producer is back from the kept snapshot"
 
 
+ROLLING_EACH_BATCH = make_config(**{"segment.bytes": "200"}, **SNAPSHOT_AT_CLOSE)
+
+
 def shut_down_after_a_roll(data: str) -> PartitionLog:
     """A log of producer 7 (sequences 0-2), a segment per batch (the last roll's snapshot at
     offset 2), closed cleanly (its snapshot at 3)."""
@@ -203,7 +212,7 @@ def shut_down_after_a_roll(data: str) -> PartitionLog:
     async def scenario() -> PartitionLog:
         manager = LogManager(data)
         manager.open(0, "cluster")
-        log_ = manager.load_log("t", 0, make_config(**{"segment.bytes": "200"}))
+        log_ = manager.load_log("t", 0, ROLLING_EACH_BATCH)
         for sequence in range(3):
             raw = record_batch(b"p" * 100, producer_id=7, sequence=sequence)
             log_.append(bytearray(raw), validate_batches(raw), 0)
@@ -220,7 +229,7 @@ def reloaded(data: str) -> tuple[PartitionLog, list[str]]:
     async def scenario() -> tuple[PartitionLog, list[str]]:
         manager = LogManager(data)
         manager.open(0, "cluster")
-        log_ = manager.load_log("t", 0, make_config(**{"segment.bytes": "200"}))
+        log_ = manager.load_log("t", 0, ROLLING_EACH_BATCH)
         snapshots = files(log_.directory, ".snapshot")
         await manager.shutdown()
         return log_, snapshots
@@ -267,6 +276,33 @@ def test_a_damaged_shutdown_snapshot_is_deleted_and_the_state_rebuilt(tmp_path, 
     assert snapshots == [f"{2:020d}.snapshot"]
     raw = record_batch(b"next", producer_id=7, sequence=3)
     assert log_.producer_state.check(validate_batches(raw)[0])[0].value == "ok", "the sequence goes on"
+
+
+def test_a_log_within_one_index_interval_gets_no_snapshot_at_close(tmp_path) -> None:
+    """A log whose records since its last snapshot lie within one index interval of its active
+    segment gets no snapshot at close: the next start reads those bytes anyway (from the index
+    entry at or before the log end) and replays them into the producer state. A log past one
+    interval gets its snapshot (issue 25: creating 10,000 snapshot files was most of a stop)."""
+    data = str(tmp_path / "data")
+
+    async def shut_down(appends: dict[int, int]) -> list[PartitionLog]:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        logs = [manager.load_log("t", p, make_config(**{"index.interval.bytes": "1000"})) for p in range(2)]
+        for p, count in appends.items():
+            for sequence in range(logs[p].log_end_offset, logs[p].log_end_offset + count):
+                raw = record_batch(b"v" * 200, producer_id=7 + p, sequence=sequence)
+                logs[p].append(bytearray(raw), validate_batches(raw), 0)
+        await manager.shutdown()
+        return logs
+
+    asyncio.run(shut_down({0: 2, 1: 6}))
+    assert files(os.path.join(data, "t-0"), ".snapshot") == [], "two batches: read at the next start anyway"
+    assert files(os.path.join(data, "t-1"), ".snapshot") == [f"{6:020d}.snapshot"], "past one index interval"
+    logs = asyncio.run(shut_down({}))
+    assert [set(log_.producer_state.producers) for log_ in logs] == [{7}, {8}]
+    assert [b.last_seq for b in logs[0].producer_state.producers[7].batches] == [0, 1], "replayed from the log"
+    assert files(os.path.join(data, "t-0"), ".snapshot") == []
 
 
 def test_a_load_keeps_the_snapshot_it_used_and_the_one_before(tmp_path) -> None:
@@ -349,7 +385,7 @@ def test_a_clean_shutdown_of_many_logs_is_a_few_io_jobs_and_keeps_every_producer
     clean restart finds every producer without reading the logs back."""
     partitions = 300
     data = str(tmp_path / "data")
-    config = make_config()
+    config = make_config(**SNAPSHOT_AT_CLOSE)
 
     async def shut_down_after_appends() -> int:
         manager = LogManager(data, io_threads=4)
@@ -390,7 +426,7 @@ def test_a_producer_snapshot_that_cannot_be_written_at_shutdown_leaves_only_its_
         for p, log_dir in enumerate(dirs):
             manager.prefer_log_dir("t", p, log_dir)
             raw = record_batch(b"v", producer_id=7, sequence=0)
-            manager.load_log("t", p, make_config()).append(bytearray(raw), validate_batches(raw), 0)
+            manager.load_log("t", p, make_config(**SNAPSHOT_AT_CLOSE)).append(bytearray(raw), validate_batches(raw), 0)
         shutil.rmtree(os.path.join(dirs[0], "t-0"))  # its snapshot has nowhere to go
         await manager.shutdown()
         return manager.offline_dirs

@@ -246,6 +246,13 @@ class ProducerStateManager:
         for old in stale:
             self._remove_snapshot(old)
 
+    def newest_snapshot_known(self, upto: int) -> int | None:
+        """The offset of the newest snapshot at or before `upto` (0 without one), from the
+        snapshots known to be on disk; None when the directory was not listed yet."""
+        if self._on_disk is None:
+            return None
+        return max((offset for offset in self._on_disk if offset <= upto), default=0)
+
     def started_empty(self) -> None:
         """The log's directory was just made: it holds no snapshot (none to list)."""
         self._on_disk = set()
