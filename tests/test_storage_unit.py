@@ -280,9 +280,9 @@ def test_a_damaged_shutdown_snapshot_is_deleted_and_the_state_rebuilt(tmp_path, 
 
 def test_a_log_within_one_index_interval_gets_no_snapshot_at_close(tmp_path) -> None:
     """A log whose records since its last snapshot lie within one index interval of its active
-    segment gets no snapshot at close: the next start reads those bytes anyway (from the index
-    entry at or before the log end) and replays them into the producer state. A log past one
-    interval gets its snapshot (issue 25: creating 10,000 snapshot files was most of a stop)."""
+    segment gets no snapshot at close: the next start replays those few bytes into the producer
+    state, as cheaply as it would load a snapshot. A log past one interval gets its snapshot
+    (issue 25: creating 10,000 snapshot files was most of a stop)."""
     data = str(tmp_path / "data")
 
     async def shut_down(appends: dict[int, int]) -> list[PartitionLog]:
@@ -297,7 +297,7 @@ def test_a_log_within_one_index_interval_gets_no_snapshot_at_close(tmp_path) -> 
         return logs
 
     asyncio.run(shut_down({0: 2, 1: 6}))
-    assert files(os.path.join(data, "t-0"), ".snapshot") == [], "two batches: read at the next start anyway"
+    assert files(os.path.join(data, "t-0"), ".snapshot") == [], "two batches: replayed by the next start"
     assert files(os.path.join(data, "t-1"), ".snapshot") == [f"{6:020d}.snapshot"], "past one index interval"
     logs = asyncio.run(shut_down({}))
     assert [set(log_.producer_state.producers) for log_ in logs] == [{7}, {8}]
