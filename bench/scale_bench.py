@@ -46,6 +46,8 @@ import argparse
 import compileall
 import json
 import os
+import re
+import resource
 import shutil
 import signal
 import statistics
@@ -413,19 +415,56 @@ def lost_records(bootstrap: str, acked: dict[tuple[str, int], set[bytes]], deadl
     return sum(len(values) for values in missing.values())
 
 
-def stop_gracefully(broker: BrokerProcess, deadline: Deadline) -> float:
-    """SIGTERM `broker`; seconds until its process exits (SIGKILL at the deadline)."""
+def stop_gracefully(broker: BrokerProcess, deadline: Deadline, out: dict[str, Any] | None = None) -> float:
+    """SIGTERM `broker`; seconds until its process exits (SIGKILL at the deadline). With `out`, also
+    the CPU seconds the process used from the signal to its exit, its exit code and what its stop
+    line says (each phase's seconds; how long the process took to exit after writing it)."""
     process = broker.process
     assert process is not None
+    cpu_before = cpu_seconds(process.pid)
     began = time.monotonic()
     process.send_signal(signal.SIGTERM)
     try:
-        process.wait(deadline.left())
+        status, usage = reap(process, deadline)
     except Exception:
         broker.kill()
         raise
+    exited_s, exited_at = time.monotonic() - began, time.time()
     broker.process = None
-    return time.monotonic() - began
+    if out is not None:
+        out["stop_cpu_s"] = round(usage.ru_utime + usage.ru_stime - cpu_before, 3)
+        out["exit_code"] = os.waitstatus_to_exitcode(status)
+        out.update(stop_line(broker.log_path, exited_at))
+    return exited_s
+
+
+def reap(process: subprocess.Popen, deadline: Deadline) -> tuple[int, resource.struct_rusage]:
+    """Wait for `process` to exit (TimeoutError at the deadline): its wait status and the CPU it
+    used in all (wait4's, which Popen.wait does not give)."""
+    while time.monotonic() < deadline.at:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return status, usage
+        time.sleep(0.005)
+    raise TimeoutError(f"broker process {process.pid} still running at the deadline")
+
+
+STOP_LINE = re.compile(r"^(\S+ \S+) INFO \S+: broker \d+ stopped cleanly in [\d.]+ s \((.*)\)$")
+
+
+def stop_line(log_path: str, exited_at: float) -> dict[str, Any]:
+    """The last `stopped cleanly` line of the broker's log: each phase's seconds, and the seconds
+    from that line to the process's exit (the interpreter's teardown)."""
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        found = [m for m in map(STOP_LINE.match, handle.read().splitlines()) if m]
+    if not found:
+        return {}
+    logged, phases = found[-1].groups()
+    logged_at = time.mktime(time.strptime(logged.split(",")[0], "%Y-%m-%d %H:%M:%S")) + int(logged[-3:]) / 1000
+    seconds = {name: float(value) for name, value in
+               (re.match(r"(.*) ([\d.]+) s$", part).groups() for part in phases.split(", "))}  # type: ignore[union-attr]
+    return {"stop_phases_s": seconds, "after_stop_line_s": round(exited_at - logged_at, 3)}
 
 
 def restart(cluster: Cluster, broker: BrokerProcess, deadline: Deadline, out: dict[str, Any]) -> None:
@@ -444,7 +483,7 @@ def graceful_stop(cluster: Cluster, broker: BrokerProcess, deadline: Deadline, o
     saw them right after), time until every partition had a live leader."""
     out["broker"] = broker.broker_id
     began = time.monotonic()
-    out["exit_s"] = round(stop_gracefully(broker, deadline), 3)
+    out["exit_s"] = round(stop_gracefully(broker, deadline, out), 3)
     others = live(cluster)
     out["led_at_exit"] = view_of(others[0]).led_by(broker.broker_id)
     out["all_led_s"] = round(wait_everywhere(cluster, not_led_by({b.broker_id for b in others}), deadline, began,
@@ -555,7 +594,10 @@ def measure_rep(args: argparse.Namespace) -> dict[str, Any]:
             progress("Metadata", result)
             sigterm_step(cluster, view_of(first), args, Deadline(args.deadline, "SIGTERM step"),
                          result.setdefault("sigterm", {}))
-            controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
+            if args.keep_logs:
+                result["logs"] = keep_logs(cluster)
+            if not args.no_controller_kill:
+                controller_kill_step(cluster, args.deadline, result.setdefault("controller_kill", {}))
     except (TimeoutError, RuntimeError, KafkaException) as exc:  # RuntimeError: a broker that did not start
         result["failed"] = str(exc)
     return result
@@ -620,6 +662,10 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
     "sigterm_exit_s": lambda r: r["sigterm"]["exit_s"],
     "sigterm_led_at_exit": lambda r: r["sigterm"]["led_at_exit"],
     "sigterm_all_led_s": lambda r: r["sigterm"]["all_led_s"],
+    "sigterm_stop_cpu_s": lambda r: r["sigterm"]["stop_cpu_s"],
+    "sigterm_controlled_shutdown_s": lambda r: r["sigterm"]["stop_phases_s"]["controlled shutdown"],
+    "sigterm_logs_s": lambda r: r["sigterm"]["stop_phases_s"]["logs"],
+    "sigterm_after_stop_line_s": lambda r: r["sigterm"]["after_stop_line_s"],
     "sigterm_failed_sends": lambda r: r["sigterm"]["producer"]["failed"],
     "steady_answer_median_s": lambda r: r["sigterm"]["producer"]["answer_s_sent_before_signal"][0],
     "steady_answer_max_s": lambda r: r["sigterm"]["producer"]["answer_s_sent_before_signal"][1],
@@ -721,6 +767,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-s", type=float, default=15.0, help="seconds the idle brokers' CPU is measured "
                         "over, before and after the create (0: not measured)")
     parser.add_argument("--only-create", action="store_true", help="measure step 1 (and 6) only")
+    parser.add_argument("--no-controller-kill", action="store_true", help="leave out step 5")
+    parser.add_argument("--keep-logs", action="store_true", help="copy the brokers' logs out after step 4")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting (e.g. replica.lag.time.max.ms=3000, the test clusters'; default 30000)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",

@@ -34,6 +34,7 @@ from logbus.storage.manager import (
     RECOVERY_POINT_FILE,
     LogManager,
 )
+from logbus.storage.producer_state import ProducerStateManager
 
 # ---------------------------------------------------------------------- index
 
@@ -76,6 +77,12 @@ def test_index_flushes_from_another_thread_never_duplicate_or_lose_entries(tmp_p
 
 def make_config(**overrides: str) -> LogConfig:
     return log_config(BrokerConfig(), overrides)
+
+
+# An index entry per batch: no log is within one index interval, so every log that moved gets a
+# snapshot at close (a smaller one is replayed by the next start instead: see
+# test_a_log_within_one_index_interval_gets_no_snapshot_at_close).
+SNAPSHOT_AT_CLOSE = {"index.interval.bytes": "0"}
 
 
 def append(log_: PartitionLog, value: bytes, epoch: int = 0, timestamp: int | None = None) -> int:
@@ -145,7 +152,7 @@ def test_a_clean_shutdown_syncs_and_snapshots_only_what_moved_since_the_last_tim
     costs about a millisecond even of a file with nothing to write, and 2,000 idle partitions
     took 7-10 s to shut down); the next start still finds every log and producer as it was."""
     data = str(tmp_path / "data")
-    config = make_config()
+    config = make_config(**SNAPSHOT_AT_CLOSE)
 
     async def run(appends: dict[int, list[bytes]], flushed: set[int]) -> tuple[list[str], list[PartitionLog]]:
         manager = LogManager(data)
@@ -193,6 +200,122 @@ def test_a_clean_shutdown_syncs_and_snapshots_only_what_moved_since_the_last_tim
     assert synced == []
     assert [log_.log_end_offset for log_ in logs] == [1, 2, 2]
     assert set(logs[1].producer_state.producers) == {7}, "the producer is back from the kept snapshot"
+
+
+ROLLING_EACH_BATCH = make_config(**{"segment.bytes": "200"}, **SNAPSHOT_AT_CLOSE)
+
+
+def shut_down_after_a_roll(data: str) -> PartitionLog:
+    """A log of producer 7 (sequences 0-2), a segment per batch (the last roll's snapshot at
+    offset 2), closed cleanly (its snapshot at 3)."""
+
+    async def scenario() -> PartitionLog:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        log_ = manager.load_log("t", 0, ROLLING_EACH_BATCH)
+        for sequence in range(3):
+            raw = record_batch(b"p" * 100, producer_id=7, sequence=sequence)
+            log_.append(bytearray(raw), validate_batches(raw), 0)
+        await log_.jobs.drain()
+        await manager.shutdown()
+        return log_
+
+    return asyncio.run(scenario())
+
+
+def reloaded(data: str) -> tuple[PartitionLog, list[str]]:
+    """The log `t-0` of `data` as the next start loads it, and its snapshots once loaded."""
+
+    async def scenario() -> tuple[PartitionLog, list[str]]:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        log_ = manager.load_log("t", 0, ROLLING_EACH_BATCH)
+        snapshots = files(log_.directory, ".snapshot")
+        await manager.shutdown()
+        return log_, snapshots
+
+    return asyncio.run(scenario())
+
+
+def test_a_clean_shutdown_writes_its_snapshot_in_place_and_leaves_the_older_one(tmp_path) -> None:
+    """Kafka's takeSnapshot at close: `<end>.snapshot` is written directly (no temporary file
+    renamed over it) and the roll's older snapshot is not removed at shutdown (issue 25: the file
+    work per log is what a broker closing thousands of logs waits for)."""
+    data = str(tmp_path / "data")
+    renames: list[str] = []
+    real_replace = os.replace
+
+    def recording_replace(source, target, **kwargs):  # noqa: ANN001, ANN003, ANN202 - notes renames
+        renames.append(os.path.basename(target))
+        return real_replace(source, target, **kwargs)
+
+    os.replace = recording_replace
+    try:
+        log_ = shut_down_after_a_roll(data)
+    finally:
+        os.replace = real_replace
+    assert files(log_.directory, ".snapshot") == [f"{2:020d}.snapshot", f"{3:020d}.snapshot"]
+    assert f"{3:020d}.snapshot" not in renames
+    assert set(reloaded(data)[0].producer_state.producers) == {7}
+
+
+@pytest.mark.parametrize("damage", ["torn", "empty", "wrong shape"])
+def test_a_damaged_shutdown_snapshot_is_deleted_and_the_state_rebuilt(tmp_path, damage: str) -> None:
+    """A shutdown snapshot torn by a crash while it was written (or otherwise damaged) is deleted
+    at the next load, as Kafka's CorruptSnapshotException, and the state comes from the older
+    snapshot plus the log after it: the log is the truth, the snapshot a cache."""
+    data = str(tmp_path / "data")
+    before = shut_down_after_a_roll(data).producer_state.snapshot_state()
+    path = os.path.join(data, "t-0", f"{3:020d}.snapshot")
+    text = open(path, encoding="utf-8").read()  # noqa: SIM115 - read whole
+    damaged = {"torn": text[: len(text) // 2], "empty": "", "wrong shape": '{"7": []}'}[damage]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(damaged)
+    log_, snapshots = reloaded(data)
+    assert log_.producer_state.snapshot_state() == before
+    assert snapshots == [f"{2:020d}.snapshot"]
+    raw = record_batch(b"next", producer_id=7, sequence=3)
+    assert log_.producer_state.check(validate_batches(raw)[0])[0].value == "ok", "the sequence goes on"
+
+
+def test_a_log_within_one_index_interval_gets_no_snapshot_at_close(tmp_path) -> None:
+    """A log whose records since its last snapshot lie within one index interval of its active
+    segment gets no snapshot at close: the next start replays those few bytes into the producer
+    state, as cheaply as it would load a snapshot. A log past one interval gets its snapshot
+    (issue 25: creating 10,000 snapshot files was most of a stop)."""
+    data = str(tmp_path / "data")
+
+    async def shut_down(appends: dict[int, int]) -> list[PartitionLog]:
+        manager = LogManager(data)
+        manager.open(0, "cluster")
+        logs = [manager.load_log("t", p, make_config(**{"index.interval.bytes": "1000"})) for p in range(2)]
+        for p, count in appends.items():
+            for sequence in range(logs[p].log_end_offset, logs[p].log_end_offset + count):
+                raw = record_batch(b"v" * 200, producer_id=7 + p, sequence=sequence)
+                logs[p].append(bytearray(raw), validate_batches(raw), 0)
+        await manager.shutdown()
+        return logs
+
+    asyncio.run(shut_down({0: 2, 1: 6}))
+    assert files(os.path.join(data, "t-0"), ".snapshot") == [], "two batches: replayed by the next start"
+    assert files(os.path.join(data, "t-1"), ".snapshot") == [f"{6:020d}.snapshot"], "past one index interval"
+    logs = asyncio.run(shut_down({}))
+    assert [set(log_.producer_state.producers) for log_ in logs] == [{7}, {8}]
+    assert [b.last_seq for b in logs[0].producer_state.producers[7].batches] == [0, 1], "replayed from the log"
+    assert files(os.path.join(data, "t-0"), ".snapshot") == []
+
+
+def test_a_load_keeps_the_snapshot_it_used_and_the_one_before(tmp_path) -> None:
+    """Shutdowns leave older snapshots; a load deletes all but the one it used and the next
+    older one (a truncation below the newest replays from that), so they cannot pile up in a
+    partition that never rolls."""
+    state = ProducerStateManager(str(tmp_path))
+    for offset in (2, 5, 9, 12):
+        state.take_snapshot(offset, {"7": {"epoch": 0, "last_timestamp": offset, "batches": []}})
+    loaded = ProducerStateManager(str(tmp_path))
+    assert loaded.load_snapshot(10) == 9
+    assert loaded.producers[7].last_timestamp == 9
+    assert sorted(p.name for p in tmp_path.glob("*.snapshot")) == [f"{5:020d}.snapshot", f"{9:020d}.snapshot"]
 
 
 @pytest.mark.skipif(not syncfs_available(), reason="syncfs(2) is Linux's")
@@ -262,7 +385,7 @@ def test_a_clean_shutdown_of_many_logs_is_a_few_io_jobs_and_keeps_every_producer
     clean restart finds every producer without reading the logs back."""
     partitions = 300
     data = str(tmp_path / "data")
-    config = make_config()
+    config = make_config(**SNAPSHOT_AT_CLOSE)
 
     async def shut_down_after_appends() -> int:
         manager = LogManager(data, io_threads=4)
@@ -303,7 +426,7 @@ def test_a_producer_snapshot_that_cannot_be_written_at_shutdown_leaves_only_its_
         for p, log_dir in enumerate(dirs):
             manager.prefer_log_dir("t", p, log_dir)
             raw = record_batch(b"v", producer_id=7, sequence=0)
-            manager.load_log("t", p, make_config()).append(bytearray(raw), validate_batches(raw), 0)
+            manager.load_log("t", p, make_config(**SNAPSHOT_AT_CLOSE)).append(bytearray(raw), validate_batches(raw), 0)
         shutil.rmtree(os.path.join(dirs[0], "t-0"))  # its snapshot has nowhere to go
         await manager.shutdown()
         return manager.offline_dirs

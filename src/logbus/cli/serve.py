@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -12,7 +13,7 @@ import os
 import resource
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ..config import BrokerConfig, ConfigError, load_properties
 from ..logging_config import COMPONENTS, LEVEL_KEY, LOG_FORMATS, component_key, configure_logging
@@ -88,7 +89,22 @@ def run(args: argparse.Namespace) -> int:
         runner = uvloop.run
     except ImportError:  # uvloop is not built for every platform
         runner = asyncio.run
-    return runner(_serve(config, broker_id, listeners, log_dirs))
+    leave_without_teardown(runner(_serve(config, broker_id, listeners, log_dirs)))
+
+
+def leave_without_teardown(code: int) -> NoReturn:
+    """Exit with `code` once the broker's loop has ended, without the interpreter's teardown.
+
+    Everything durable is done by then (logs closed, clean-shutdown marker written, ZooKeeper
+    session closed, the loop's threads joined); what is left is Python freeing the heap object
+    by object and unloading its modules, 0.8 s at 3,000 partitions (issue 25), which nobody
+    waits for but the operator and the next start. The log handlers and stdio are flushed first.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone, or a stream closed
+            stream.flush()
+    os._exit(code)
 
 
 def _shorthand(args: argparse.Namespace) -> tuple[str, int] | None:

@@ -705,7 +705,21 @@ class PartitionLog:
             for segment in self.segments:
                 segment.close()
             self.deleted = True
+        if self._replay_costs_a_start_no_more_than_a_snapshot():
+            return None
         return self.producer_state.snapshot_at_close(self.log_end_offset)
+
+    def _replay_costs_a_start_no_more_than_a_snapshot(self) -> bool:
+        """Is replaying the records past the newest snapshot (or the log start) as cheap for the
+        next start as loading a snapshot at the end? So when the replay begins in the active
+        segment and that segment is within one index interval: one read of at most that many
+        bytes, which a start without the file needs instead of opening and parsing the snapshot
+        (in process, 0.36 ms of CPU per log either way). Such a log gets none at close: creating
+        the file costs ~0.5 ms of system time on ext4, 5-9 s at a broker's stop with 10,000
+        moved logs (issue 25)."""
+        newest = self.producer_state.newest_snapshot_known(self.log_end_offset)
+        return (newest is not None and self.segments[-1].size <= self.config.index_interval_bytes
+                and self._segment_for(newest) == len(self.segments) - 1)
 
     @property
     def unsynced(self) -> bool:

