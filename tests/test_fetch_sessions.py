@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from test_replica_manager import FOLLOWER, LEADER, batches, create, replica_manager
 
-from logbus.broker.apis.fetch import _unseen_moves
+from logbus.broker.apis.fetch import _read_all, _Reader, _resolved, _unseen_moves
 from logbus.broker.fetch_sessions import EVICTION_IDLE_S, CachedPartition, FetchSessionCache, SessionError
 from logbus.cluster import fetcher as fetcher_module
 from logbus.cluster.delayed_fetch import ChangeWatch
@@ -250,6 +250,60 @@ def test_a_leaders_sweep_of_a_follower_session_picks_only_what_no_watch_reported
             assert replicas.get("t2", 0) is not replaced
             assert ("t2", 0) in _unseen_moves(ctx, session, watch), "created again: the watch does not hold it"
             assert replaced not in watch.keys, "the replaced partition is forgotten"
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_read_cut_by_the_answers_size_is_read_first_at_the_next_fetch(tmp_path: Path) -> None:
+    """An answer full before every moved partition was read: those left out are marked changed
+    (no later append may come to wake them, and the follower does not name a partition whose
+    position did not move) and go first next time, ahead of those that just answered records
+    (Kafka's rotation of an incremental session)."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            names = ("t0", "t1", "t2")
+            for name in names:
+                await create(replicas, name, [LEADER, FOLLOWER])
+                await replicas.append_records(name, 0, batches(b"x" * 100), 1)
+            session = FetchSessionCache(10, Clock()).maybe_create(
+                True, False, [entry for name in names for entry in entries(name, 0)])
+            assert session is not None
+            watch = ChangeWatch()
+            ctx = SimpleNamespace(broker=SimpleNamespace(replicas=replicas, metadata=replicas.metadata),
+                                  api_version=12, sendfile=False)
+            request = SimpleNamespace(replica_id=FOLLOWER, max_bytes=1)  # room for the first batch only
+            reader = _Reader(replica=FOLLOWER, read_committed=False, client_rack=None)
+            keys = {(name, 0) for name in names}
+            topics, total, _ = _read_all(ctx, request, _resolved(ctx, session.wanted(keys)), reader, set(), session,
+                                         watch)
+            assert total > 0
+            assert [p.partition_index for t in topics for p in t.partitions if p.records] == [0]
+            assert watch.take() == {("t1", 0), ("t2", 0)}, "the two left out"
+            session.served(("t0", 0))
+            assert [key for _, key, _ in session.wanted(keys)] == ["t1", "t2", "t0"]
+
+    asyncio.run(scenario())
+
+
+def test_a_leaders_sweep_picks_a_partition_its_follower_still_lacks_records_of(tmp_path: Path) -> None:
+    """A safety net beside the watch: at a sweep, a partition whose log ends past the position
+    its follower last named is handled again."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as replicas:
+            await create(replicas, "t0", [LEADER, FOLLOWER])
+            session = FetchSessionCache(10, Clock()).maybe_create(True, False, entries("t0", 0))
+            assert session is not None
+            watch = ChangeWatch()
+            partition = replicas.get("t0", 0)
+            watch.watch(partition, ("t0", 0))
+            session.partitions[("t0", 0)].log_start_offset = partition.log.log_start_offset
+            ctx = SimpleNamespace(broker=SimpleNamespace(replicas=replicas, metadata=replicas.metadata))
+            assert _unseen_moves(ctx, session, watch) == set()
+            await replicas.append_records("t0", 0, batches(b"a"), 1)
+            watch.take()  # the append's news, taken by a fetch whose answer had no room for it
+            assert _unseen_moves(ctx, session, watch) == {("t0", 0)}
+            session.partitions[("t0", 0)].fetch = fetch_partition(0, partition.log.log_end_offset)
+            assert _unseen_moves(ctx, session, watch) == set(), "the follower has it all"
 
     asyncio.run(scenario())
 

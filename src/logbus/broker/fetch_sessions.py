@@ -57,6 +57,7 @@ class CachedPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    served_turn: int = 0  # the session's `turn` when it last answered records (0: never)
 
     def tell(self, answer: Any, records_size: int) -> bool:
         """Remember what `answer` tells the fetcher; True when an incremental answer must name this
@@ -88,6 +89,7 @@ class FetchSession:
     counts: dict[Any, int] = field(default_factory=dict)  # partitions per topic key (a topic left with none goes)
     changes: Any = None  # a follower's: the `delayed_fetch.ChangeWatch` on its partitions
     swept_at: float = float("-inf")  # when a fetch last handled every partition (follower sessions)
+    turn: int = 0  # counts the partitions that answered records (their `served_turn`)
 
     def update(self, wanted: Iterable[tuple[Any, Any, list[Any]]], forgotten: Iterable[PartitionKey]) -> None:
         """Add or replace the partitions a fetch names, then drop the ones it forgets (Kafka's
@@ -114,10 +116,12 @@ class FetchSession:
 
     def wanted(self, only: Iterable[PartitionKey] | None = None) -> list[tuple[Any, Any, list[Any]]]:
         """Every partition of the session (or those of `only` in it) as (request topic, topic
-        key, fetch partitions), in the session's order (`only`: sorted): a topic's partitions
-        apart in it make two entries (as Kafka's answer)."""
+        key, fetch partitions), in the session's order (`only`: those that answered records
+        longest ago first, as the session's order puts them): a topic's partitions apart in it
+        make two entries (as Kafka's answer)."""
         chosen = self.partitions.items() if only is None else sorted(
-            (key, self.partitions[key]) for key in only if key in self.partitions)
+            ((key, self.partitions[key]) for key in only if key in self.partitions),
+            key=lambda item: (item[1].served_turn, item[0]))
         runs: list[tuple[Any, Any, list[Any]]] = []
         for (key, _), cached in chosen:
             if not runs or runs[-1][1] != key:
@@ -130,6 +134,8 @@ class FetchSession:
         fetches read the others first (Kafka's IncrementalFetchContext: with a small max_bytes
         every partition gets its turn, not the first ones until they run dry)."""
         self.partitions.move_to_end(key)
+        self.turn += 1
+        self.partitions[key].served_turn = self.turn
 
 
 class FetchSessionCache:

@@ -102,7 +102,7 @@ def leave_without_teardown(code: int) -> NoReturn:
     """
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader gone, or a stream closed
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a reader gone, a stream closed or None
             stream.flush()
     os._exit(code)
 

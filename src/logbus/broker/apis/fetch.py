@@ -213,7 +213,9 @@ def _narrowed(ctx: RequestContext, session: FetchSession | None, watch: ChangeWa
 def _unseen_moves(ctx: RequestContext, session: FetchSession, watch: ChangeWatch) -> set[tuple[Any, int]]:
     """A sweep of a follower's session: its partitions whose news no watch reported: a log start
     that retention moved (segments are deleted by the log manager, not through the partition),
-    and a partition replaced since it was watched (a topic created again) or no longer hosted.
+    records the follower still lacks (a safety net: a read cut by the answer's size is marked
+    changed in `_read_all`), and a partition replaced since it was watched (a topic created
+    again) or no longer hosted.
     Compares a few numbers per partition and reads none: an idle session of thousands costs
     little (reading each of them every sweep was most of an idle broker's CPU, issue 25). The
     watch forgets the replaced partitions; those handled now are watched again as they are read."""
@@ -228,7 +230,8 @@ def _unseen_moves(ctx: RequestContext, session: FetchSession, watch: ChangeWatch
             unseen.add(partition_key)
             continue
         watched[partition] = partition_key
-        if cached.log_start_offset != partition.log.log_start_offset:
+        if cached.log_start_offset != partition.log.log_start_offset \
+                or cached.fetch.fetch_offset < partition.log.log_end_offset:
             unseen.add(partition_key)
     watch.keys = watched
     return unseen
@@ -366,6 +369,8 @@ def _read_all(
             cached = session.partitions.get((_topic_key(topic), fetch.partition)) if session else None
             answer, size = _read_partition(module, ctx, name, fetch, budget, reader,
                                            min_one_batch=total == 0, cached=cached, watch=watch)
+            if budget == 0 and total > 0 and watch is not None and partition is not None:
+                watch.changed(partition)  # cut by the answer's size: the next fetch reads it
             if answer is None:
                 continue
             budget = max(budget - size, 0)
