@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from kazoo.client import KazooClient
 
 from logbus.cluster.zookeeper_server import ZooKeeperServer
 from logbus.testing import running_zookeeper
@@ -84,6 +85,21 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
     (running_cluster), so tests sharing it see nothing of each other."""
     with running_zookeeper() as server:
         yield server
+
+
+@pytest.fixture
+def zk_client(zookeeper: ZooKeeperServer, request: pytest.FixtureRequest) -> Iterator[KazooClient]:
+    """A started client in a chroot of its own of the session's ZooKeeper (named after the
+    test's module), as each broker of a cluster has one."""
+    from helpers import zookeeper_chroot
+
+    client = KazooClient(hosts=zookeeper_chroot(zookeeper.connect_string, request.module.__name__.rsplit(".", 1)[-1]))
+    client.start(30)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 
-import pytest
-from helpers import zookeeper_chroot
 from kazoo.client import KazooClient
 
 from logbus.cluster.controller import claim_controller, leaders_first, partition_changes
@@ -17,19 +14,6 @@ from logbus.cluster.metadata import PartitionState, TopicMetadata
 from logbus.cluster.zk_data import STATE_CHANGES, decode_state_changes, encode_state, encode_state_changes, state_path
 from logbus.cluster.zk_writes import MULTI_OP_BYTES, commit_state_batches, multi_op_batches
 from logbus.cluster.zookeeper import ZooKeeperMetadataStore
-from logbus.cluster.zookeeper_server import ZooKeeperServer
-
-
-@pytest.fixture
-def client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
-    """A started client in a chroot of its own of the session's ZooKeeper."""
-    started = KazooClient(hosts=zookeeper_chroot(zookeeper.connect_string, "controller"))
-    started.start(10)
-    try:
-        yield started
-    finally:
-        started.stop()
-        started.close()
 
 
 def _topic(name: str, states: list[PartitionState]) -> TopicMetadata:
@@ -105,69 +89,69 @@ def test_writes_are_cut_into_multi_ops_within_the_size_bound() -> None:
         assert size + len(encode_state_changes(entries)) <= MULTI_OP_BYTES
 
 
-def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenced(client: KazooClient) -> None:
-    client.create("/controller_epoch", b"1")
-    client.ensure_path(STATE_CHANGES)
+def test_a_batch_writes_the_others_when_one_state_moved_on_and_nothing_when_fenced(zk_client: KazooClient) -> None:
+    zk_client.create("/controller_epoch", b"1")
+    zk_client.ensure_path(STATE_CHANGES)
     for index in range(4):
-        client.create(state_path("t", index), b"old", makepath=True)
+        zk_client.create(state_path("t", index), b"old", makepath=True)
     for moved in (1, 2):
-        client.set(state_path("t", moved), b"moved on")  # version 1 now
+        zk_client.set(state_path("t", moved), b"moved on")  # version 1 now
     new = PartitionState(2, 1, [1, 2], [2])
     batch = list(enumerate(("t", index, new, 0) for index in range(4)))
-    assert commit_state_batches(client, [batch], 1, epoch_version=0) == [0, 3]
-    assert [client.get(state_path("t", i))[0] for i in range(4)] == [
+    assert commit_state_batches(zk_client, [batch], 1, epoch_version=0) == [0, 3]
+    assert [zk_client.get(state_path("t", i))[0] for i in range(4)] == [
         encode_state(new, 1), b"moved on", b"moved on", encode_state(new, 1)]
-    [change] = client.get_children(STATE_CHANGES)
-    assert decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0]) == [
+    [change] = zk_client.get_children(STATE_CHANGES)
+    assert decode_state_changes(zk_client.get(f"{STATE_CHANGES}/{change}")[0]) == [
         ("t", 0, 2, 1, [2], 1), ("t", 3, 2, 1, [2], 1)]
-    client.set("/controller_epoch", b"2")  # a successor
-    assert commit_state_batches(client, [[(0, ("t", 0, new, 1))]], 1, epoch_version=0) == []
-    assert client.get(state_path("t", 0))[1].version == 1
-    assert len(client.get_children(STATE_CHANGES)) == 1
+    zk_client.set("/controller_epoch", b"2")  # a successor
+    assert commit_state_batches(zk_client, [[(0, ("t", 0, new, 1))]], 1, epoch_version=0) == []
+    assert zk_client.get(state_path("t", 0))[1].version == 1
+    assert len(zk_client.get_children(STATE_CHANGES)) == 1
 
 
-def test_a_claim_creates_the_controller_and_bumps_the_epoch_in_one_transaction(client: KazooClient) -> None:
-    assert claim_controller(client, 1) == (1, 1)  # /controller_epoch created at 0, bumped
-    assert claim_controller(client, 2) is None  # broker 1 is the controller
-    assert client.get("/controller_epoch")[0] == b"1"
-    client.delete("/controller")
-    assert claim_controller(client, 2) == (2, 2)
-    assert json.loads(client.get("/controller")[0])["brokerid"] == 2
+def test_a_claim_creates_the_controller_and_bumps_the_epoch_in_one_transaction(zk_client: KazooClient) -> None:
+    assert claim_controller(zk_client, 1) == (1, 1)  # /controller_epoch created at 0, bumped
+    assert claim_controller(zk_client, 2) is None  # broker 1 is the controller
+    assert zk_client.get("/controller_epoch")[0] == b"1"
+    zk_client.delete("/controller")
+    assert claim_controller(zk_client, 2) == (2, 2)
+    assert json.loads(zk_client.get("/controller")[0])["brokerid"] == 2
 
 
 def test_a_leaders_batch_of_isr_changes_is_one_state_change_and_a_moved_partition_fails_alone(
-        client: KazooClient) -> None:
+        zk_client: KazooClient) -> None:
     """A leader's ISR changes (unfenced): one multi-op and one state change for the batch, not one
     per partition (a broker's death made 1,300 that every broker read)."""
-    client.ensure_path(STATE_CHANGES)
+    zk_client.ensure_path(STATE_CHANGES)
     for index in range(5):
-        client.create(state_path("t", index), b"old", makepath=True)
-    client.set(state_path("t", 3), b"the controller's")  # version 1 now
+        zk_client.create(state_path("t", index), b"old", makepath=True)
+    zk_client.set(state_path("t", 3), b"the controller's")  # version 1 now
     shrunk = PartitionState(1, 0, [1, 2, 3], [1, 3])
     batch = list(enumerate(("t", index, shrunk, 0) for index in range(5)))
-    assert commit_state_batches(client, [batch], 0, epoch_version=None) == [0, 1, 2, 4]
-    assert client.get(state_path("t", 3))[0] == b"the controller's"
-    [change] = client.get_children(STATE_CHANGES)
-    entries = decode_state_changes(client.get(f"{STATE_CHANGES}/{change}")[0])
+    assert commit_state_batches(zk_client, [batch], 0, epoch_version=None) == [0, 1, 2, 4]
+    assert zk_client.get(state_path("t", 3))[0] == b"the controller's"
+    [change] = zk_client.get_children(STATE_CHANGES)
+    entries = decode_state_changes(zk_client.get(f"{STATE_CHANGES}/{change}")[0])
     assert [index for _t, index, *_rest in entries] == [0, 1, 2, 4]
 
 
-def test_pipelined_batches_each_write_their_current_states_and_one_state_change(client: KazooClient) -> None:
+def test_pipelined_batches_each_write_their_current_states_and_one_state_change(zk_client: KazooClient) -> None:
     """Multi-ops sent before any answer is awaited: a moved partition fails alone in its own
     batch, the batches after it are written all the same, in order."""
-    client.ensure_path(STATE_CHANGES)
+    zk_client.ensure_path(STATE_CHANGES)
     for index in range(6):
-        client.create(state_path("t", index), b"old", makepath=True)
+        zk_client.create(state_path("t", index), b"old", makepath=True)
     for moved in (1, 4):
-        client.set(state_path("t", moved), b"the controller's")  # version 1 now
+        zk_client.set(state_path("t", moved), b"the controller's")  # version 1 now
     grown = PartitionState(1, 0, [1, 2, 3], [1, 2, 3])
     writes = [("t", index, grown, 0) for index in range(6)]
     batches = [list(enumerate(writes))[:3], list(enumerate(writes))[3:]]
-    assert commit_state_batches(client, batches, 0, epoch_version=None) == [0, 2, 3, 5]
-    assert [client.get(state_path("t", i))[0] == encode_state(grown, 0) for i in range(6)] == [
+    assert commit_state_batches(zk_client, batches, 0, epoch_version=None) == [0, 2, 3, 5]
+    assert [zk_client.get(state_path("t", i))[0] == encode_state(grown, 0) for i in range(6)] == [
         True, False, True, True, False, True]
-    changes = sorted(client.get_children(STATE_CHANGES))
-    assert [[index for _t, index, *_rest in decode_state_changes(client.get(f"{STATE_CHANGES}/{c}")[0])]
+    changes = sorted(zk_client.get_children(STATE_CHANGES))
+    assert [[index for _t, index, *_rest in decode_state_changes(zk_client.get(f"{STATE_CHANGES}/{c}")[0])]
             for c in changes] == [[0, 2], [3, 5]]
 
 

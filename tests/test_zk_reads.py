@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from helpers import zookeeper_chroot
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -13,26 +10,14 @@ from logbus.cluster import zk_reads
 from logbus.cluster.zk_reads import ZnodeReader
 
 
-@pytest.fixture
-def client(zookeeper) -> Iterator[KazooClient]:  # noqa: ANN001 - conftest's ZooKeeperServer
-    """A client in a chroot of its own, as brokers use one."""
-    found = KazooClient(hosts=zookeeper_chroot(zookeeper.connect_string, "zk-reads"))
-    found.start(30)
-    try:
-        yield found
-    finally:
-        found.stop()
-        found.close()
-
-
 @pytest.mark.parametrize("multi_read", [True, False], ids=["multiRead", "pipelined gets"])
 def test_many_znodes_read_at_once_give_each_its_data_and_stat_or_its_own_error(
-        client: KazooClient, multi_read: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        zk_client: KazooClient, multi_read: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(zk_reads, "MULTI_READ_PATHS", 3)  # several requests, one of them partly missing
     for index in range(5):
-        client.create(f"/states/{index}", b'{"leader": %d}' % index, makepath=True)
-    client.set("/states/4", b"changed")
-    reader = ZnodeReader(client)
+        zk_client.create(f"/states/{index}", b'{"leader": %d}' % index, makepath=True)
+    zk_client.set("/states/4", b"changed")
+    reader = ZnodeReader(zk_client)
     reader.multi_read = multi_read
 
     reads = reader.read([f"/states/{index}" for index in range(5)] + ["/states/missing", "/states/0"])
@@ -42,4 +27,4 @@ def test_many_znodes_read_at_once_give_each_its_data_and_stat_or_its_own_error(
         b'{"leader": 0}', b'{"leader": 1}', b'{"leader": 2}', b'{"leader": 3}', b"changed", b'{"leader": 0}']
     assert isinstance(reads[5], NoNodeError), "a missing znode fails alone"
     assert [read[1].version for read in (reads[0], reads[4])] == [0, 1]
-    assert reads[0][1] == client.get("/states/0")[1]
+    assert reads[0][1] == zk_client.get("/states/0")[1]
