@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import QUIET, RawConnection, wait_until
 from kazoo.client import KazooClient
 from kio.index import load_payload_module
@@ -303,3 +303,42 @@ def test_a_broker_restarted_right_after_a_crash_waits_for_its_old_registration(t
             capture_output=True, text=True, timeout=60)
         assert twin.returncode != 0
         assert "broker id 2 is registered by another live broker" in twin.stderr
+
+
+def test_a_lost_session_reads_its_many_topics_again_without_a_thread_each() -> None:
+    """After a reconnection every watched topic is read again. kazoo's DataWatch reads each in a
+    thread of its own; with thousands of topics those threads starved the broker's ZooKeeper
+    thread until its new session expired too, again and again (20,000 threads in one broker of
+    a 100,000-partition cluster, issue 25). The reads now go through one thread."""
+    topics = 300
+    with running_cluster(1, {"zookeeper.session.timeout.ms": "4000"}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+        names = [f"many-{i}" for i in range(topics)]
+        for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
+            future.result(60)
+        broker = cluster.brokers[1]
+        threads = f"/proc/{broker.process.pid}/task"
+        before = len(os.listdir(threads))
+        client = KazooClient(hosts=cluster.config["zookeeper.connect"])
+        client.start(30)
+        try:
+            owner = registration_owners(client)[1]
+            os.kill(broker.process.pid, signal.SIGSTOP)
+            try:
+                wait_until(lambda: registration_owners(client).get(1) != owner, timeout=30, interval=0.2,
+                           message="the stopped broker's session expired")
+            finally:
+                os.kill(broker.process.pid, signal.SIGCONT)
+            most = before
+            deadline = time.monotonic() + 60
+            while registration_owners(client).get(1) in (None, owner) and time.monotonic() < deadline:
+                most = max(most, len(os.listdir(threads)))
+            for _ in range(200):  # the reads after the new session's registration
+                most = max(most, len(os.listdir(threads)))
+                time.sleep(0.01)
+            assert registration_owners(client).get(1) not in (None, owner), "registered again"
+        finally:
+            client.stop()
+            client.close()
+        # a few more are fine (the I/O and executor pools grow as they are used), one per watch not
+        assert most < before + topics // 3, f"{most} threads at the reconnection, {before} before"

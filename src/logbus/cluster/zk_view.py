@@ -44,7 +44,7 @@ from .zk_data import (
     state_path,
     topic_path,
 )
-from .zk_reads import Read, ZnodeReader
+from .zk_reads import Read, SerialDataWatch, ZnodeReader
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,10 @@ class ClusterView:
                 if name not in self.watched_topics:
                     self.watched_topics.add(name)
                     arriving[name] = _Arrival()
-                    DataWatch(self._client, f"/config/topics/{name}",
-                              lambda data, _stat, event, n=name: self._on_topic_configs(n, data, event))
-                    DataWatch(self._client, topic_path(name),
-                              lambda data, _stat, event, n=name: self._on_topic_data(n, data, event))
+                    SerialDataWatch(self._client, f"/config/topics/{name}",
+                                    lambda data, _stat, event, n=name: self._on_topic_configs(n, data, event))
+                    SerialDataWatch(self._client, topic_path(name),
+                                    lambda data, _stat, event, n=name: self._on_topic_data(n, data, event))
         finally:
             self._arriving = None
         self._read_arrivals(arriving)

@@ -48,6 +48,7 @@ from .zk_data import (
     decode_acl_change,
     read_entity_config,
 )
+from .zk_reads import SerialDataWatch
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class EntityConfigWatcher:
         for name in children:
             if name not in self._watched_users:
                 self._watched_users.add(name)
-                DataWatch(self._client, f"{USERS}/{name}", lambda data, *_a, n=name: self._on_user(n, data))
+                SerialDataWatch(self._client, f"{USERS}/{name}", lambda data, *_a, n=name: self._on_user(n, data))
                 self._watch_user_clients(name)
         for name in self._watched_users - set(children):
             self._watched_users.discard(name)
@@ -262,7 +263,7 @@ class EntityConfigWatcher:
             for name in children:
                 if name not in watched:
                     watched.add(name)
-                    DataWatch(self._client, f"{parent}/{name}", lambda data, *_a, n=name: seen(n, data))
+                    SerialDataWatch(self._client, f"{parent}/{name}", lambda data, *_a, n=name: seen(n, data))
             for name in watched - set(children):
                 watched.discard(name)
                 on_gone(name)
