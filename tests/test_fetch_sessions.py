@@ -238,17 +238,19 @@ def test_a_leaders_sweep_of_a_follower_session_picks_only_what_no_watch_reported
                 watch.watch(partition, (name, index))
                 cached.log_start_offset = partition.log.log_start_offset  # as the last answer told
             ctx = SimpleNamespace(broker=SimpleNamespace(replicas=replicas, metadata=replicas.metadata))
-            assert _unseen_moves(ctx, session, watch) == set(), "an idle session: nothing to handle"
+            assert _unseen_moves(ctx, session, watch, FOLLOWER) == set(), "an idle session: nothing to handle"
 
             await replicas.append_records("t0", 0, batches(b"a"), 1)
             replicas.get("t0", 0).log.delete_records_before(1)  # as retention moves it: no watch is told
             replaced = replicas.get("t2", 0)
             await replicas.metadata.delete_topic("t2")
             await asyncio.wait_for(replicas.wait_dropped("t2"), 30)
-            assert _unseen_moves(ctx, session, watch) == {("t0", 0), ("t2", 0)}, "a moved log start, a gone one"
+            moved = _unseen_moves(ctx, session, watch, FOLLOWER)
+            assert moved == {("t0", 0), ("t2", 0)}, "a moved log start, a gone one"
             await create(replicas, "t2", [LEADER, FOLLOWER])
             assert replicas.get("t2", 0) is not replaced
-            assert ("t2", 0) in _unseen_moves(ctx, session, watch), "created again: the watch does not hold it"
+            moved = _unseen_moves(ctx, session, watch, FOLLOWER)
+            assert ("t2", 0) in moved, "created again: the watch does not hold it"
             assert replaced not in watch.keys, "the replaced partition is forgotten"
 
     asyncio.run(scenario())
@@ -285,9 +287,11 @@ def test_a_follower_read_cut_by_the_answers_size_is_read_first_at_the_next_fetch
     asyncio.run(scenario())
 
 
-def test_a_leaders_sweep_picks_a_partition_its_follower_still_lacks_records_of(tmp_path: Path) -> None:
-    """A safety net beside the watch: at a sweep, a partition whose log ends past the position
-    its follower last named is handled again."""
+def test_a_leaders_sweep_picks_a_partition_its_follower_lacks_records_of_or_whose_isr_lacks_it(
+        tmp_path: Path) -> None:
+    """At a sweep, a partition whose log ends past the position its follower last named is
+    handled again (a safety net beside the watch), and one whose ISR lacks the follower (an
+    expansion whose write failed while ZooKeeper was out of reach is decided again)."""
     async def scenario() -> None:
         async with replica_manager(tmp_path) as replicas:
             await create(replicas, "t0", [LEADER, FOLLOWER])
@@ -298,12 +302,14 @@ def test_a_leaders_sweep_picks_a_partition_its_follower_still_lacks_records_of(t
             watch.watch(partition, ("t0", 0))
             session.partitions[("t0", 0)].log_start_offset = partition.log.log_start_offset
             ctx = SimpleNamespace(broker=SimpleNamespace(replicas=replicas, metadata=replicas.metadata))
-            assert _unseen_moves(ctx, session, watch) == set()
+            assert _unseen_moves(ctx, session, watch, FOLLOWER) == set()
             await replicas.append_records("t0", 0, batches(b"a"), 1)
             watch.take()  # the append's news, taken by a fetch whose answer had no room for it
-            assert _unseen_moves(ctx, session, watch) == {("t0", 0)}
+            assert _unseen_moves(ctx, session, watch, FOLLOWER) == {("t0", 0)}
             session.partitions[("t0", 0)].fetch = fetch_partition(0, partition.log.log_end_offset)
-            assert _unseen_moves(ctx, session, watch) == set(), "the follower has it all"
+            assert _unseen_moves(ctx, session, watch, FOLLOWER) == set(), "the follower has it all"
+            outside = max(partition.state.replicas) + 1
+            assert _unseen_moves(ctx, session, watch, outside) == {("t0", 0)}, "not in the ISR"
 
     asyncio.run(scenario())
 

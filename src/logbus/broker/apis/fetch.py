@@ -206,16 +206,18 @@ def _narrowed(ctx: RequestContext, session: FetchSession | None, watch: ChangeWa
     named = {(key, fetch.partition) for _, key, partitions in _request_entries(request) for fetch in partitions}
     if now - session.swept_at >= SWEEP_S:
         session.swept_at = now
-        named |= _unseen_moves(ctx, session, watch)
+        named |= _unseen_moves(ctx, session, watch, replica_id(request))
     return named
 
 
-def _unseen_moves(ctx: RequestContext, session: FetchSession, watch: ChangeWatch) -> set[tuple[Any, int]]:
+def _unseen_moves(ctx: RequestContext, session: FetchSession, watch: ChangeWatch,
+                  follower: int) -> set[tuple[Any, int]]:
     """A sweep of a follower's session: its partitions whose news no watch reported: a log start
     that retention moved (segments are deleted by the log manager, not through the partition),
     records the follower still lacks (a safety net: a read cut by the answer's size is marked
-    changed in `_read_all`), and a partition replaced since it was watched (a topic created
-    again) or no longer hosted.
+    changed in `_read_all`), a partition whose ISR lacks the follower (its expansion, decided
+    when the follower's fetch is handled, failed to be written: ZooKeeper was out of reach),
+    and a partition replaced since it was watched (a topic created again) or no longer hosted.
     Compares a few numbers per partition and reads none: an idle session of thousands costs
     little (reading each of them every sweep was most of an idle broker's CPU, issue 25). The
     watch forgets the replaced partitions; those handled now are watched again as they are read."""
@@ -231,7 +233,7 @@ def _unseen_moves(ctx: RequestContext, session: FetchSession, watch: ChangeWatch
             continue
         watched[partition] = partition_key
         if cached.log_start_offset != partition.log.log_start_offset \
-                or cached.fetch.fetch_offset < partition.log.log_end_offset:
+                or cached.fetch.fetch_offset < partition.log.log_end_offset or follower not in partition.state.isr:
             unseen.add(partition_key)
     watch.keys = watched
     return unseen
