@@ -81,6 +81,10 @@ QUIET = {"log_level": 0}
 METADATA_KEY, METADATA_VERSION = 3, 12
 ALL_TOPICS = metadata_v12.MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                           include_topic_authorized_operations=False)
+# brokers and controller only: waiting for a new controller with answers of every partition from
+# dozens of brokers kept the machine busy decoding them while the brokers elected it
+NO_TOPICS = metadata_v12.MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False)
 READ_METADATA = entity_reader(metadata_response.MetadataResponse)
 SESSION_TIMEOUT_MS = 6000
 MAX_SOCKET_TIMEOUT_MS = 300_000  # librdkafka's bound on socket.timeout.ms
@@ -109,8 +113,8 @@ class ClusterView:
         return sum(1 for p in self.partitions.values() if p.leader == broker_id)
 
 
-def read_view(client: Client) -> ClusterView:
-    answer = client.call(METADATA_KEY, METADATA_VERSION, ALL_TOPICS)
+def read_view(client: Client, request: Any = ALL_TOPICS) -> ClusterView:
+    answer = client.call(METADATA_KEY, METADATA_VERSION, request)
     decoded, _size = READ_METADATA(answer, 5)  # after the correlation id and the header's tags
     partitions = {(t.name, p.partition_index): PartitionView(p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes))
                   for t in decoded.topics for p in t.partitions}
@@ -143,10 +147,11 @@ def view_of(broker: BrokerProcess) -> ClusterView:
 Pending = Callable[[ClusterView], int]  # how many partitions (or controllers) are not yet as wanted
 
 
-def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: str) -> ClusterView:
-    """Poll `broker`'s Metadata until nothing is `pending` on it (reconnecting if it drops us),
-    pausing between two requests at least as long as the last answer took (an answer of tens of
-    thousands of partitions costs the broker that much CPU)."""
+def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: str,
+            request: Any = ALL_TOPICS) -> ClusterView:
+    """Poll `broker`'s Metadata (`request`) until nothing is `pending` on it (reconnecting if it
+    drops us), pausing between two requests at least as long as the last answer took (an answer
+    of tens of thousands of partitions costs the broker that much CPU)."""
     client: Client | None = None
     left: int | str = "unknown (no answer)"
     pause = POLL_S
@@ -155,7 +160,7 @@ def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: s
             try:
                 client = client or Client(broker.port, timeout=max(deadline.left(), 1))
                 asked = time.monotonic()
-                view = read_view(client)
+                view = read_view(client, request)
                 pause = max(POLL_S, time.monotonic() - asked)
                 left = pending(view)
                 if not left:
@@ -171,13 +176,14 @@ def wait_on(broker: BrokerProcess, pending: Pending, deadline: Deadline, what: s
     raise TimeoutError(f"{deadline.what}: {what}: {left} still pending on broker {broker.broker_id}")
 
 
-def wait_everywhere(cluster: Cluster, pending: Pending, deadline: Deadline, began: float, what: str) -> float:
+def wait_everywhere(cluster: Cluster, pending: Pending, deadline: Deadline, began: float, what: str,
+                    request: Any = ALL_TOPICS) -> float:
     """Seconds from `began` until nothing is `pending` in any live broker's Metadata (every
     broker asked at once, each on a thread of its own: one after the other, dozens of brokers
     each answering Metadata of thousands of partitions on a loaded machine measured the bench)."""
     brokers = live(cluster)
     with ThreadPoolExecutor(max_workers=len(brokers)) as pool:
-        for waited in [pool.submit(wait_on, broker, pending, deadline, what) for broker in brokers]:
+        for waited in [pool.submit(wait_on, broker, pending, deadline, what, request) for broker in brokers]:
             waited.result()
     return time.monotonic() - began
 
@@ -524,7 +530,7 @@ def controller_kill_step(cluster: Cluster, seconds: float, out: dict[str, Any]) 
     killed.kill()
     alive = {b.broker_id for b in live(cluster)}
     out["new_controller_s"] = round(wait_everywhere(cluster, lambda v: int(v.controller_id not in alive), deadline,
-                                                    began, "controllers gone"), 3)
+                                                    began, "controllers gone", NO_TOPICS), 3)
     out["all_led_s"] = round(wait_everywhere(cluster, not_led_by(alive), deadline, began,
                                              "partitions without a live leader"), 3)
     restart(cluster, killed, Deadline(seconds, "restart after SIGKILL"), out.setdefault("restart", {}))
