@@ -54,15 +54,15 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         topic=bool(getattr(request, "include_topic_authorized_operations", False)),
         cluster=bool(getattr(request, "include_cluster_authorized_operations", False)),
     )
+    key: tuple[object, ...] = (ctx.listener_name, version, operations)
+    if broker.authorizer is not None:
+        key = (*key, ctx.principal, ctx.client_host)
     if request.topics is None or (version == 0 and not request.topics):
-        key: tuple[object, ...] = (ctx.listener_name, version, operations)
-        if broker.authorizer is not None:
-            key = (*key, ctx.principal, ctx.client_host)
         cached = broker.metadata_cache.get(key)
         if cached is not None:
             return cached
         names = sorted(authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, broker.metadata.topics()))
-        response = RawResponse(_encode_all_topics(ctx, names, operations, key))
+        response = RawResponse(_encode_topics(ctx, names, operations, key, every=True))
         broker.metadata_cache[key] = response
         return response
     allow_create = getattr(request, "allow_auto_topic_creation", True)
@@ -88,6 +88,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             wanted.append((name, exc.code))
         else:
             wanted.append((name, ErrorCode.none))
+    if wanted and all(name is not None and error is ErrorCode.none for name, error in wanted):
+        names = list(dict.fromkeys(name for name, _ in wanted if name is not None))  # Kafka's set of topics
+        return RawResponse(_encode_topics(ctx, names, operations, key, every=False))
     return _build(ctx, wanted, operations)
 
 
@@ -135,13 +138,16 @@ def _build(ctx: RequestContext, wanted: list[tuple[str | None, ErrorCode]], oper
     )
 
 
-def _encode_all_topics(ctx: RequestContext, names: list[str], operations: _Operations,
-                       key: tuple[object, ...]) -> list[bytes]:
-    """The all-topics answer, each topic's part encoded again only when the topic (or the failed
-    replicas) changed since the last answer for `key`: building and encoding 10,000 partitions
-    took 1-2.8 s on a loaded 2-core machine, and one ISR change anywhere dropped the whole cached
-    answer. The topics are spliced into the encoding of the answer without any (same fields,
-    an empty array)."""
+def _encode_topics(ctx: RequestContext, names: list[str], operations: _Operations, key: tuple[object, ...],
+                   every: bool) -> list[bytes]:
+    """The answer for topics `names` (`every`: all topics), each topic's part encoded again only
+    when the topic (or the failed replicas) changed since an answer for `key` encoded it:
+    building and encoding 10,000 partitions took 1-2.8 s on a loaded 2-core machine, and one ISR
+    change anywhere dropped the whole cached answer. A client naming its topics is served from
+    the same parts (librdkafka names all of a producer's topics: at 100,000 partitions each of
+    its requests held a broker's event loop for seconds, long enough to time out its
+    followers' fetches). The topics are spliced into the encoding of the answer without any
+    (same fields, an empty array)."""
     broker = ctx.broker
     module = response_module(API_KEY, ctx.api_version)
     endpoints = {b.broker_id: b.endpoint(ctx.listener_name) for b in broker.metadata.brokers()}
@@ -160,7 +166,10 @@ def _encode_all_topics(ctx: RequestContext, names: list[str], operations: _Opera
         parts[name] = cached
     if key not in broker.metadata_topic_cache and len(broker.metadata_topic_cache) >= MAX_CACHED_ANSWERS:
         broker.metadata_topic_cache.clear()  # with ACLs a key per principal and host: keep them few
-    broker.metadata_topic_cache[key] = parts
+    if every:
+        broker.metadata_topic_cache[key] = parts  # the parts of topics gone meanwhile go
+    else:
+        broker.metadata_topic_cache.setdefault(key, {}).update(parts)
     empty = b"".join(encode(_build(ctx, [], operations)))
     flexible = is_flexible(API_KEY, ctx.api_version)
     after = (4 if 8 <= ctx.api_version <= 10 else 0) + (2 if ctx.api_version >= 13 else 0) + flexible
